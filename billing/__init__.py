@@ -1,0 +1,1 @@
+"""Billing: price lists, metering of pools and monthly invoices."""

@@ -1,0 +1,1 @@
+"""Monitoring: GPU health samples, rollups, alerts and the Prometheus export."""

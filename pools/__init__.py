@@ -1,0 +1,1 @@
+"""Capacity and GPU pools: clusters, MIG stock, requests, placement and provisioning."""

@@ -1,0 +1,78 @@
+"""Domain errors and how pages and the API turn them into 4xx answers.
+
+Services raise `PortalError` subclasses with a message a person can read; the
+API answers them as `{"detail": ...}` with the subclass's status, pages show the
+message. Anything under /api/ answers JSON even for 404 and 500.
+"""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.translation import gettext as _
+from django.views import defaults
+from rest_framework import exceptions, status
+from rest_framework.views import exception_handler
+
+
+class PortalError(Exception):
+    """A request the domain refuses; `message` is shown to the user as is."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(PortalError):
+    status_code = status.HTTP_400_BAD_REQUEST
+
+
+class NotAllowed(PortalError):
+    """The user can see the object but their role does not allow the change."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+
+
+class Conflict(PortalError):
+    """The change clashes with the current state (a duplicate, a wrong state)."""
+
+    status_code = status.HTTP_409_CONFLICT
+
+
+def api_exception_handler(exc, context):
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()  # the same answer whether the object is missing or foreign
+    elif isinstance(exc, PortalError):
+        api_exc = exceptions.APIException(detail=exc.message)
+        api_exc.status_code = exc.status_code
+        exc = api_exc
+    return exception_handler(exc, context)
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None):
+    if _is_api(request):
+        return JsonResponse({"detail": _("Not found.")}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None):
+    if _is_api(request):
+        return JsonResponse({"detail": _("You do not have permission to do this.")}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None):
+    if _is_api(request):
+        return JsonResponse({"detail": _("Bad request.")}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def server_error(request: HttpRequest):
+    if _is_api(request):
+        return JsonResponse({"detail": _("Server error.")}, status=500)
+    return defaults.server_error(request)

@@ -1,0 +1,188 @@
+"""Every change to tenancy: projects, invitations and memberships.
+
+Pages, the API, admin actions and tasks call these functions; each checks the
+actor's role, runs in one transaction and raises a `PortalError` the caller
+turns into a 4xx.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from portal.errors import Conflict, InvalidInput, NotAllowed
+from portal.models import Invitation, Membership, Project, Role, Tenant
+
+
+def role_in(*, user: AbstractBaseUser, tenant: Tenant) -> Role | None:
+    """The user's role in the tenant, or None when they are not a member."""
+    if not user.is_authenticated:
+        return None
+    role = Membership.objects.filter(user=user, tenant=tenant).values_list("role", flat=True)
+    return Role(role[0]) if role else None
+
+
+def require_tenant_admin(*, user: AbstractBaseUser, tenant: Tenant) -> None:
+    if user.is_superuser:
+        return
+    if role_in(user=user, tenant=tenant) != Role.ADMIN:
+        raise NotAllowed(_("Only an admin of %(tenant)s can do this.") % {"tenant": tenant.name})
+
+
+def _validation_message(error: ValidationError) -> str:
+    return " ".join(error.messages)
+
+
+def create_project(
+    *,
+    tenant: Tenant,
+    actor: AbstractBaseUser,
+    slug: str,
+    name: str,
+    namespace: str = "",
+    description: str = "",
+) -> Project:
+    """Add a project to a tenant; its namespace defaults to `<tenant>-<project>`."""
+    require_tenant_admin(user=actor, tenant=tenant)
+    project = Project(
+        tenant=tenant,
+        slug=slug,
+        name=name,
+        namespace=namespace or Project.default_namespace(tenant.slug, slug),
+        description=description,
+        created_by=actor,
+    )
+    try:
+        project.full_clean(exclude=["tenant", "created_by"], validate_unique=False)
+    except ValidationError as error:
+        raise InvalidInput(_validation_message(error)) from error
+    if Project.objects.filter(tenant=tenant, slug=slug).exists():
+        raise Conflict(
+            _("%(tenant)s already has a project %(slug)s.") % {"tenant": tenant.name, "slug": slug}
+        )
+    if Project.objects.filter(namespace=project.namespace).exists():
+        raise Conflict(_("The namespace %(ns)s is already taken.") % {"ns": project.namespace})
+    try:
+        with transaction.atomic():
+            project.save()
+    except IntegrityError as error:  # a concurrent request took the slug or namespace
+        raise Conflict(_("That project name or namespace was just taken; choose another.")) from error
+    return project
+
+
+def invite_member(
+    *, tenant: Tenant, actor: AbstractBaseUser, email: str, role: str = Role.MEMBER
+) -> Invitation:
+    """Invite someone by e-mail; the e-mail is sent by a Celery task after commit."""
+    from portal.tasks import send_invitation
+
+    require_tenant_admin(user=actor, tenant=tenant)
+    if role not in Role.values:
+        raise InvalidInput(_("Unknown role %(role)s.") % {"role": role})
+    invitation = Invitation(tenant=tenant, email=email.strip(), role=role, invited_by=actor)
+    try:
+        invitation.full_clean(exclude=["tenant", "invited_by"], validate_unique=False)
+    except ValidationError as error:
+        raise InvalidInput(_validation_message(error)) from error
+    email = invitation.email
+    if Membership.objects.filter(tenant=tenant, user__email__iexact=email).exists():
+        raise Conflict(
+            _("%(email)s is already a member of %(tenant)s.") % {"email": email, "tenant": tenant.name}
+        )
+    with transaction.atomic():
+        open_invitations = Invitation.objects.select_for_update().filter(
+            tenant=tenant, email__iexact=email, accepted_at__isnull=True, revoked_at__isnull=True
+        )
+        for previous in open_invitations:
+            if previous.is_pending:
+                raise Conflict(_("%(email)s has already been invited.") % {"email": email})
+            previous.revoked_at = timezone.now()  # expired: make room for the new one
+            previous.save(update_fields=["revoked_at"])
+        try:
+            with transaction.atomic():
+                invitation.save()
+        except IntegrityError as error:
+            raise Conflict(_("%(email)s has already been invited.") % {"email": email}) from error
+        transaction.on_commit(lambda: send_invitation.delay(invitation.pk))
+    return invitation
+
+
+def revoke_invitation(*, invitation: Invitation, actor: AbstractBaseUser) -> Invitation:
+    require_tenant_admin(user=actor, tenant=invitation.tenant)
+    with transaction.atomic():
+        invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
+        if not invitation.is_pending:
+            raise Conflict(_("This invitation is %(status)s.") % {"status": invitation.status.label})
+        invitation.revoked_at = timezone.now()
+        invitation.save(update_fields=["revoked_at"])
+    return invitation
+
+
+def user_emails(user: AbstractBaseUser) -> set[str]:
+    from allauth.account.models import EmailAddress
+
+    emails = {e.lower() for e in EmailAddress.objects.filter(user=user).values_list("email", flat=True)}
+    if user.email:
+        emails.add(user.email.lower())
+    return emails
+
+
+def accept_invitation(*, token: str, user: AbstractBaseUser) -> Membership:
+    """Turn a pending invitation into a membership of the user who holds its e-mail address."""
+    with transaction.atomic():
+        invitation = (
+            Invitation.objects.select_for_update().select_related("tenant").filter(token=token).first()
+        )
+        if invitation is None:
+            raise InvalidInput(_("This invitation link is not valid."))
+        if not invitation.is_pending:
+            raise Conflict(_("This invitation is %(status)s.") % {"status": invitation.status.label})
+        if invitation.email.lower() not in user_emails(user):
+            raise NotAllowed(
+                _("This invitation was sent to %(email)s. Sign in with that address to accept it.")
+                % {"email": invitation.email}
+            )
+        membership, _created = Membership.objects.get_or_create(
+            user=user, tenant=invitation.tenant, defaults={"role": invitation.role}
+        )
+        invitation.accepted_at = timezone.now()
+        invitation.accepted_by = user
+        invitation.save(update_fields=["accepted_at", "accepted_by"])
+    return membership
+
+
+def _lock_membership(membership: Membership) -> Membership:
+    """Lock the tenant first, so that concurrent role changes of one tenant run one by one."""
+    Tenant.objects.select_for_update().get(pk=membership.tenant_id)
+    return Membership.objects.select_for_update().get(pk=membership.pk)
+
+
+def _admins_left_after(membership: Membership) -> int:
+    others = Membership.objects.filter(tenant_id=membership.tenant_id, role=Role.ADMIN)
+    return others.exclude(pk=membership.pk).count()
+
+
+def set_member_role(*, membership: Membership, actor: AbstractBaseUser, role: str) -> Membership:
+    """Change a member's role; a tenant always keeps at least one admin."""
+    require_tenant_admin(user=actor, tenant=membership.tenant)
+    if role not in Role.values:
+        raise InvalidInput(_("Unknown role %(role)s.") % {"role": role})
+    with transaction.atomic():
+        membership = _lock_membership(membership)
+        if membership.role == Role.ADMIN and role != Role.ADMIN and _admins_left_after(membership) == 0:
+            raise Conflict(_("A tenant needs at least one admin."))
+        membership.role = role
+        membership.save(update_fields=["role"])
+    return membership
+
+
+def remove_member(*, membership: Membership, actor: AbstractBaseUser) -> None:
+    require_tenant_admin(user=actor, tenant=membership.tenant)
+    with transaction.atomic():
+        membership = _lock_membership(membership)
+        if membership.role == Role.ADMIN and _admins_left_after(membership) == 0:
+            raise Conflict(_("A tenant needs at least one admin."))
+        membership.delete()

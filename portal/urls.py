@@ -1,0 +1,40 @@
+"""URLs of the whole site: pages, accounts, admin, the API and its documentation."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from portal import api, views
+
+router = DefaultRouter(trailing_slash=True)
+router.register("tenants", api.TenantViewSet, basename="tenant")
+router.register("projects", api.ProjectViewSet, basename="project")
+
+api_v1 = [
+    path("auth/token/", api.TokenView.as_view(), name="api-token"),
+    path("", include(router.urls)),
+]
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("t/<slug:slug>/", views.tenant_detail, name="tenant"),
+    path("t/<slug:slug>/projects/new/", views.project_create, name="project-create"),
+    path("t/<slug:tenant_slug>/p/<slug:slug>/", views.project_detail, name="project"),
+    path("t/<slug:slug>/invitations/new/", views.invitation_create, name="invitation-create"),
+    path("t/<slug:slug>/invitations/<int:pk>/revoke/", views.invitation_revoke, name="invitation-revoke"),
+    path("t/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
+    path("t/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
+    path("invitations/<str:token>/", views.invitation, name="invitation"),
+    path("accounts/", include("allauth.urls")),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+]
+
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
+handler500 = "portal.errors.server_error"

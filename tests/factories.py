@@ -1,0 +1,62 @@
+"""Factories for tests: `ProjectFactory(tenant=acme)`, `MembershipFactory(role=Role.ADMIN)`."""
+
+import factory
+from django.contrib.auth import get_user_model
+
+from portal.models import Invitation, Membership, Project, Role, Tenant
+
+PASSWORD = "test-password-123"
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ["username"]
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
+
+    @factory.post_generation
+    def save_password(obj, create, extracted, **kwargs):
+        if create:
+            obj.save()
+
+
+class TenantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Tenant
+        django_get_or_create = ["slug"]
+
+    slug = factory.Sequence(lambda n: f"tenant{n}")
+    name = factory.LazyAttribute(lambda t: t.slug.title())
+
+
+class ProjectFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Project
+
+    tenant = factory.SubFactory(TenantFactory)
+    slug = factory.Sequence(lambda n: f"project{n}")
+    name = factory.LazyAttribute(lambda p: p.slug.title())
+    namespace = factory.LazyAttribute(lambda p: Project.default_namespace(p.tenant.slug, p.slug))
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    tenant = factory.SubFactory(TenantFactory)
+    role = Role.MEMBER
+
+
+class InvitationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Invitation
+
+    tenant = factory.SubFactory(TenantFactory)
+    email = factory.Sequence(lambda n: f"invitee{n}@example.com")
+    role = Role.MEMBER
+    invited_by = factory.SubFactory(UserFactory)

@@ -1,0 +1,189 @@
+"""Tenant isolation: every page and endpoint, seen from inside and from outside the tenant.
+
+The table lists each of the project's routes once. A route added without a row
+fails `test_every_route_is_in_the_table`, so the table grows with the API.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from tests.factories import InvitationFactory
+
+OUR_APPS = ("portal.", "pools.", "billing.", "monitoring.")
+
+
+@dataclass
+class Route:
+    name: str
+    method: str
+    url: Callable  # (tenancy, objects) -> url of an acme object
+    owner_status: int  # what an acme admin gets
+    data: dict | None = None
+    api: bool = False
+
+
+def acme_objects(t):
+    invitation = InvitationFactory(tenant=t.acme, invited_by=t.acme_admin)
+    member = t.acme.memberships.get(user=t.acme_member)
+    return {"invitation": invitation, "member": member}
+
+
+ROUTES = [
+    # Pages of one tenant's objects: an outsider gets 404, never a hint that they exist.
+    Route("tenant", "get", lambda t, o: reverse("tenant", kwargs={"slug": "acme"}), 200),
+    Route(
+        "project",
+        "get",
+        lambda t, o: reverse("project", kwargs={"tenant_slug": "acme", "slug": "vision"}),
+        200,
+    ),
+    Route(
+        "project-create",
+        "post",
+        lambda t, o: reverse("project-create", kwargs={"slug": "acme"}),
+        302,
+        data={"name": "New", "slug": "new-project"},
+    ),
+    Route(
+        "invitation-create",
+        "post",
+        lambda t, o: reverse("invitation-create", kwargs={"slug": "acme"}),
+        302,
+        data={"email": "new@example.com", "role": "member"},
+    ),
+    Route(
+        "invitation-revoke",
+        "post",
+        lambda t, o: reverse("invitation-revoke", kwargs={"slug": "acme", "pk": o["invitation"].pk}),
+        302,
+    ),
+    Route(
+        "member-role",
+        "post",
+        lambda t, o: reverse("member-role", kwargs={"slug": "acme", "pk": o["member"].pk}),
+        302,
+        data={"role": "viewer"},
+    ),
+    Route(
+        "member-remove",
+        "post",
+        lambda t, o: reverse("member-remove", kwargs={"slug": "acme", "pk": o["member"].pk}),
+        302,
+    ),
+    Route(
+        "v1:tenant-detail", "get", lambda t, o: reverse("v1:tenant-detail", args=[t.acme.pk]), 200, api=True
+    ),
+    Route(
+        "v1:project-detail",
+        "get",
+        lambda t, o: reverse("v1:project-detail", args=[t.vision.pk]),
+        200,
+        api=True,
+    ),
+    Route(
+        "v1:project-list",
+        "post",
+        lambda t, o: reverse("v1:project-list"),
+        201,
+        data={"tenant": "acme", "slug": "api-project", "name": "API project"},
+        api=True,
+    ),
+]
+
+# Lists: an outsider gets 200 with none of acme's rows.
+LISTS = [
+    ("home", False),
+    ("v1:tenant-list", True),
+    ("v1:project-list", True),
+]
+
+# Routes with no tenant object in them, and why.
+NOT_TENANT_SCOPED = {
+    "invitation": "addressed by a secret token, checked against the signed-in user's e-mail",
+    "v1:api-token": "signs a user in; returns only their own token",
+}
+
+
+def _our_route_names(resolver=None, namespace=""):
+    resolver = resolver or get_resolver()
+    for entry in resolver.url_patterns:
+        if isinstance(entry, URLResolver):
+            prefix = f"{namespace}{entry.namespace}:" if entry.namespace else namespace
+            yield from _our_route_names(entry, prefix)
+        elif isinstance(entry, URLPattern) and entry.name:
+            module = getattr(entry.callback, "__module__", "")
+            if module.startswith(OUR_APPS):
+                yield f"{namespace}{entry.name}"
+
+
+def test_every_route_is_in_the_table():
+    covered = {r.name for r in ROUTES} | {name for name, _ in LISTS} | set(NOT_TENANT_SCOPED)
+    routes = set(_our_route_names())
+    routes = {name for name in routes if not name.endswith("-format")}  # the .json twins of API routes
+    assert routes - covered == set(), "add these routes to the isolation table"
+    assert covered - routes == set(), "the table names routes that no longer exist"
+
+
+def _request(client, route, url):
+    call = getattr(client, route.method)
+    if route.api:
+        return call(url, route.data or {}, format="json")
+    return call(url, route.data or {})
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.name)
+@pytest.mark.parametrize("who", ["globex_member", "outsider"])
+def test_foreign_object_answers_404_and_changes_nothing(route, who, tenancy, client, api_client):
+    objects = acme_objects(tenancy)
+    user = getattr(tenancy, who)
+    http = api_client if route.api else client
+    if route.api:
+        http.force_authenticate(user)
+    else:
+        http.force_login(user)
+    before = _snapshot(tenancy)
+    response = _request(http, route, route.url(tenancy, objects))
+    expected = 400 if route.name == "v1:project-list" else 404  # a tenant you cannot see is "unknown"
+    assert response.status_code == expected
+    assert _snapshot(tenancy) == before
+    if route.api:
+        assert response["Content-Type"].startswith("application/json")
+    if expected == 404 and route.api:
+        assert response.json() == {"detail": "Not found."}
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.name)
+def test_tenant_admin_reaches_every_route(route, tenancy, client, api_client):
+    objects = acme_objects(tenancy)
+    http = api_client if route.api else client
+    if route.api:
+        http.force_authenticate(tenancy.acme_admin)
+    else:
+        http.force_login(tenancy.acme_admin)
+    response = _request(http, route, route.url(tenancy, objects))
+    assert response.status_code == route.owner_status
+
+
+@pytest.mark.parametrize(("name", "api"), LISTS)
+def test_lists_show_only_own_tenants(name, api, tenancy, client, api_client):
+    http = api_client if api else client
+    if api:
+        http.force_authenticate(tenancy.globex_member)
+    else:
+        http.force_login(tenancy.globex_member)
+    body = http.get(reverse(name)).content.decode()
+    assert "recsys" in body or "globex" in body.lower()
+    assert "acme" not in body.lower()
+    assert "vision" not in body
+
+
+def _snapshot(t):
+    acme = t.acme
+    return (
+        sorted(acme.projects.values_list("slug", "name")),
+        sorted(acme.memberships.values_list("user_id", "role")),
+        sorted(acme.invitations.values_list("email", "revoked_at")),
+    )
