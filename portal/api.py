@@ -114,6 +114,7 @@ class ProjectSerializer(serializers.ModelSerializer):
         model = Project
         fields = ["id", "slug", "name", "tenant", "namespace", "description", "created_at"]
         read_only_fields = ["id", "created_at"]
+        validators = []  # uniqueness is the service's to check: a clash is a 409, not a 400
         extra_kwargs = {"description": {"required": False}}
 
     def __init__(self, *args, **kwargs):

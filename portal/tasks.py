@@ -23,7 +23,7 @@ def send_invitation(invitation_id: int) -> str:
     """E-mail an invitation once; a redelivered or duplicated task finds it sent and stops."""
     with transaction.atomic():
         invitation = (
-            Invitation.objects.select_for_update()
+            Invitation.objects.select_for_update(of=("self",))
             .select_related("tenant", "invited_by")
             .filter(pk=invitation_id)
             .first()

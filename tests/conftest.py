@@ -1,6 +1,13 @@
 """Shared fixtures: two tenants with people in every role, API clients, static files."""
 
+import os
+import subprocess
+import sys
+import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Group
@@ -10,6 +17,8 @@ from rest_framework.test import APIClient
 
 from portal.models import Project, Role, Tenant
 from tests.factories import MembershipFactory, ProjectFactory, TenantFactory, UserFactory
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -90,3 +99,51 @@ def api_for(api_client):
         return api_client
 
     return login
+
+
+@dataclass
+class Worker:
+    queue: str
+    mail_dir: Path
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, tmp_path_factory):
+    """A real Celery worker process on the test database, consuming a queue of its own through Redis."""
+    from django.conf import settings
+
+    from portal.celery import app
+
+    db = settings.DATABASES["default"]  # the test database, once django_db_setup has run
+    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    database_url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    app.conf.task_default_queue = queue
+    work = tmp_path_factory.mktemp("worker")
+    worker = Worker(queue=queue, mail_dir=work / "mail", log=work / "worker.log")
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CELERY_QUEUE": queue,
+        "EMAIL_URL": f"filemail:///{worker.mail_dir}",  # django-environ drops one leading slash
+    }
+    with worker.log.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool", "solo", "--loglevel", "INFO",
+             "--queues", queue, "--hostname", f"{queue}@%h", "--without-heartbeat", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "ready." not in worker.log.read_text():
+            assert process.poll() is None, f"the worker died:\n{worker.log.read_text()}"
+            assert time.monotonic() < deadline, f"the worker did not start:\n{worker.log.read_text()}"
+            time.sleep(0.2)
+        yield worker
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -1,0 +1,38 @@
+"""A Celery round trip through Redis with a real worker process (no eager mode)."""
+
+import time
+
+import pytest
+
+from portal.models import Role
+from portal.services import invite_member
+from portal.tasks import send_invitation
+from tests.factories import MembershipFactory, TenantFactory
+
+
+def wait_until(condition, seconds=30):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the worker"
+        time.sleep(0.2)
+
+
+@pytest.mark.celery
+def test_invitation_email_is_sent_by_the_worker(celery_worker, transactional_db):
+    tenant = TenantFactory(slug="acme", name="Acme")
+    admin = MembershipFactory(tenant=tenant, role=Role.ADMIN).user
+
+    invitation = invite_member(tenant=tenant, actor=admin, email="worker@example.com")
+
+    def sent():
+        invitation.refresh_from_db()
+        return invitation.sent_at is not None
+
+    wait_until(sent)
+    mails = [path.read_text() for path in celery_worker.mail_dir.iterdir()]
+    assert len(mails) == 1
+    assert "worker@example.com" in mails[0] and invitation.token in mails[0]
+
+    # A duplicate delivery is answered through the result backend and sends nothing more.
+    assert send_invitation.delay(invitation.pk).get(timeout=30) == "already sent"
+    assert len(list(celery_worker.mail_dir.iterdir())) == 1

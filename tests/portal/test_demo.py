@@ -1,0 +1,36 @@
+"""`manage.py demo`: the people of the public contract, created once however often it runs."""
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from portal.models import Membership, Project, Tenant
+
+
+def counts():
+    return (
+        Tenant.objects.count(),
+        Project.objects.count(),
+        get_user_model().objects.count(),
+        Membership.objects.count(),
+    )
+
+
+def test_demo_is_idempotent_and_keeps_tenants_apart(db, client):
+    call_command("demo", verbosity=0)
+    first = counts()
+    call_command("demo", verbosity=0)
+    assert counts() == first
+
+    for user, own, foreign in [("alice", "acme", "globex"), ("mallory", "globex", "acme")]:
+        assert client.login(username=user, password="demo-password")
+        body = client.get("/").content.decode()
+        assert f"{own}-" in body and f"{foreign}-" not in body
+        client.logout()
+
+    bob = Membership.objects.get(user__username="bob")
+    assert bob.role == "admin" and bob.tenant.slug == "acme"
+    staff = {
+        u.username: {g.name for g in u.groups.all()} for u in get_user_model().objects.filter(is_staff=True)
+    }
+    assert staff == {"carol": {"approver"}, "dave": {"finance"}, "erin": {"operator"}, "admin": set()}
+    assert get_user_model().objects.get(username="admin").is_superuser
