@@ -1,11 +1,11 @@
 """URLs of the whole site: pages, accounts, admin, the API and its documentation."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from portal import api, views
+from portal import api, errors, views
 
 router = DefaultRouter(trailing_slash=True)
 router.register("tenants", api.TenantViewSet, basename="tenant")
@@ -32,6 +32,8 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # Unknown API addresses answer JSON, in DEBUG too.
+    re_path(r"^api/", errors.page_not_found),
 ]
 
 handler400 = "portal.errors.bad_request"
