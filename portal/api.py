@@ -107,7 +107,7 @@ class ProjectSerializer(serializers.ModelSerializer):
         required=False,
         allow_blank=True,
         validators=[dns_label_validator],
-        help_text=_("Defaults to <tenant>-<slug>."),
+        help_text=_("Defaults to the tenant and project slugs joined by a hyphen, e.g. acme-vision."),
     )
 
     class Meta:

@@ -19,7 +19,7 @@ class ProjectForm(forms.Form):
         max_length=NAMESPACE_MAX_LENGTH,
         required=False,
         validators=[dns_label_validator],
-        help_text=_("Leave empty for <tenant>-<short name>."),
+        help_text=_("Leave empty to use the tenant and project short names, e.g. acme-vision."),
     )
     description = forms.CharField(
         label=_("Description"), max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2})
