@@ -25,7 +25,7 @@ urlpatterns = [
     path("t/<slug:slug>/invitations/<int:pk>/revoke/", views.invitation_revoke, name="invitation-revoke"),
     path("t/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
     path("t/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
-    path("invitations/<str:token>/", views.invitation, name="invitation"),
+    path("invitations/<slug:token>/", views.invitation, name="invitation"),  # token_urlsafe alphabet
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),

@@ -89,7 +89,7 @@ def start_private_postgres() -> str | None:
     )
     if not initdb:
         return None
-    bindir = Path(initdb).parent
+    bindir = Path(initdb).resolve().parent
     data = RUN_DIR / "postgres"
     url = f"postgres://postgres@127.0.0.1:{PRIVATE_PG_PORT}/portal"
     if pg_answers(url):
