@@ -44,29 +44,37 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
     return _tenant_page(request, tenant)
 
 
-def _refuse(request, error: PortalError, form=None):
-    """Show a domain refusal on the page it came from, with the error's status."""
-    if form is not None:
-        form.add_error(None, error.message)
-    else:
-        messages.error(request, error.message)
-    return error.status_code
+def _tenant_action(request, slug: str, perform, form_class=None, form_name: str = "") -> HttpResponse:
+    """Run one change posted from the tenant page.
+
+    `perform(tenant, data)` calls a service and returns the response of success. A
+    form that does not validate, or a service's refusal, shows the tenant page
+    again with the reason and the matching 4xx status.
+    """
+    tenant = selectors.visible_tenant(user=request.user, slug=slug)
+    form = form_class(request.POST) if form_class else None
+    shown = {form_name: form} if form else {}
+    if form is not None and not form.is_valid():
+        return _tenant_page(request, tenant, status=400, **shown)
+    try:
+        return perform(tenant, form.cleaned_data if form else request.POST)
+    except PortalError as error:
+        if form is not None:
+            form.add_error(None, error.message)
+        else:
+            messages.error(request, error.message)
+        return _tenant_page(request, tenant, status=error.status_code, **shown)
 
 
 @login_required
 @require_POST
 def project_create(request: HttpRequest, slug: str) -> HttpResponse:
-    tenant = selectors.visible_tenant(user=request.user, slug=slug)
-    form = ProjectForm(request.POST)
-    if not form.is_valid():
-        return _tenant_page(request, tenant, status=400, project_form=form)
-    try:
-        project = services.create_project(tenant=tenant, actor=request.user, **form.cleaned_data)
-    except PortalError as error:
-        status = _refuse(request, error, form)
-        return _tenant_page(request, tenant, status=status, project_form=form)
-    messages.success(request, _("Project %(name)s created.") % {"name": project.name})
-    return redirect("project", tenant_slug=tenant.slug, slug=project.slug)
+    def perform(tenant, data):
+        project = services.create_project(tenant=tenant, actor=request.user, **data)
+        messages.success(request, _("Project %(name)s created.") % {"name": project.name})
+        return redirect("project", tenant_slug=tenant.slug, slug=project.slug)
+
+    return _tenant_action(request, slug, perform, ProjectForm, "project_form")
 
 
 @login_required
@@ -78,75 +86,61 @@ def project_detail(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRes
 @login_required
 @require_POST
 def invitation_create(request: HttpRequest, slug: str) -> HttpResponse:
-    tenant = selectors.visible_tenant(user=request.user, slug=slug)
-    form = InvitationForm(request.POST)
-    if not form.is_valid():
-        return _tenant_page(request, tenant, status=400, invitation_form=form)
-    try:
-        invitation = services.invite_member(tenant=tenant, actor=request.user, **form.cleaned_data)
-    except PortalError as error:
-        status = _refuse(request, error, form)
-        return _tenant_page(request, tenant, status=status, invitation_form=form)
-    messages.success(request, _("Invitation sent to %(email)s.") % {"email": invitation.email})
-    return redirect("tenant", slug=tenant.slug)
+    def perform(tenant, data):
+        invitation = services.invite_member(tenant=tenant, actor=request.user, **data)
+        messages.success(request, _("Invitation sent to %(email)s.") % {"email": invitation.email})
+        return redirect("tenant", slug=tenant.slug)
+
+    return _tenant_action(request, slug, perform, InvitationForm, "invitation_form")
 
 
 @login_required
 @require_POST
 def invitation_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    tenant = selectors.visible_tenant(user=request.user, slug=slug)
-    invitation = get_object_or_404(tenant.invitations, pk=pk)
-    try:
+    def perform(tenant, data):
+        invitation = get_object_or_404(tenant.invitations, pk=pk)
         services.revoke_invitation(invitation=invitation, actor=request.user)
-    except PortalError as error:
-        return _tenant_page(request, tenant, status=_refuse(request, error))
-    messages.success(request, _("Invitation to %(email)s revoked.") % {"email": invitation.email})
-    return redirect("tenant", slug=tenant.slug)
+        messages.success(request, _("Invitation to %(email)s revoked.") % {"email": invitation.email})
+        return redirect("tenant", slug=tenant.slug)
+
+    return _tenant_action(request, slug, perform)
 
 
 @login_required
 @require_POST
 def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    tenant = selectors.visible_tenant(user=request.user, slug=slug)
-    membership = get_object_or_404(tenant.memberships.select_related("user"), pk=pk)
-    form = MemberRoleForm(request.POST)
-    try:
+    def perform(tenant, data):
+        membership = get_object_or_404(tenant.memberships.select_related("user"), pk=pk)
+        form = MemberRoleForm(data)
         if not form.is_valid():
             raise InvalidInput(_("Choose one of the roles admin, member or viewer."))
-        services.set_member_role(membership=membership, actor=request.user, role=form.cleaned_data["role"])
-    except PortalError as error:
-        return _tenant_page(request, tenant, status=_refuse(request, error))
-    messages.success(
-        request,
-        _("%(user)s is now %(role)s.")
-        % {
-            "user": membership.user.get_username(),
-            "role": Role(form.cleaned_data["role"]).label,
-        },
-    )
-    return redirect("tenant", slug=tenant.slug)
+        role = Role(form.cleaned_data["role"])
+        services.set_member_role(membership=membership, actor=request.user, role=role)
+        messages.success(
+            request,
+            _("%(user)s is now %(role)s.") % {"user": membership.user.get_username(), "role": role.label},
+        )
+        return redirect("tenant", slug=tenant.slug)
+
+    return _tenant_action(request, slug, perform)
 
 
 @login_required
 @require_POST
 def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    tenant = selectors.visible_tenant(user=request.user, slug=slug)
-    membership = get_object_or_404(tenant.memberships.select_related("user"), pk=pk)
-    try:
+    def perform(tenant, data):
+        membership = get_object_or_404(tenant.memberships.select_related("user"), pk=pk)
         services.remove_member(membership=membership, actor=request.user)
-    except PortalError as error:
-        return _tenant_page(request, tenant, status=_refuse(request, error))
-    messages.success(
-        request,
-        _("%(user)s removed from %(tenant)s.")
-        % {
-            "user": membership.user.get_username(),
-            "tenant": tenant.name,
-        },
-    )
-    if membership.user_id == request.user.id:
-        return redirect("home")
-    return redirect("tenant", slug=tenant.slug)
+        messages.success(
+            request,
+            _("%(user)s removed from %(tenant)s.")
+            % {"user": membership.user.get_username(), "tenant": tenant.name},
+        )
+        if membership.user_id == request.user.id:
+            return redirect("home")  # they left the tenant
+        return redirect("tenant", slug=tenant.slug)
+
+    return _tenant_action(request, slug, perform)
 
 
 @require_http_methods(["GET", "POST"])
