@@ -120,6 +120,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
+    "sync-clusters": {
+        "task": "pools.tasks.sync_all_clusters",
+        "schedule": env.int("CAPACITY_SYNC_SECONDS", default=60),
+    },
     "clear-expired-sessions": {
         "task": "portal.tasks.clear_expired_sessions",
         "schedule": crontab(minute=17, hour=3),
@@ -133,6 +137,20 @@ globals().update(env.email_url("EMAIL_URL", default="consolemail://"))
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="GPU Portal <gpu-portal@localhost>")
 SERVER_EMAIL = env.str("SERVER_EMAIL", default=DEFAULT_FROM_EMAIL)
 EMAIL_SUBJECT_PREFIX = "[GPU Portal] "
+
+# --- Capacity -----------------------------------------------------------------
+
+# Encrypts stored kubeconfigs; derived from SECRET_KEY when empty.
+CLUSTER_SECRETS_KEY = env.str("CLUSTER_SECRETS_KEY", default="")
+CAPACITY_SYNC_SECONDS = env.int("CAPACITY_SYNC_SECONDS", default=60)
+# A sync that finds nothing new writes nothing, except "last seen" times at most this often.
+SYNC_HEARTBEAT_SECONDS = env.int("SYNC_HEARTBEAT_SECONDS", default=600)
+# A failing cluster is retried after CAPACITY_SYNC_SECONDS × 2^failures, capped here.
+SYNC_BACKOFF_MAX_SECONDS = env.int("SYNC_BACKOFF_MAX_SECONDS", default=1800)
+# How long a node may stay in MIG state "pending" before a change counts as failed.
+MIG_PENDING_TIMEOUT_SECONDS = env.int("MIG_PENDING_TIMEOUT_SECONDS", default=600)
+# The simulated GPU Operator's delay between a layout change and its success.
+SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 
 # --- Accounts -----------------------------------------------------------------
 

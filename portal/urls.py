@@ -5,14 +5,19 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from pools import api as pools_api
 from portal import api, errors, views
 
 router = DefaultRouter(trailing_slash=True)
 router.register("tenants", api.TenantViewSet, basename="tenant")
 router.register("projects", api.ProjectViewSet, basename="project")
+router.register("clusters", pools_api.ClusterViewSet, basename="cluster")
+router.register("capacity/nodes", pools_api.NodeViewSet, basename="capacity-node")
+router.register("capacity/gpus", pools_api.GpuViewSet, basename="capacity-gpu")
 
 api_v1 = [
     path("auth/token/", api.TokenView.as_view(), name="api-token"),
+    path("capacity/summary/", pools_api.CapacitySummaryView.as_view(), name="capacity-summary"),
     path("", include(router.urls)),
 ]
 
@@ -26,6 +31,7 @@ urlpatterns = [
     path("t/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
     path("t/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
     path("invitations/<slug:token>/", views.invitation, name="invitation"),  # token_urlsafe alphabet
+    path("", include("pools.urls")),
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),

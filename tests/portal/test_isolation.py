@@ -104,6 +104,14 @@ LISTS = [
 NOT_TENANT_SCOPED = {
     "invitation": "addressed by a secret token, checked against the signed-in user's e-mail",
     "v1:api-token": "signs a user in; returns only their own token",
+    "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
+    "v1:cluster-list": "cluster names and states, shared by all tenants",
+    "v1:cluster-detail": "cluster names and states, shared by all tenants",
+    "v1:capacity-summary": "platform staff only (tests/pools/test_capacity_views.py)",
+    "v1:capacity-node-list": "platform staff only",
+    "v1:capacity-node-detail": "platform staff only",
+    "v1:capacity-gpu-list": "platform staff only",
+    "v1:capacity-gpu-detail": "platform staff only",
 }
 
 

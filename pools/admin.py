@@ -1,0 +1,281 @@
+"""Django admin of capacity: clusters (kubeconfig write-only), groups, nodes and GPUs with drain actions."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from pools import services
+from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
+from pools.sync import sync_cluster, sync_lock
+from portal.errors import PortalError
+
+
+class ClusterForm(forms.ModelForm):
+    kubeconfig = forms.CharField(
+        label=_("kubeconfig"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"}),
+        help_text=_("Paste a kubeconfig to set or replace it. It is stored encrypted and never shown again."),
+    )
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "driver", "context", "in_cluster", "mig_config_map"]
+
+    def clean(self):
+        data = super().clean()
+        text = data.get("kubeconfig", "")
+        if data.get("driver") == Cluster.Driver.KUBERNETES and not data.get("in_cluster"):
+            if not text and not (self.instance.pk and self.instance.has_kubeconfig):
+                self.add_error(
+                    "kubeconfig", _("A Kubernetes cluster needs a kubeconfig, or in-cluster credentials.")
+                )
+            elif text:
+                try:
+                    services.check_kubeconfig(text, data.get("context", ""))
+                except PortalError as error:
+                    self.add_error("kubeconfig", error.message)
+        return data
+
+    def save(self, commit=True):
+        cluster = super().save(commit=False)
+        if self.cleaned_data.get("kubeconfig"):
+            cluster.set_kubeconfig(self.cleaned_data["kubeconfig"])
+        if commit:
+            cluster.save()
+        return cluster
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterForm
+    list_display = ["name", "driver", "status", "node_count", "last_sync_at", "last_change_at", "short_error"]
+    list_filter = ["driver", "status"]
+    search_fields = ["name"]
+    readonly_fields = [
+        "status",
+        "has_kubeconfig",
+        "last_sync_at",
+        "last_change_at",
+        "last_error",
+        "failures",
+        "next_sync_at",
+    ]
+    actions = ["sync_now"]
+
+    def get_queryset(self, request):
+        from django.db.models import Count, Q
+
+        return (
+            super().get_queryset(request).annotate(node_count=Count("nodes", filter=Q(nodes__present=True)))
+        )
+
+    @admin.display(description=_("nodes"), ordering="node_count")
+    def node_count(self, cluster):
+        return cluster.node_count
+
+    @admin.display(description=_("last error"))
+    def short_error(self, cluster):
+        return (cluster.last_error[:80] + "…") if len(cluster.last_error) > 80 else cluster.last_error
+
+    @admin.display(description=_("kubeconfig stored"), boolean=True)
+    def has_kubeconfig(self, cluster):
+        return cluster.has_kubeconfig
+
+    @admin.action(description=_("Sync the selected clusters now"), permissions=["change"])
+    def sync_now(self, request, queryset):
+        for cluster in queryset:
+            with sync_lock(cluster.pk) as held:
+                if not held:
+                    self.message_user(
+                        request,
+                        _("%(name)s: a sync is already running.") % {"name": cluster},
+                        messages.WARNING,
+                    )
+                    continue
+                report = sync_cluster(cluster=cluster)
+            self.message_user(request, report.summary(), messages.SUCCESS if report.ok else messages.ERROR)
+
+
+@admin.register(GpuGroup)
+class GpuGroupAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "description", "node_count"]
+    list_filter = ["cluster"]
+    search_fields = ["name", "description", "cluster__name"]
+
+    def get_queryset(self, request):
+        from django.db.models import Count
+
+        return super().get_queryset(request).select_related("cluster").annotate(node_count=Count("nodes"))
+
+    @admin.display(description=_("nodes"), ordering="node_count")
+    def node_count(self, group):
+        return group.node_count
+
+
+class SpecInline(admin.TabularInline):
+    model = SpecAndCount
+    extra = 0
+    can_delete = False
+    fields = ["resource_name", "profile", "capacity", "allocatable", "allocated"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class DrainActions:
+    """Admin actions shared by nodes and GPUs; each row goes through the drain service."""
+
+    drain_service = None
+
+    def _drain(self, request, queryset, drained: bool):
+        for obj in queryset:
+            self.drain_service(obj, drained)
+        text = (
+            ngettext("%(count)d drained.", "%(count)d drained.", queryset.count())
+            if drained
+            else ngettext("%(count)d undrained.", "%(count)d undrained.", queryset.count())
+        )
+        self.message_user(request, text % {"count": queryset.count()}, messages.SUCCESS)
+
+    @admin.action(description=_("Drain: give no new work"), permissions=["change"])
+    def drain(self, request, queryset):
+        self._drain(request, queryset, True)
+
+    @admin.action(description=_("Undrain: accept new work again"), permissions=["change"])
+    def undrain(self, request, queryset):
+        self._drain(request, queryset, False)
+
+
+@admin.register(NodeCapacity)
+class NodeCapacityAdmin(DrainActions, admin.ModelAdmin):
+    list_display = [
+        "name",
+        "cluster",
+        "group",
+        "gpu_model",
+        "gpu_count",
+        "ready",
+        "mig_state",
+        "drained",
+        "present",
+    ]
+    list_filter = ["cluster", "group", "gpu_model", "drained", "present", "ready", "mig_state"]
+    list_select_related = ["cluster", "group"]
+    search_fields = ["name", "cluster__name"]
+    fields = [
+        "cluster",
+        "name",
+        "group",
+        "gpu_model",
+        "gpu_count",
+        "ready",
+        "mig_strategy",
+        "mig_config",
+        "mig_state",
+        "drained",
+        "present",
+        "error",
+        "first_seen_at",
+        "last_change_at",
+    ]
+    readonly_fields = [f for f in fields if f not in ("group", "drained")]
+    inlines = [SpecInline]
+    actions = ["drain", "undrain"]
+
+    @staticmethod
+    def drain_service(node, drained):
+        services.set_node_drained(node=node, drained=drained)
+
+    def save_model(self, request, obj, form, change):
+        if "group" in form.changed_data:
+            services.set_node_group(node=obj, group=obj.group)
+        if "drained" in form.changed_data:
+            services.set_node_drained(node=obj, drained=obj.drained)
+
+    def has_add_permission(self, request):
+        return False  # nodes come from the clusters themselves
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "group":
+            node_id = request.resolver_match.kwargs.get("object_id")
+            if node_id:
+                kwargs["queryset"] = GpuGroup.objects.filter(cluster__nodes__pk=node_id)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+@admin.register(GpuCapacity)
+class GpuCapacityAdmin(DrainActions, admin.ModelAdmin):
+    list_display = ["__str__", "model", "uuid", "mig_enabled", "health", "drained", "present"]
+    list_filter = ["node__cluster", "model", "mig_enabled", "health", "drained", "present"]
+    list_select_related = ["node__cluster"]
+    search_fields = ["uuid", "node__name", "node__cluster__name"]
+    fields = [
+        "node",
+        "index",
+        "uuid",
+        "model",
+        "memory_mib",
+        "mig_capable",
+        "mig_enabled",
+        "layout",
+        "health",
+        "drained",
+        "present",
+        "last_change_at",
+    ]
+    readonly_fields = [f for f in fields if f != "drained"]
+    actions = ["drain", "undrain"]
+
+    @staticmethod
+    def drain_service(gpu, drained):
+        services.set_gpu_drained(gpu=gpu, drained=drained)
+
+    def save_model(self, request, obj, form, change):
+        if "drained" in form.changed_data:
+            services.set_gpu_drained(gpu=obj, drained=obj.drained)
+
+    def has_add_permission(self, request):
+        return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(SpecAndCount)
+class SpecAndCountAdmin(ReadOnlyAdmin):
+    list_display = ["node", "resource_name", "profile", "capacity", "allocatable", "allocated"]
+    list_filter = ["node__cluster", "profile"]
+    list_select_related = ["node__cluster"]
+    search_fields = ["node__name", "resource_name"]
+
+
+@admin.register(WorkloadProfile)
+class WorkloadProfileAdmin(ReadOnlyAdmin):
+    list_display = [
+        "pod_name",
+        "namespace",
+        "project",
+        "cluster",
+        "node_name",
+        "resource_name",
+        "count",
+        "phase",
+        "present",
+        "last_seen_at",
+    ]
+    list_filter = ["cluster", "phase", "present", "resource_name"]
+    list_select_related = ["cluster", "project"]
+    search_fields = ["pod_name", "namespace", "node_name"]

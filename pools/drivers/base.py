@@ -1,0 +1,157 @@
+"""The ClusterDriver protocol: everything the portal needs from a cluster, in plain data.
+
+Drivers are the only way out to a cluster. Two implement this protocol:
+`KubernetesDriver` (the official client, GPU Operator) and `SimulatedDriver` (an
+embedded fleet for the demo and the tests). `driver_for(cluster)` picks one from
+the registry by the cluster's `driver` field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pools.models import Cluster
+
+
+class DriverError(Exception):
+    """The cluster could not do what was asked; the message is safe to show to operators."""
+
+
+class ClusterUnreachable(DriverError):
+    pass
+
+
+class ClusterUnauthorised(DriverError):
+    pass
+
+
+class MigState(StrEnum):
+    """Values of the node label nvidia.com/mig.config.state, plus unknown when it is missing."""
+
+    PENDING = "pending"
+    REBOOTING = "rebooting"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class MigInstanceInfo:
+    profile: str
+    start: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    model: str  # catalogue name, e.g. H200-141GB
+    memory_mib: int
+    mig_capable: bool
+    mig_enabled: bool
+    instances: tuple[MigInstanceInfo, ...] = ()
+    uuid: str = ""
+    health: str = "ok"
+
+
+@dataclass(frozen=True)
+class ResourceCount:
+    capacity: int
+    allocatable: int
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    ready: bool
+    gpu_model: str = ""
+    gpus: tuple[GpuInfo, ...] = ()
+    resources: Mapping[str, ResourceCount] = field(default_factory=dict)  # nvidia.com/* only
+    mig_strategy: str = ""
+    mig_config: str = ""
+    mig_state: str = ""
+    # Why this node's GPUs could not be read (malformed labels, unknown model, invalid layout).
+    # When set, the portal keeps the node's previous GPU rows untouched.
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    node: str
+    phase: str
+    resources: Mapping[str, int]  # nvidia.com/* requests
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    """The desired MIG state of one GPU: MIG off, or on with these instances."""
+
+    index: int
+    mig_enabled: bool
+    instances: tuple[MigInstanceInfo, ...] = ()
+
+    def profile_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for instance in self.instances:
+            counts[instance.profile] = counts.get(instance.profile, 0) + 1
+        return counts
+
+
+@dataclass(frozen=True)
+class MigStatus:
+    config: str  # the config the node was last asked to apply
+    state: MigState
+
+
+class ClusterDriver(Protocol):
+    def inventory(self) -> list[NodeInfo]:
+        """Every node, with its GPUs, MIG layouts and nvidia.com/* resources."""
+
+    def workloads(self) -> list[PodInfo]:
+        """Pods that request nvidia.com/* resources and have not finished."""
+
+    def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
+        """Ask the GPU Operator to re-partition the listed GPUs of a node (others are left as they are).
+
+        Returns the name of the MIG config the node now has to reach; its state is
+        `pending` from this call on, until the operator reports success or failure.
+        """
+
+    def mig_state(self, node: str) -> MigStatus: ...
+
+    def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None: ...
+
+    def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
+        """Set the GPU ResourceQuota of a namespace to exactly these counts."""
+
+    def remove_quota(self, namespace: str) -> None: ...
+
+
+QUOTA_NAME = "gpu-portal"
+NAMESPACE_LABELS = {"app.kubernetes.io/managed-by": "gpu-portal"}
+
+_REGISTRY: dict[str, Callable[[Cluster], ClusterDriver]] = {}
+
+
+def register(kind: str):
+    def decorate(factory):
+        _REGISTRY[kind] = factory
+        return factory
+
+    return decorate
+
+
+def driver_for(cluster: Cluster) -> ClusterDriver:
+    from pools.drivers import kubernetes, simulated  # noqa: F401  (they register themselves)
+
+    try:
+        factory = _REGISTRY[cluster.driver]
+    except KeyError:
+        raise DriverError(f"Unknown cluster driver {cluster.driver!r}.") from None
+    return factory(cluster)

@@ -1,0 +1,375 @@
+"""KubernetesDriver: a real cluster through the official client and the NVIDIA GPU Operator.
+
+Inventory comes from the labels and resources that GPU feature discovery and the
+device plugin put on nodes (mixed MIG strategy). Per-GPU layouts come from the
+mig-parted config the node's `nvidia.com/mig.config` label names: the portal
+writes one config per node and change, with one entry per device, so GPUs it does
+not touch keep their layout (mig-parted skips them). Starts are not visible
+through the Kubernetes API; they are derived the way mig-parted places profiles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import urllib3
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from pools import mig
+from pools.drivers.base import (
+    QUOTA_NAME,
+    ClusterUnauthorised,
+    ClusterUnreachable,
+    DriverError,
+    GpuInfo,
+    GpuLayout,
+    MigInstanceInfo,
+    MigState,
+    MigStatus,
+    NodeInfo,
+    PodInfo,
+    ResourceCount,
+    register,
+)
+from pools.models import Cluster
+
+log = logging.getLogger(__name__)
+
+GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+CONFIG_KEY = "config.yaml"
+ALL_DISABLED = "all-disabled"
+PAGE = 500
+TIMEOUT = (5, 60)  # connect, read (seconds)
+CONFLICT_RETRIES = 5
+
+
+@contextmanager
+def _translated_errors(action: str) -> Iterator[None]:
+    """Client and network failures become DriverErrors an operator can read (never with credentials)."""
+    try:
+        yield
+    except ApiException as error:
+        if error.status in (401, 403):
+            raise ClusterUnauthorised(
+                f"{action}: the cluster refused our credentials ({error.status})."
+            ) from None
+        raise DriverError(f"{action}: {error.status} {error.reason}: {_status_message(error)}") from None
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise ClusterUnreachable(f"{action}: cannot reach the API server ({type(error).__name__}).") from None
+    except ConfigException as error:
+        raise DriverError(f"{action}: the kubeconfig cannot be used: {error}") from None
+    except ValueError as error:  # a layout or a label the MIG catalogue refuses
+        raise DriverError(f"{action}: {error}") from None
+
+
+def _status_message(error: ApiException) -> str:
+    try:
+        return json.loads(error.body or "{}").get("message", "")
+    except ValueError:
+        return ""
+
+
+def _quantity(value: str) -> int:
+    return int(str(value))
+
+
+def _per_device(entries: list, count: int) -> list[tuple[bool, dict[str, int]] | None]:
+    """mig-parted entries → per device index: (MIG on, {profile: count}), or None where no entry covers it."""
+    layouts: list[tuple[bool, dict[str, int]] | None] = [None] * count
+    for entry in entries:
+        devices = entry.get("devices", "all")
+        indices = range(count) if devices == "all" else devices
+        for index in indices:
+            if isinstance(index, int) and 0 <= index < count and layouts[index] is None:
+                enabled = bool(entry.get("mig-enabled", False))
+                layouts[index] = (enabled, dict(entry.get("mig-devices") or {}) if enabled else {})
+    return layouts
+
+
+@register("kubernetes")
+class KubernetesDriver:
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.config_namespace, self.config_name = cluster.mig_config_map_ref
+        self._core: client.CoreV1Api | None = None
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        if self._core is None:
+            with _translated_errors("connect"):
+                if self.cluster.in_cluster:
+                    configuration = client.Configuration()
+                    config.load_incluster_config(client_configuration=configuration)
+                    api_client = client.ApiClient(configuration)
+                else:
+                    kubeconfig = yaml.safe_load(self.cluster.kubeconfig())
+                    api_client = config.new_client_from_config_dict(
+                        kubeconfig, context=self.cluster.context or None
+                    )
+                api_client.configuration.retries = 1
+                self._core = client.CoreV1Api(api_client)
+        return self._core
+
+    # --- reading ---------------------------------------------------------------------
+
+    def _pages(self, call, **kwargs) -> Iterator:
+        token = None
+        while True:
+            page = call(limit=PAGE, _continue=token, _request_timeout=TIMEOUT, **kwargs)
+            yield from page.items
+            token = page.metadata._continue
+            if not token:
+                return
+
+    def _mig_configs(self) -> dict:
+        try:
+            configmap = self.core.read_namespaced_config_map(
+                self.config_name, self.config_namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return {}
+            raise
+        try:
+            document = yaml.safe_load((configmap.data or {}).get(CONFIG_KEY) or "") or {}
+        except yaml.YAMLError:
+            raise DriverError(f"{self.cluster.mig_config_map}: {CONFIG_KEY} is not valid YAML") from None
+        configs = document.get("mig-configs") if isinstance(document, dict) else None
+        return configs if isinstance(configs, dict) else {}
+
+    def inventory(self) -> list[NodeInfo]:
+        with _translated_errors("list nodes"):
+            configs = self._mig_configs()
+            return [
+                self._node_info(node, configs)
+                for node in self._pages(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
+            ]
+
+    def _node_info(self, node, configs: dict) -> NodeInfo:
+        labels = node.metadata.labels or {}
+        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+        capacity = node.status.capacity or {}
+        allocatable = node.status.allocatable or {}
+        base = {
+            "name": node.metadata.name,
+            "ready": ready,
+            "mig_strategy": labels.get("nvidia.com/mig.strategy", ""),
+            "mig_config": labels.get(MIG_CONFIG_LABEL, ""),
+            "mig_state": labels.get(MIG_STATE_LABEL, MigState.UNKNOWN.value),
+        }
+        try:
+            resources = {
+                name: ResourceCount(_quantity(value), _quantity(allocatable.get(name, "0")))
+                for name, value in capacity.items()
+                if name.startswith("nvidia.com/")
+            }
+            count = int(labels.get("nvidia.com/gpu.count", "0"))
+            memory_mib = int(labels.get("nvidia.com/gpu.memory", "0")) or None
+            model = mig.model_from_node_labels(labels.get("nvidia.com/gpu.product", ""), memory_mib)
+            gpus = self._gpus(base["mig_config"], configs, model, count, memory_mib or 0, labels, ready)
+        except (ValueError, TypeError) as error:
+            return NodeInfo(**base, error=f"cannot read the node's GPUs: {error}")
+        return NodeInfo(**base, gpu_model=model, gpus=gpus, resources=resources)
+
+    def _gpus(
+        self, config_name, configs, model_name, count, memory_mib, labels, ready
+    ) -> tuple[GpuInfo, ...]:
+        if config_name in ("", ALL_DISABLED) and config_name not in configs:
+            per_device = [(False, {})] * count
+        elif config_name in configs:
+            per_device = _per_device(configs[config_name], count)
+        else:
+            raise ValueError(f"MIG config {config_name!r} is not in {self.cluster.mig_config_map}")
+        model = mig.gpu_model(model_name)
+        mig_capable = labels.get("nvidia.com/mig.capable", "false") == "true"
+        gpus = []
+        for index, layout in enumerate(per_device):
+            enabled, counts = layout if layout is not None else (False, {})
+            instances: tuple[MigInstanceInfo, ...] = ()
+            if enabled:
+                placed = mig.place_profiles(model, counts)
+                if placed is None:
+                    raise ValueError(f"GPU {index}: {counts} does not fit on a {model_name}")
+                instances = tuple(MigInstanceInfo(i.profile, i.start) for i in placed)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    model=model_name,
+                    memory_mib=memory_mib,
+                    mig_capable=mig_capable,
+                    mig_enabled=enabled,
+                    instances=instances,
+                    health="ok" if ready else "unknown",
+                )
+            )
+        return tuple(gpus)
+
+    def workloads(self) -> list[PodInfo]:
+        pods = []
+        with _translated_errors("list pods"):
+            for pod in self._pages(
+                self.core.list_pod_for_all_namespaces,
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            ):
+                wanted: dict[str, int] = {}
+                for container in pod.spec.containers or []:
+                    resources = container.resources
+                    asked = (resources.limits or {}) if resources else {}
+                    asked = {**asked, **((resources.requests or {}) if resources else {})}
+                    for name, value in asked.items():
+                        if name.startswith("nvidia.com/"):
+                            wanted[name] = wanted.get(name, 0) + _quantity(value)
+                if wanted:
+                    pods.append(
+                        PodInfo(
+                            namespace=pod.metadata.namespace,
+                            name=pod.metadata.name,
+                            node=pod.spec.node_name or "",
+                            phase=pod.status.phase if pod.status else "",
+                            resources=wanted,
+                        )
+                    )
+        return pods
+
+    def mig_state(self, node: str) -> MigStatus:
+        with _translated_errors(f"read node {node}"):
+            labels = self.core.read_node(node, _request_timeout=TIMEOUT).metadata.labels or {}
+        state = labels.get(MIG_STATE_LABEL, "")
+        return MigStatus(
+            config=labels.get(MIG_CONFIG_LABEL, ""),
+            state=MigState(state) if state in MigState._value2member_map_ else MigState.UNKNOWN,
+        )
+
+    # --- changing ------------------------------------------------------------------------
+
+    def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
+        with _translated_errors(f"re-partition {node}"):
+            labels = self.core.read_node(node, _request_timeout=TIMEOUT).metadata.labels or {}
+            count = int(labels.get("nvidia.com/gpu.count", "0"))
+            model = mig.gpu_model(
+                mig.model_from_node_labels(
+                    labels.get("nvidia.com/gpu.product", ""),
+                    int(labels.get("nvidia.com/gpu.memory", "0")) or None,
+                )
+            )
+            wanted = {gpu.index: gpu for gpu in layout}
+            for gpu in layout:
+                if not 0 <= gpu.index < count:
+                    raise DriverError(f"{node} has no GPU {gpu.index}.")
+                if gpu.mig_enabled:
+                    mig.validate_layout(model, [mig.Instance(i.start, i.profile) for i in gpu.instances])
+            name = self._write_config(node, labels.get(MIG_CONFIG_LABEL, ALL_DISABLED), count, wanted)
+            # The manager may still show the previous config's "success" for a moment: mark the
+            # new config pending ourselves so that nobody mistakes the old success for the new one.
+            self.core.patch_node(
+                node,
+                {"metadata": {"labels": {MIG_CONFIG_LABEL: name, MIG_STATE_LABEL: MigState.PENDING.value}}},
+                _request_timeout=TIMEOUT,
+            )
+        return name
+
+    def _write_config(self, node: str, current: str, count: int, wanted: Mapping[int, GpuLayout]) -> str:
+        """Add a per-device config for the node to the mig-parted ConfigMap; returns its name."""
+        for _attempt in range(CONFLICT_RETRIES):
+            try:
+                configmap = self.core.read_namespaced_config_map(
+                    self.config_name, self.config_namespace, _request_timeout=TIMEOUT
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                configmap = None
+            document = (
+                yaml.safe_load(((configmap.data or {}) if configmap else {}).get(CONFIG_KEY) or "") or {}
+            )
+            configs = document.setdefault("mig-configs", {})
+            document.setdefault("version", "v1")
+            before = _per_device(configs[current], count) if current in configs else [(False, {})] * count
+            entries = []
+            for index in range(count):
+                if index in wanted:
+                    gpu = wanted[index]
+                    enabled, devices = gpu.mig_enabled, gpu.profile_counts()
+                else:
+                    enabled, devices = before[index] or (False, {})
+                entry = {"devices": [index], "mig-enabled": enabled}
+                if enabled:
+                    entry["mig-devices"] = dict(sorted(devices.items()))
+                entries.append(entry)
+            digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:10]
+            name = f"portal-{node}-{digest}"
+            prefix = f"portal-{node}-"
+            for stale in [k for k in configs if k.startswith(prefix) and k not in (name, current)]:
+                del configs[stale]
+            configs[name] = entries
+            data = {CONFIG_KEY: yaml.safe_dump(document, sort_keys=True)}
+            try:
+                if configmap is None:
+                    self.core.create_namespaced_config_map(
+                        self.config_namespace,
+                        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=self.config_name), data=data),
+                        _request_timeout=TIMEOUT,
+                    )
+                else:
+                    configmap.data = data
+                    self.core.replace_namespaced_config_map(
+                        self.config_name, self.config_namespace, configmap, _request_timeout=TIMEOUT
+                    )
+                return name
+            except ApiException as error:
+                if error.status != 409:  # another node's change got in first: read again
+                    raise
+        raise DriverError(f"{self.cluster.mig_config_map} kept changing under us; try again.")
+
+    def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None:
+        with _translated_errors(f"create namespace {namespace}"):
+            body = client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels=dict(labels)))
+            try:
+                self.core.create_namespace(body, _request_timeout=TIMEOUT)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                self.core.patch_namespace(
+                    namespace, {"metadata": {"labels": dict(labels)}}, _request_timeout=TIMEOUT
+                )
+
+    def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
+        hard = {f"requests.{name}": str(count) for name, count in sorted(resources.items())}
+        with _translated_errors(f"set the GPU quota of {namespace}"):
+            body = client.V1ResourceQuota(
+                metadata=client.V1ObjectMeta(
+                    name=QUOTA_NAME, labels={"app.kubernetes.io/managed-by": "gpu-portal"}
+                ),
+                spec=client.V1ResourceQuotaSpec(hard=hard),
+            )
+            try:
+                current = self.core.read_namespaced_resource_quota(
+                    QUOTA_NAME, namespace, _request_timeout=TIMEOUT
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                self.core.create_namespaced_resource_quota(namespace, body, _request_timeout=TIMEOUT)
+                return
+            if (current.spec.hard or {}) != hard:
+                body.metadata.resource_version = current.metadata.resource_version
+                self.core.replace_namespaced_resource_quota(
+                    QUOTA_NAME, namespace, body, _request_timeout=TIMEOUT
+                )
+
+    def remove_quota(self, namespace: str) -> None:
+        with _translated_errors(f"remove the GPU quota of {namespace}"):
+            try:
+                self.core.delete_namespaced_resource_quota(QUOTA_NAME, namespace, _request_timeout=TIMEOUT)
+            except ApiException as error:
+                if error.status != 404:
+                    raise

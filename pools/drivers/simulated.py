@@ -1,0 +1,339 @@
+"""SimulatedDriver: an embedded GPU fleet that behaves like a cluster with the GPU Operator.
+
+Layout changes go `pending` → `success` after SIMULATED_MIG_APPLY_SECONDS (or end
+`failed`, or wedge in `pending` with no GPUs advertised, when told to); quotas
+make pods appear in their namespace. The state lives in one database row per
+cluster, so the web, worker and beat processes all see the same fleet; time moves
+on whenever the state is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from pools import mig
+from pools.drivers.base import (
+    ClusterUnreachable,
+    DriverError,
+    GpuInfo,
+    GpuLayout,
+    MigInstanceInfo,
+    MigState,
+    MigStatus,
+    NodeInfo,
+    PodInfo,
+    ResourceCount,
+    register,
+)
+from pools.models import Cluster, SimulatedClusterState
+
+OUTCOMES = ("success", "failed", "wedge")
+
+# The demo fleet: per cluster, (node name prefix, node count, GPU model, per-GPU layouts to start with).
+# A layout is None for a MIG-disabled GPU, or a {profile: count} map.
+H200_MIXED = [
+    {"1g.18gb": 7},
+    {"3g.71gb": 2},
+    {"4g.71gb": 1, "2g.35gb": 1, "1g.18gb": 1},
+    {"2g.35gb": 3, "1g.18gb": 1},
+    None,
+    None,
+    None,
+    None,
+]
+DEMO_FLEETS: dict[str, list[tuple[str, int, str, list[dict[str, int] | None]]]] = {
+    "seoul-a": [
+        ("h200-train", 3, "H200-141GB", [None] * 8),
+        ("h200-serve", 3, "H200-141GB", H200_MIXED),
+    ],
+    "busan-b": [
+        (
+            "h100-dev",
+            3,
+            "H100-80GB",
+            [{"1g.10gb": 7}, {"1g.10gb": 7}, {"2g.20gb": 3, "1g.10gb": 1}] + [None] * 5,
+        ),
+        ("a100-train", 3, "A100-80GB", [None] * 8),
+    ],
+}
+PRODUCT_LABELS = {
+    "A100-40GB": ("NVIDIA-A100-SXM4-40GB", 40960),
+    "A100-80GB": ("NVIDIA-A100-SXM4-80GB", 81920),
+    "H100-80GB": ("NVIDIA-H100-80GB-HBM3", 81559),
+    "H200-141GB": ("NVIDIA-H200", 143771),
+    "B200-180GB": ("NVIDIA-B200", 183359),
+}
+
+
+def _new_uuid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def _instances(model: str, counts: Mapping[str, int] | None) -> list[dict]:
+    if counts is None:
+        return []
+    placed = mig.place_profiles(mig.gpu_model(model), counts)
+    if placed is None:
+        raise DriverError(f"{dict(counts)} does not fit on one {model}.")
+    return [{"profile": i.profile, "start": i.start, "uuid": _new_uuid("MIG")} for i in placed]
+
+
+def node_state(model: str, layouts: Sequence[Mapping[str, int] | None]) -> dict:
+    """A simulated node with one GPU per layout (None: MIG off, else {profile: count})."""
+    return {
+        "model": model,
+        "ready": True,
+        "mig_config": "all-disabled",
+        "mig_state": MigState.SUCCESS.value,
+        "pending": None,
+        "next_outcome": "success",
+        "gpus": [
+            {
+                "uuid": _new_uuid("GPU"),
+                "mig": layout is not None,
+                "instances": _instances(model, layout),
+                "health": "ok",
+            }
+            for layout in layouts
+        ],
+    }
+
+
+def fleet_state(nodes: Sequence[tuple[str, int, str, Sequence[Mapping[str, int] | None]]]) -> dict:
+    """A fresh simulated cluster from (name prefix, node count, GPU model, per-GPU layouts)."""
+    state: dict = {"reachable": True, "nodes": {}, "namespaces": {}, "quotas": {}, "pods": []}
+    for prefix, count, model, layouts in nodes:
+        for n in range(1, count + 1):
+            state["nodes"][f"{prefix}-{n}"] = node_state(model, layouts)
+    return state
+
+
+@register("simulated")
+class SimulatedDriver:
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+
+    # --- reading -------------------------------------------------------------
+
+    def inventory(self) -> list[NodeInfo]:
+        with self._state() as state:
+            return [self._node_info(name, node) for name, node in sorted(state["nodes"].items())]
+
+    def workloads(self) -> list[PodInfo]:
+        with self._state() as state:
+            return [
+                PodInfo(p["namespace"], p["name"], p["node"], p["phase"], dict(p["resources"]))
+                for p in state["pods"]
+            ]
+
+    def mig_state(self, node: str) -> MigStatus:
+        with self._state() as state:
+            found = self._node(state, node)
+            return MigStatus(config=found["mig_config"], state=MigState(found["mig_state"]))
+
+    # --- changing --------------------------------------------------------------
+
+    def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
+        with self._state(write=True) as state:
+            found = self._node(state, node)
+            model = mig.gpu_model(found["model"])
+            for gpu in layout:
+                if not 0 <= gpu.index < len(found["gpus"]):
+                    raise DriverError(f"{node} has no GPU {gpu.index}.")
+                if gpu.mig_enabled:
+                    try:
+                        mig.validate_layout(model, [mig.Instance(i.start, i.profile) for i in gpu.instances])
+                    except mig.LayoutError as error:
+                        raise DriverError(f"{node} GPU {gpu.index}: {error}") from None
+            wanted = {
+                g.index: {"mig": g.mig_enabled, "instances": [[i.profile, i.start] for i in g.instances]}
+                for g in layout
+            }
+            digest = hashlib.sha256(json.dumps(sorted(wanted.items())).encode()).hexdigest()[:10]
+            config = f"portal-{node}-{digest}"
+            due = timezone.now() + timedelta(seconds=settings.SIMULATED_MIG_APPLY_SECONDS)
+            found["mig_config"] = config
+            found["mig_state"] = MigState.PENDING.value
+            found["pending"] = {"layout": {str(k): v for k, v in wanted.items()}, "due": due.isoformat()}
+            return config
+
+    def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None:
+        with self._state(write=True) as state:
+            state["namespaces"].setdefault(namespace, {"labels": {}})["labels"].update(labels)
+
+    def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
+        with self._state(write=True) as state:
+            if namespace not in state["namespaces"]:
+                raise DriverError(f"namespace {namespace} does not exist")
+            state["quotas"][namespace] = {r: n for r, n in resources.items() if n > 0}
+            self._run_pods(state, namespace)
+
+    def remove_quota(self, namespace: str) -> None:
+        with self._state(write=True) as state:
+            state["quotas"].pop(namespace, None)
+            self._run_pods(state, namespace)
+
+    # --- failure injection, for the demo and the tests -------------------------------
+
+    def set_next_outcome(self, node: str, outcome: str) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
+        with self._state(write=True) as state:
+            self._node(state, node)["next_outcome"] = outcome
+
+    def set_gpu_health(self, node: str, index: int, health: str) -> None:
+        with self._state(write=True) as state:
+            self._node(state, node)["gpus"][index]["health"] = health
+
+    def set_reachable(self, reachable: bool) -> None:
+        with self._state(write=True, check_reachable=False) as state:
+            state["reachable"] = reachable
+
+    def add_node(self, name: str, model: str, layouts: Sequence[Mapping[str, int] | None]) -> None:
+        with self._state(write=True) as state:
+            state["nodes"][name] = node_state(model, layouts)
+
+    def remove_node(self, name: str) -> None:
+        with self._state(write=True) as state:
+            state["nodes"].pop(name)
+
+    # --- inside ------------------------------------------------------------------------
+
+    @contextmanager
+    def _state(self, write: bool = False, check_reachable: bool = True) -> Iterator[dict]:
+        """The cluster's state, with time moved on; saved when it changed."""
+        with transaction.atomic():
+            row = SimulatedClusterState.objects.select_for_update().filter(cluster_id=self.cluster.pk).first()
+            if row is None:
+                raise ClusterUnreachable(f"simulated cluster {self.cluster.name} has no fleet")
+            state = row.state
+            if check_reachable and not state.get("reachable", True):
+                raise ClusterUnreachable(f"simulated cluster {self.cluster.name} does not answer")
+            moved = self._advance(state, timezone.now())
+            yield state
+            if write or moved:
+                row.save(update_fields=["state", "updated_at"])
+
+    @staticmethod
+    def _node(state: dict, name: str) -> dict:
+        try:
+            return state["nodes"][name]
+        except KeyError:
+            raise DriverError(f"node {name} not found") from None
+
+    @staticmethod
+    def _advance(state: dict, now: datetime) -> bool:
+        moved = False
+        for node in state["nodes"].values():
+            pending = node.get("pending")
+            if not pending or parse_datetime(pending["due"]) > now:
+                continue
+            outcome = node.get("next_outcome", "success")
+            if outcome == "wedge":
+                continue  # stays pending with nothing advertised; see _node_info
+            moved = True
+            node["pending"] = None
+            node["next_outcome"] = "success"
+            if outcome == "failed":
+                node["mig_state"] = MigState.FAILED.value
+                continue
+            for index, wanted in pending["layout"].items():
+                gpu = node["gpus"][int(index)]
+                gpu["mig"] = wanted["mig"]
+                gpu["instances"] = [
+                    {"profile": profile, "start": start, "uuid": _new_uuid("MIG")}
+                    for profile, start in wanted["instances"]
+                ]
+            node["mig_state"] = MigState.SUCCESS.value
+        return moved
+
+    def _node_info(self, name: str, node: dict) -> NodeInfo:
+        model = node["model"]
+        memory_mib = PRODUCT_LABELS[model][1]
+        gpus = tuple(
+            GpuInfo(
+                index=index,
+                uuid=gpu["uuid"],
+                model=model,
+                memory_mib=memory_mib,
+                mig_capable=True,
+                mig_enabled=gpu["mig"],
+                instances=tuple(
+                    MigInstanceInfo(i["profile"], i["start"], i["uuid"]) for i in gpu["instances"]
+                ),
+                health=gpu["health"],
+            )
+            for index, gpu in enumerate(node["gpus"])
+        )
+        wedged = node.get("pending") is not None and node.get("next_outcome") == "wedge"
+        return NodeInfo(
+            name=name,
+            ready=node["ready"],
+            gpu_model=model,
+            gpus=gpus,
+            resources={} if wedged else self._resources(node),
+            mig_strategy="mixed",
+            mig_config=node["mig_config"],
+            mig_state=node["mig_state"],
+        )
+
+    @staticmethod
+    def _resources(node: dict) -> dict[str, ResourceCount]:
+        capacity: dict[str, int] = {}
+        allocatable: dict[str, int] = {}
+        for gpu in node["gpus"]:
+            names = (
+                [mig.resource_name(i["profile"]) for i in gpu["instances"]]
+                if gpu["mig"]
+                else ["nvidia.com/gpu"]
+            )
+            for resource in names:
+                capacity[resource] = capacity.get(resource, 0) + 1
+                if gpu["health"] == "ok":
+                    allocatable[resource] = allocatable.get(resource, 0) + 1
+        if not node["gpus"] or all(g["mig"] for g in node["gpus"]):
+            capacity.setdefault("nvidia.com/gpu", 0)
+        return {r: ResourceCount(capacity[r], allocatable.get(r, 0)) for r in sorted(capacity)}
+
+    def _run_pods(self, state: dict, namespace: str) -> None:
+        """Replace the namespace's pods by one pod per unit of its quota, on nodes with room."""
+        state["pods"] = [p for p in state["pods"] if p["namespace"] != namespace]
+        used: dict[tuple[str, str], int] = {}
+        for pod in state["pods"]:
+            for resource, count in pod["resources"].items():
+                used[(pod["node"], resource)] = used.get((pod["node"], resource), 0) + count
+        free = {
+            (name, resource): count.allocatable - used.get((name, resource), 0)
+            for name, node in sorted(state["nodes"].items())
+            for resource, count in self._resources(node).items()
+        }
+        for resource, count in sorted(state["quotas"].get(namespace, {}).items()):
+            short = resource.removeprefix("nvidia.com/").replace(".", "-")
+            for n in range(count):
+                node = next((key[0] for key, left in free.items() if key[1] == resource and left > 0), "")
+                if node:
+                    free[(node, resource)] -= 1
+                state["pods"].append(
+                    {
+                        "namespace": namespace,
+                        "name": f"{short}-worker-{n}",
+                        "node": node,
+                        "phase": "Running" if node else "Pending",
+                        "resources": {resource: 1},
+                    }
+                )
+
+
+def seed(cluster: Cluster, state: dict) -> None:
+    """Give a simulated cluster its fleet (replacing any previous one)."""
+    SimulatedClusterState.objects.update_or_create(cluster=cluster, defaults={"state": state})

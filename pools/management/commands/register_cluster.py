@@ -1,0 +1,50 @@
+"""`manage.py register_cluster NAME --kubeconfig PATH [--context CTX] [--mig-config-map NS/NAME]`."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from pools.services import register_kubernetes_cluster
+from pools.sync import sync_cluster
+from portal.errors import PortalError
+
+
+class Command(BaseCommand):
+    help = "Add (or update) a Kubernetes cluster. The kubeconfig is stored encrypted and never shown again."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", help="cluster name (lower-case letters, digits and hyphens)")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--kubeconfig", type=Path, help="path of a kubeconfig file")
+        source.add_argument(
+            "--in-cluster", action="store_true", help="use the service account of the pod the portal runs in"
+        )
+        parser.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
+        parser.add_argument(
+            "--mig-config-map",
+            default="",
+            help="namespace/name of the mig-parted ConfigMap (default gpu-operator/custom-mig-parted-config)",
+        )
+        parser.add_argument("--no-sync", action="store_true", help="do not read the cluster right away")
+
+    def handle(self, *args, name, kubeconfig, in_cluster, context, mig_config_map, no_sync, **options):
+        text = ""
+        if kubeconfig is not None:
+            try:
+                text = kubeconfig.read_text()
+            except OSError as error:
+                raise CommandError(f"Cannot read {kubeconfig}: {error.strerror}") from error
+        try:
+            cluster, created = register_kubernetes_cluster(
+                name=name,
+                kubeconfig=text,
+                context=context,
+                in_cluster=in_cluster,
+                mig_config_map=mig_config_map,
+            )
+        except PortalError as error:
+            raise CommandError(error.message) from error
+        self.stdout.write(f"{'Registered' if created else 'Updated'} cluster {cluster.name}.")
+        if not no_sync:
+            report = sync_cluster(cluster=cluster)
+            self.stdout.write(report.summary())

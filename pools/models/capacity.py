@@ -1,0 +1,280 @@
+"""Capacity: the portal's picture of each cluster's nodes, GPUs and MIG stock.
+
+- Cluster: a Kubernetes cluster (or a simulated one) the portal places pools on.
+- GpuGroup: nodes of one cluster grouped by workload type (training, inference, …).
+- NodeCapacity: one node's GPU totals, MIG manager state and drain flag.
+- GpuCapacity: one physical GPU: model, UUID, memory, MIG mode and layout, health.
+- SpecAndCount: one provisioned resource on a node (a MIG profile or full GPUs) and
+  how many exist, are allocatable, and are allocated to pools.
+- WorkloadProfile: a pod holding GPU resources, for workload tracking.
+
+These rows are written by the inventory sync (`pools.sync`) from what the cluster's
+driver reports; rows that vanish from the cluster are marked absent, never deleted,
+so their history stays.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.functional import cached_property
+from django.utils.translation import gettext_lazy as _
+
+from pools import mig, secrets
+from portal.models import DNS_LABEL_PATTERN, dns_label_validator
+
+
+class Cluster(models.Model):
+    class Driver(models.TextChoices):
+        KUBERNETES = "kubernetes", _("Kubernetes")
+        SIMULATED = "simulated", _("Simulated")
+
+    class Status(models.TextChoices):
+        NEW = "new", _("new")
+        READY = "ready", _("ready")
+        UNREACHABLE = "unreachable", _("unreachable")
+        UNAUTHORISED = "unauthorised", _("unauthorised")
+        ERROR = "error", _("error")
+
+    name = models.CharField(_("name"), max_length=63, unique=True, validators=[dns_label_validator])
+    driver = models.CharField(_("driver"), max_length=16, choices=Driver.choices)
+    # A kubeconfig holds credentials: stored encrypted, never shown back, never logged.
+    kubeconfig_encrypted = models.TextField(blank=True, editable=False)
+    context = models.CharField(_("kubeconfig context"), max_length=253, blank=True)
+    in_cluster = models.BooleanField(
+        _("in-cluster credentials"),
+        default=False,
+        help_text=_("Use the service account of the pod the portal runs in instead of a kubeconfig."),
+    )
+    mig_config_map = models.CharField(
+        _("MIG config map"),
+        max_length=253,
+        default="gpu-operator/custom-mig-parted-config",
+        help_text=_("namespace/name of the mig-parted ConfigMap the GPU Operator is told to use."),
+    )
+    status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.NEW)
+    last_sync_at = models.DateTimeField(_("last sync"), null=True, blank=True)
+    last_change_at = models.DateTimeField(_("last change"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    failures = models.PositiveIntegerField(_("failed syncs in a row"), default=0)
+    next_sync_at = models.DateTimeField(_("next sync"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("cluster")
+        verbose_name_plural = _("clusters")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(name__regex=DNS_LABEL_PATTERN), name="cluster_name_dns_label"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_kubeconfig(self) -> bool:
+        return bool(self.kubeconfig_encrypted)
+
+    def set_kubeconfig(self, text: str) -> None:
+        self.kubeconfig_encrypted = secrets.encrypt(text) if text else ""
+
+    def kubeconfig(self) -> str:
+        return secrets.decrypt(self.kubeconfig_encrypted) if self.kubeconfig_encrypted else ""
+
+    @property
+    def mig_config_map_ref(self) -> tuple[str, str]:
+        namespace, _slash, name = self.mig_config_map.partition("/")
+        return namespace, name
+
+
+class GpuGroup(models.Model):
+    """Nodes of a cluster set aside for one workload type; a node is in at most one group."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="groups", verbose_name=_("cluster")
+    )
+    name = models.CharField(
+        _("name"),
+        max_length=40,
+        validators=[dns_label_validator],
+        help_text=_(
+            "The workload type requests name as their purpose, e.g. training, inference, development."
+        ),
+    )
+    description = models.CharField(_("description"), max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        verbose_name = _("GPU group")
+        verbose_name_plural = _("GPU groups")
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="gpu_group_unique_in_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Health(models.TextChoices):
+    OK = "ok", _("healthy")
+    DEGRADED = "degraded", _("degraded")
+    FAILED = "failed", _("failed")
+    UNKNOWN = "unknown", _("unknown")
+
+
+class NodeCapacity(models.Model):
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="nodes", verbose_name=_("cluster")
+    )
+    name = models.CharField(_("name"), max_length=253)
+    group = models.ForeignKey(
+        GpuGroup,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="nodes",
+        verbose_name=_("GPU group"),
+    )
+    gpu_model = models.CharField(_("GPU model"), max_length=32, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(_("GPUs"), default=0)
+    ready = models.BooleanField(_("ready"), default=True)
+    mig_strategy = models.CharField(_("MIG strategy"), max_length=16, blank=True)
+    mig_config = models.CharField(_("MIG config"), max_length=253, blank=True)
+    mig_state = models.CharField(_("MIG state"), max_length=16, blank=True)
+    drained = models.BooleanField(_("drained"), default=False)
+    present = models.BooleanField(
+        _("present"), default=True, help_text=_("False once the node left the cluster.")
+    )
+    error = models.TextField(_("inventory error"), blank=True)
+    first_seen_at = models.DateTimeField(_("first seen"), auto_now_add=True)
+    last_change_at = models.DateTimeField(_("last change"), auto_now=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        verbose_name = _("node capacity")
+        verbose_name_plural = _("node capacities")
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class GpuCapacity(models.Model):
+    node = models.ForeignKey(
+        NodeCapacity, on_delete=models.CASCADE, related_name="gpus", verbose_name=_("node")
+    )
+    index = models.PositiveSmallIntegerField(_("index"))
+    uuid = models.CharField(_("UUID"), max_length=64, blank=True)
+    model = models.CharField(_("model"), max_length=32)
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"), default=0)
+    mig_capable = models.BooleanField(_("MIG capable"), default=False)
+    mig_enabled = models.BooleanField(_("MIG enabled"), default=False)
+    # [{"profile": "1g.18gb", "start": 0, "uuid": "MIG-…"}, …] sorted by start; empty when MIG is off.
+    layout = models.JSONField(_("MIG layout"), default=list, blank=True)
+    health = models.CharField(_("health"), max_length=16, choices=Health.choices, default=Health.UNKNOWN)
+    drained = models.BooleanField(_("drained"), default=False)
+    present = models.BooleanField(_("present"), default=True)
+    last_change_at = models.DateTimeField(_("last change"), auto_now=True)
+
+    class Meta:
+        ordering = ["node__cluster__name", "node__name", "index"]
+        verbose_name = _("GPU capacity")
+        verbose_name_plural = _("GPU capacities")
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_index_unique_on_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node}/{self.index}"
+
+    @cached_property
+    def compute(self) -> tuple[int, int]:
+        """(compute slices provisioned as instances, compute slices stranded); a full GPU is all seven."""
+        if not self.mig_enabled:
+            return mig.COMPUTE_SLICES, 0
+        try:
+            model = mig.gpu_model(self.model)
+            instances = [mig.Instance(i["start"], i["profile"]) for i in self.layout]
+            return mig.used_compute_slices(model, instances), mig.stranded_compute_slices(model, instances)
+        except ValueError:  # a model or layout the catalogue does not know: count nothing rather than guess
+            return 0, 0
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether new work may land here: present, healthy and not drained (itself or its node)."""
+        return self.present and self.health == Health.OK and not self.drained and not self.node.drained
+
+
+class SpecAndCount(models.Model):
+    """How many of one resource a node has: exist (capacity), allocatable, and allocated to pools."""
+
+    node = models.ForeignKey(
+        NodeCapacity, on_delete=models.CASCADE, related_name="specs", verbose_name=_("node")
+    )
+    resource_name = models.CharField(_("resource"), max_length=64)
+    profile = models.CharField(_("profile"), max_length=32, help_text=_("A MIG profile, or full."))
+    capacity = models.PositiveIntegerField(_("exist"), default=0)
+    allocatable = models.PositiveIntegerField(_("allocatable"), default=0)
+    allocated = models.PositiveIntegerField(_("allocated to pools"), default=0)
+    last_change_at = models.DateTimeField(_("last change"), auto_now=True)
+
+    class Meta:
+        ordering = ["node__cluster__name", "node__name", "resource_name"]
+        verbose_name = _("spec and count")
+        verbose_name_plural = _("specs and counts")
+        constraints = [
+            models.UniqueConstraint(fields=["node", "resource_name"], name="spec_unique_on_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.resource_name} × {self.capacity}"
+
+
+class WorkloadProfile(models.Model):
+    """A pod that holds GPU resources, as last seen in its cluster."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="workloads", verbose_name=_("cluster")
+    )
+    namespace = models.CharField(_("namespace"), max_length=63)
+    pod_name = models.CharField(_("pod"), max_length=253)
+    node_name = models.CharField(_("node"), max_length=253, blank=True)
+    resource_name = models.CharField(_("resource"), max_length=64)
+    count = models.PositiveIntegerField(_("count"))
+    phase = models.CharField(_("phase"), max_length=16)
+    project = models.ForeignKey(
+        "portal.Project",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="workloads",
+        verbose_name=_("project"),
+    )
+    present = models.BooleanField(_("present"), default=True)
+    first_seen_at = models.DateTimeField(_("first seen"), auto_now_add=True)
+    # Refreshed when the row changes, and otherwise only every SYNC_HEARTBEAT_SECONDS, so that
+    # a sync that finds nothing new writes nothing.
+    last_seen_at = models.DateTimeField(_("last seen"))
+
+    class Meta:
+        ordering = ["cluster__name", "namespace", "pod_name"]
+        verbose_name = _("workload")
+        verbose_name_plural = _("workloads")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "pod_name", "resource_name"], name="workload_resource_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod_name}: {self.resource_name} × {self.count}"
+
+
+__all__ = [
+    "Cluster",
+    "GpuCapacity",
+    "GpuGroup",
+    "Health",
+    "NodeCapacity",
+    "SpecAndCount",
+    "WorkloadProfile",
+]

@@ -1,0 +1,197 @@
+"""Reads of capacity for the dashboard and the API, in a fixed number of queries.
+
+Compute-slice arithmetic (allocated, free, stranded) comes from the MIG catalogue;
+a full GPU counts as all seven compute slices.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Prefetch, QuerySet
+
+from pools import mig
+from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount
+
+
+def clusters() -> QuerySet[Cluster]:
+    return Cluster.objects.order_by("name")
+
+
+def nodes(*, cluster: str = "", group: str = "", model: str = "") -> QuerySet[NodeCapacity]:
+    queryset = (
+        NodeCapacity.objects.select_related("cluster", "group")
+        .prefetch_related(Prefetch("specs", queryset=SpecAndCount.objects.order_by("resource_name")))
+        .order_by("cluster__name", "name")
+    )
+    if cluster:
+        queryset = queryset.filter(cluster__name=cluster)
+    if group:
+        queryset = queryset.filter(group__name=group)
+    if model:
+        queryset = queryset.filter(gpu_model=model)
+    return queryset
+
+
+def gpus(*, cluster: str = "", node: str = "", model: str = "") -> QuerySet[GpuCapacity]:
+    queryset = GpuCapacity.objects.select_related("node__cluster", "node__group").order_by(
+        "node__cluster__name", "node__name", "index"
+    )
+    if cluster:
+        queryset = queryset.filter(node__cluster__name=cluster)
+    if node:
+        queryset = queryset.filter(node__name=node)
+    if model:
+        queryset = queryset.filter(model=model)
+    return queryset
+
+
+def _compute_of(model: str, profile: str) -> int:
+    if profile == "full":
+        return mig.COMPUTE_SLICES
+    try:
+        return mig.gpu_model(model).profile(profile).compute_slices
+    except ValueError:
+        return 0
+
+
+@dataclass
+class ModelSummary:
+    cluster: str
+    model: str
+    gpus: int = 0
+    mig_gpus: int = 0
+    full_gpus: int = 0
+    unschedulable_gpus: int = 0
+    compute_total: int = 0
+    compute_allocated: int = 0
+    compute_stranded: int = 0
+
+    @property
+    def compute_free(self) -> int:
+        return self.compute_total - self.compute_allocated - self.compute_stranded
+
+
+def capacity_summary() -> list[ModelSummary]:
+    """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded."""
+    summaries: dict[tuple[str, str], ModelSummary] = {}
+    present = GpuCapacity.objects.filter(present=True, node__present=True).select_related(
+        "node__cluster", "node"
+    )
+    for gpu in present:
+        key = (gpu.node.cluster.name, gpu.model)
+        summary = summaries.setdefault(key, ModelSummary(*key))
+        summary.gpus += 1
+        summary.mig_gpus += gpu.mig_enabled
+        summary.full_gpus += not gpu.mig_enabled
+        summary.unschedulable_gpus += not gpu.schedulable
+        summary.compute_total += mig.COMPUTE_SLICES
+        summary.compute_stranded += gpu.compute[1]
+    allocated = SpecAndCount.objects.filter(node__present=True, allocated__gt=0).select_related(
+        "node__cluster"
+    )
+    for spec in allocated:
+        key = (spec.node.cluster.name, spec.node.gpu_model)
+        if key in summaries:
+            summaries[key].compute_allocated += spec.allocated * _compute_of(
+                spec.node.gpu_model, spec.profile
+            )
+    return [summaries[key] for key in sorted(summaries)]
+
+
+# --- the operator dashboard ------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """A run of memory slices on the drawing of a GPU: an instance, or free space."""
+
+    start: int
+    span: int
+    profile: str = ""  # empty for free slices
+    uuid: str = ""
+
+
+@dataclass
+class GpuView:
+    gpu: GpuCapacity
+    segments: list[Segment]
+    compute_used: int
+    compute_stranded: int
+
+
+@dataclass
+class NodeView:
+    node: NodeCapacity
+    gpus: list[GpuView] = field(default_factory=list)
+    specs: list[SpecAndCount] = field(default_factory=list)
+
+
+@dataclass
+class GroupView:
+    group: GpuGroup | None
+    nodes: list[NodeView] = field(default_factory=list)
+
+
+@dataclass
+class ClusterView:
+    cluster: Cluster
+    groups: list[GroupView] = field(default_factory=list)
+
+
+def _segments(gpu: GpuCapacity) -> list[Segment]:
+    if not gpu.mig_enabled:
+        return [Segment(0, mig.MEMORY_SLICES, "full", gpu.uuid)]
+    try:
+        model = mig.gpu_model(gpu.model)
+    except ValueError:
+        return []
+    taken: list[Segment] = []
+    for item in sorted(gpu.layout, key=lambda i: i["start"]):
+        try:
+            span = model.profile(item["profile"]).memory_slices
+        except ValueError:
+            span = 1
+        taken.append(Segment(item["start"], span, item["profile"], item.get("uuid", "")))
+    segments, cursor = [], 0
+    for segment in taken:
+        if segment.start > cursor:
+            segments.append(Segment(cursor, segment.start - cursor))
+        segments.append(segment)
+        cursor = max(cursor, segment.start + segment.span)
+    if cursor < mig.MEMORY_SLICES:
+        segments.append(Segment(cursor, mig.MEMORY_SLICES - cursor))
+    return segments
+
+
+def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
+    """Clusters → groups → nodes → GPUs with their MIG drawing, in five queries."""
+    node_rows = NodeCapacity.objects.select_related("group").order_by("name")
+    gpu_rows = GpuCapacity.objects.order_by("index")
+    spec_rows = SpecAndCount.objects.filter(capacity__gt=0).order_by("resource_name")
+    if not include_absent:
+        node_rows, gpu_rows = (
+            node_rows.filter(present=True),
+            gpu_rows.filter(present=True, node__present=True),
+        )
+    gpus_by_node: dict[int, list[GpuView]] = defaultdict(list)
+    for gpu in gpu_rows:
+        used, stranded = gpu.compute
+        gpus_by_node[gpu.node_id].append(GpuView(gpu, _segments(gpu), used, stranded))
+    specs_by_node: dict[int, list[SpecAndCount]] = defaultdict(list)
+    for spec in spec_rows:
+        specs_by_node[spec.node_id].append(spec)
+    groups_by_cluster: dict[int, dict[int | None, GroupView]] = defaultdict(dict)
+    for group in GpuGroup.objects.order_by("name"):
+        groups_by_cluster[group.cluster_id][group.pk] = GroupView(group)
+    for node in node_rows:
+        views = groups_by_cluster[node.cluster_id]
+        view = views.get(node.group_id) or views.setdefault(None, GroupView(None))
+        view.nodes.append(NodeView(node, gpus_by_node[node.pk], specs_by_node[node.pk]))
+    result = []
+    for cluster in Cluster.objects.order_by("name"):
+        groups = [g for g in groups_by_cluster[cluster.pk].values() if g.nodes or g.group is not None]
+        groups.sort(key=lambda g: (g.group is None, g.group.name if g.group else ""))
+        result.append(ClusterView(cluster, groups))
+    return result

@@ -1,0 +1,346 @@
+"""Inventory sync: make the Capacity rows of a cluster match what its driver reports.
+
+A sync reads the whole cluster first (nodes, GPUs, pods), then writes the
+difference in one transaction, in a number of queries that does not depend on
+the size of the fleet. Nothing that did not change is written; rows that left the
+cluster are marked absent. A cluster that cannot be read keeps its last known
+picture and records why, and is retried with exponential back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from pools.drivers.base import (
+    ClusterUnauthorised,
+    ClusterUnreachable,
+    DriverError,
+    NodeInfo,
+    PodInfo,
+    driver_for,
+)
+from pools.mig import profile_from_resource
+from pools.models import Cluster, GpuCapacity, Health, NodeCapacity, SpecAndCount, WorkloadProfile
+from pools.secrets import SecretUnreadable
+from portal.models import Project
+
+log = logging.getLogger(__name__)
+
+NODE_FIELDS = (
+    "gpu_model",
+    "gpu_count",
+    "ready",
+    "mig_strategy",
+    "mig_config",
+    "mig_state",
+    "present",
+    "error",
+)
+GPU_FIELDS = ("uuid", "model", "memory_mib", "mig_capable", "mig_enabled", "layout", "health", "present")
+SPEC_FIELDS = ("profile", "capacity", "allocatable")
+WORKLOAD_FIELDS = ("node_name", "count", "phase", "project_id", "present")
+BATCH = 500
+
+
+@dataclass
+class SyncReport:
+    cluster: str
+    ok: bool = True
+    error: str = ""
+    created: dict[str, int] = field(default_factory=dict)
+    updated: dict[str, int] = field(default_factory=dict)
+    vanished: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return any(self.created.values()) or any(self.updated.values()) or any(self.vanished.values())
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.cluster}: failed: {self.error}"
+        parts = [
+            f"{what} {verb} {count}"
+            for verb, counts in (("new", self.created), ("changed", self.updated), ("gone", self.vanished))
+            for what, count in counts.items()
+            if count
+        ]
+        return f"{self.cluster}: " + (", ".join(parts) if parts else "no change")
+
+
+def sync_cluster(*, cluster: Cluster, now: datetime | None = None) -> SyncReport:
+    """Read one cluster through its driver and write what changed."""
+    now = now or timezone.now()
+    report = SyncReport(cluster=cluster.name)
+    try:
+        driver = driver_for(cluster)
+        nodes = driver.inventory()
+        pods = driver.workloads()
+    except (DriverError, SecretUnreadable) as error:
+        _record_failure(cluster, error, now)
+        report.ok, report.error = False, str(error)
+        return report
+    with transaction.atomic():
+        _sync_nodes(cluster, nodes, now, report)
+        _sync_workloads(cluster, pods, now, report)
+        _record_success(cluster, now, report)
+    log.info("sync %s", report.summary())
+    return report
+
+
+def clusters_due(now: datetime | None = None) -> list[Cluster]:
+    """Clusters whose back-off, if any, has run out."""
+    now = now or timezone.now()
+    return [c for c in Cluster.objects.order_by("name") if c.next_sync_at is None or c.next_sync_at <= now]
+
+
+@contextmanager
+def sync_lock(cluster_id: int) -> Iterator[bool]:
+    """A short-lived lock so that two beat ticks or workers never sync one cluster at once.
+
+    Yields whether this caller holds it; the lock expires by itself if its holder dies.
+    """
+    key = f"pools:sync-lock:{cluster_id}"
+    held = cache.add(key, "1", timeout=max(settings.CAPACITY_SYNC_SECONDS * 5, 300))
+    try:
+        yield held
+    finally:
+        if held:
+            cache.delete(key)
+
+
+# --- failure and success ----------------------------------------------------------------
+
+
+def _record_failure(cluster: Cluster, error: Exception, now: datetime) -> None:
+    if isinstance(error, ClusterUnauthorised):
+        status = Cluster.Status.UNAUTHORISED
+    elif isinstance(error, ClusterUnreachable):
+        status = Cluster.Status.UNREACHABLE
+    else:
+        status = Cluster.Status.ERROR
+    failures = cluster.failures + 1
+    delay = min(settings.CAPACITY_SYNC_SECONDS * 2 ** (failures - 1), settings.SYNC_BACKOFF_MAX_SECONDS)
+    Cluster.objects.filter(pk=cluster.pk).update(
+        status=status,
+        last_error=str(error)[:4000],
+        failures=failures,
+        next_sync_at=now + timedelta(seconds=delay),
+    )
+    cluster.status, cluster.last_error, cluster.failures = status, str(error)[:4000], failures
+    log.warning("sync %s failed (%s in a row): %s", cluster.name, failures, error)
+
+
+def _heartbeat_due(last: datetime | None, now: datetime) -> bool:
+    return last is None or now - last >= timedelta(seconds=settings.SYNC_HEARTBEAT_SECONDS)
+
+
+def _record_success(cluster: Cluster, now: datetime, report: SyncReport) -> None:
+    changes = {}
+    if cluster.status != Cluster.Status.READY:
+        changes["status"] = Cluster.Status.READY
+    if cluster.last_error:
+        changes["last_error"] = ""
+    if cluster.failures:
+        changes["failures"] = 0
+    if cluster.next_sync_at is not None:
+        changes["next_sync_at"] = None
+    if report.changed:
+        changes["last_change_at"] = now
+    if changes or _heartbeat_due(cluster.last_sync_at, now):
+        changes["last_sync_at"] = now
+    if changes:
+        Cluster.objects.filter(pk=cluster.pk).update(**changes)
+        for name, value in changes.items():
+            setattr(cluster, name, value)
+
+
+# --- nodes, GPUs, specs ------------------------------------------------------------------
+
+
+def _apply(model, rows: dict, wanted: dict, fields: tuple[str, ...], now: datetime, make) -> tuple[int, int]:
+    """Create missing rows and update changed ones; returns (created, updated)."""
+    to_create, to_update = [], []
+    for key, values in wanted.items():
+        row = rows.get(key)
+        if row is None:
+            row = make(key, values)
+            to_create.append(row)
+            rows[key] = row
+        elif any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.last_change_at = now
+            to_update.append(row)
+    model.objects.bulk_create(to_create, batch_size=BATCH)
+    if to_update:
+        model.objects.bulk_update(to_update, [*fields, "last_change_at"], batch_size=BATCH)
+    return len(to_create), len(to_update)
+
+
+def _mark_absent(model, rows: Iterable, now: datetime, **extra) -> int:
+    gone = [row for row in rows if row.present]
+    for row in gone:
+        row.present = False
+        row.last_change_at = now
+        for name, value in extra.items():
+            setattr(row, name, value)
+    if gone:
+        model.objects.bulk_update(gone, ["present", "last_change_at", *extra], batch_size=BATCH)
+    return len(gone)
+
+
+def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: SyncReport) -> None:
+    nodes = {n.name: n for n in NodeCapacity.objects.filter(cluster=cluster)}
+    wanted = {
+        info.name: {
+            "gpu_model": info.gpu_model,
+            "gpu_count": len(info.gpus) if not info.error else getattr(nodes.get(info.name), "gpu_count", 0),
+            "ready": info.ready,
+            "mig_strategy": info.mig_strategy,
+            "mig_config": info.mig_config,
+            "mig_state": info.mig_state,
+            "present": True,
+            "error": info.error,
+        }
+        for info in infos
+    }
+    created, updated = _apply(
+        NodeCapacity,
+        nodes,
+        wanted,
+        NODE_FIELDS,
+        now,
+        lambda name, values: NodeCapacity(cluster=cluster, name=name, **values),
+    )
+    report.created["nodes"], report.updated["nodes"] = created, updated
+    gone = [node for name, node in nodes.items() if name not in wanted]
+    report.vanished["nodes"] = _mark_absent(NodeCapacity, gone, now)
+
+    gpus = {(g.node_id, g.index): g for g in GpuCapacity.objects.filter(node__cluster=cluster)}
+    specs = {(s.node_id, s.resource_name): s for s in SpecAndCount.objects.filter(node__cluster=cluster)}
+    specs_by_node = defaultdict(list)
+    for key, spec in specs.items():
+        specs_by_node[key[0]].append((key, spec))
+    wanted_gpus, wanted_specs = {}, {}
+    readable = set()
+    for info in infos:
+        if info.error:
+            continue  # keep the node's last good GPU picture; the error is shown on the node
+        node_id = nodes[info.name].pk
+        readable.add(node_id)
+        for gpu in info.gpus:
+            wanted_gpus[(node_id, gpu.index)] = {
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "memory_mib": gpu.memory_mib,
+                "mig_capable": gpu.mig_capable,
+                "mig_enabled": gpu.mig_enabled,
+                "layout": [{"profile": i.profile, "start": i.start, "uuid": i.uuid} for i in gpu.instances],
+                "health": gpu.health if gpu.health in Health.values else Health.UNKNOWN,
+                "present": True,
+            }
+        for resource, count in info.resources.items():
+            wanted_specs[(node_id, resource)] = {
+                "profile": profile_from_resource(resource) or resource,
+                "capacity": count.capacity,
+                "allocatable": count.allocatable,
+            }
+        for key, spec in specs_by_node[node_id]:  # resources the node no longer advertises
+            if key not in wanted_specs and (spec.capacity or spec.allocatable):
+                wanted_specs[key] = {"profile": spec.profile, "capacity": 0, "allocatable": 0}
+
+    created, updated = _apply(
+        GpuCapacity,
+        gpus,
+        wanted_gpus,
+        GPU_FIELDS,
+        now,
+        lambda key, values: GpuCapacity(node_id=key[0], index=key[1], **values),
+    )
+    report.created["gpus"], report.updated["gpus"] = created, updated
+    gone_nodes = {node.pk for node in gone}
+    report.vanished["gpus"] = _mark_absent(
+        GpuCapacity,
+        (
+            g
+            for key, g in gpus.items()
+            if key not in wanted_gpus and (key[0] in readable or key[0] in gone_nodes)
+        ),
+        now,
+    )
+    created, updated = _apply(
+        SpecAndCount,
+        specs,
+        wanted_specs,
+        SPEC_FIELDS,
+        now,
+        lambda key, values: SpecAndCount(node_id=key[0], resource_name=key[1], **values),
+    )
+    report.created["specs"], report.updated["specs"] = created, updated
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+def _sync_workloads(cluster: Cluster, pods: list[PodInfo], now: datetime, report: SyncReport) -> None:
+    rows = {
+        (w.namespace, w.pod_name, w.resource_name): w for w in WorkloadProfile.objects.filter(cluster=cluster)
+    }
+    namespaces = {pod.namespace for pod in pods}
+    projects = dict(Project.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
+    wanted = {
+        (pod.namespace, pod.name, resource): {
+            "node_name": pod.node,
+            "count": count,
+            "phase": pod.phase,
+            "project_id": projects.get(pod.namespace),
+            "present": True,
+        }
+        for pod in pods
+        for resource, count in pod.resources.items()
+    }
+    to_create, to_update = [], []
+    for key, values in wanted.items():
+        row = rows.get(key)
+        if row is None:
+            namespace, pod_name, resource = key
+            to_create.append(
+                WorkloadProfile(
+                    cluster=cluster,
+                    namespace=namespace,
+                    pod_name=pod_name,
+                    resource_name=resource,
+                    last_seen_at=now,
+                    **values,
+                )
+            )
+        elif any(getattr(row, name) != value for name, value in values.items()) or _heartbeat_due(
+            row.last_seen_at, now
+        ):
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.last_seen_at = now
+            to_update.append(row)
+    WorkloadProfile.objects.bulk_create(to_create, batch_size=BATCH)
+    if to_update:
+        WorkloadProfile.objects.bulk_update(to_update, [*WORKLOAD_FIELDS, "last_seen_at"], batch_size=BATCH)
+    gone = [row for key, row in rows.items() if key not in wanted and row.present]
+    for row in gone:
+        row.present = False
+    if gone:
+        WorkloadProfile.objects.bulk_update(gone, ["present"], batch_size=BATCH)
+    report.created["workloads"], report.updated["workloads"], report.vanished["workloads"] = (
+        len(to_create),
+        len(to_update),
+        len(gone),
+    )
