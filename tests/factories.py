@@ -60,3 +60,22 @@ class InvitationFactory(factory.django.DjangoModelFactory):
     email = factory.Sequence(lambda n: f"invitee{n}@example.com")
     role = Role.MEMBER
     invited_by = factory.SubFactory(UserFactory)
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    """A simulated cluster; pass `fleet=[(prefix, count, model, layouts)]` to give it GPUs."""
+
+    class Meta:
+        model = "pools.Cluster"
+        django_get_or_create = ["name"]
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"cluster{n}")
+    driver = "simulated"
+
+    @factory.post_generation
+    def fleet(obj, create, extracted, **kwargs):
+        if create and extracted is not None:
+            from pools.drivers.simulated import fleet_state, seed
+
+            seed(obj, fleet_state(extracted))

@@ -259,6 +259,8 @@ class SimulatedDriver:
 
     def _node_info(self, name: str, node: dict) -> NodeInfo:
         model = node["model"]
+        if model not in PRODUCT_LABELS:
+            return NodeInfo(name=name, ready=node["ready"], error=f"unknown GPU model {model!r}")
         memory_mib = PRODUCT_LABELS[model][1]
         gpus = tuple(
             GpuInfo(
