@@ -80,9 +80,9 @@ class Profile:
     name: str
     memory_slices: int
     compute_slices: int
-    max_count: int
-    starts: tuple[int, ...]
-    usable_memory_gib: float | None
+    max_count: int  # instances of this profile one GPU can hold
+    starts: tuple[int, ...]  # memory slices an instance of it may begin at
+    usable_memory_gib: float | None  # as measured; None where no capture was published
     media_extension: bool
 
     @property
@@ -169,8 +169,9 @@ def _slices(instance: Instance, profile: Profile) -> range:
     return range(instance.start, instance.start + profile.memory_slices)
 
 
-def _numbers(values: Iterable[int]) -> str:
-    return ", ".join(str(v) for v in values)
+def _memory_slices(values: Iterable[int]) -> str:
+    listed = [str(value) for value in values]
+    return f"memory slice{'s' if len(listed) > 1 else ''} {', '.join(listed)}"
 
 
 def layout_errors(model: GpuModel, instances: Iterable[Instance]) -> list[str]:
@@ -185,8 +186,8 @@ def layout_errors(model: GpuModel, instances: Iterable[Instance]) -> list[str]:
             continue
         known.append((instance, profile))
         if instance.start not in profile.starts:
-            allowed = _numbers(profile.starts)
-            errors.append(f"{instance}: {profile.name} can start only at memory slice {allowed}.")
+            allowed = _memory_slices(profile.starts)
+            errors.append(f"{instance}: {profile.name} can start only at {allowed}.")
         slices = _slices(instance, profile)
         if slices.start < 0 or slices.stop > MEMORY_SLICES:
             errors.append(
@@ -196,7 +197,7 @@ def layout_errors(model: GpuModel, instances: Iterable[Instance]) -> list[str]:
     for (a, a_profile), (b, b_profile) in combinations(known, 2):
         shared = sorted(set(_slices(a, a_profile)) & set(_slices(b, b_profile)))
         if shared:
-            errors.append(f"{a} and {b} overlap on memory slice {_numbers(shared)}.")
+            errors.append(f"{a} and {b} overlap on {_memory_slices(shared)}.")
 
     counts = Counter(instance.profile for instance, _ in known)
     media = [instance for instance, profile in known if profile.media_extension]
@@ -219,7 +220,7 @@ def layout_errors(model: GpuModel, instances: Iterable[Instance]) -> list[str]:
 def validate_layout(model: GpuModel, instances: Iterable[Instance]) -> None:
     errors = layout_errors(model, instances)
     if errors:
-        raise LayoutError(f"This MIG layout does not fit on a {model.name}: {' '.join(errors)}")
+        raise LayoutError(f"This MIG layout does not fit on one {model.name}: {' '.join(errors)}")
 
 
 class _Packing:
@@ -270,13 +271,14 @@ def place_profiles(model: GpuModel, counts: Mapping[str, int]) -> list[Instance]
     Like the MIG manager, which tries creation orders until one fits: larger instances first, each at the
     lowest start that still lets the rest fit. The same multiset always gets the same layout.
     """
-    wanted: list[Profile] = []
     for name, count in counts.items():
+        model.profile(name)
         if count < 0:
             raise ValueError(f"A count of {name} cannot be negative (got {count}).")
-        wanted.extend([model.profile(name)] * count)
-    if len(wanted) > MAX_INSTANCES:
+    # Before building the list: a count from a request can be any size.
+    if sum(counts.values()) > MAX_INSTANCES:
         return None
+    wanted = [model.profile(name) for name, count in counts.items() for _ in range(count)]
     catalogue_order = list(model.profiles)
     wanted.sort(key=lambda p: (-p.memory_slices, -p.compute_slices, catalogue_order.index(p.name)))
     packing = _Packing(model, ())
@@ -315,7 +317,7 @@ def used_compute_slices(model: GpuModel, instances: Iterable[Instance]) -> int:
 def placeable_compute_slices(model: GpuModel, instances: Iterable[Instance]) -> int:
     """The most compute slices that new instances could still add, leaving the existing ones where they are.
 
-    Exact: it tries every set of additions (the space is a few hundred sets at most). Raises LayoutError
+    Exact: it tries every set of additions (a couple of thousand checks at worst). Raises LayoutError
     when the existing layout is not valid, since nothing can be added to a layout that cannot exist.
     """
     layout = list(instances)

@@ -199,16 +199,27 @@ def _mark_absent(model, rows: Iterable, now: datetime, **extra) -> int:
     return len(gone)
 
 
+def _gpus_readable(info: NodeInfo) -> bool:
+    return info.gpus_known and not info.error
+
+
 def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: SyncReport) -> None:
     nodes = {n.name: n for n in NodeCapacity.objects.filter(cluster=cluster)}
     wanted = {
         info.name: {
             "gpu_model": info.gpu_model,
-            "gpu_count": len(info.gpus) if not info.error else getattr(nodes.get(info.name), "gpu_count", 0),
+            "gpu_count": len(info.gpus)
+            if _gpus_readable(info)
+            else getattr(nodes.get(info.name), "gpu_count", 0),
             "ready": info.ready,
             "mig_strategy": info.mig_strategy,
             "mig_config": info.mig_config,
             "mig_state": info.mig_state,
+            "mig_state_since": (
+                nodes[info.name].mig_state_since
+                if info.name in nodes and nodes[info.name].mig_state == info.mig_state
+                else now
+            ),
             "present": True,
             "error": info.error,
         }
@@ -235,10 +246,11 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
     readable = set()
     for info in infos:
         if info.error:
-            continue  # keep the node's last good GPU picture; the error is shown on the node
+            continue  # keep the node's last good picture; the error is shown on the node
         node_id = nodes[info.name].pk
-        readable.add(node_id)
-        for gpu in info.gpus:
+        if info.gpus_known:  # else a MIG change is under way: keep the GPUs as last known
+            readable.add(node_id)
+        for gpu in info.gpus if info.gpus_known else ():
             wanted_gpus[(node_id, gpu.index)] = {
                 "uuid": gpu.uuid,
                 "model": gpu.model,

@@ -8,6 +8,7 @@ the registry by the cluster's `driver` field.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -74,8 +75,11 @@ class NodeInfo:
     mig_strategy: str = ""
     mig_config: str = ""
     mig_state: str = ""
-    # Why this node's GPUs could not be read (malformed labels, unknown model, invalid layout).
-    # When set, the portal keeps the node's previous GPU rows untouched.
+    # False while a MIG change is not known to have succeeded (pending, rebooting, failed): the
+    # cluster then cannot tell each GPU's layout, and the portal keeps its last known GPU rows.
+    gpus_known: bool = True
+    # Why this node's GPUs could not be read (malformed labels, unknown model, invalid layout, a
+    # failed MIG change). When set, the portal keeps the node's previous GPU rows untouched.
     error: str = ""
 
 
@@ -131,6 +135,39 @@ class ClusterDriver(Protocol):
         """Set the GPU ResourceQuota of a namespace to exactly these counts."""
 
     def remove_quota(self, namespace: str) -> None: ...
+
+
+class MigChangeFailed(DriverError):
+    pass
+
+
+class MigChangeTimedOut(DriverError):
+    pass
+
+
+def wait_for_mig(
+    driver: ClusterDriver, node: str, config: str, *, timeout: float, poll: float = 2.0, sleep=time.sleep
+) -> MigStatus:
+    """Poll a node until the GPU Operator reports the outcome of `config`.
+
+    Raises MigChangeFailed when it reports `failed` or the node was given another
+    config meanwhile, and MigChangeTimedOut when it is still pending (or rebooting)
+    after `timeout` seconds — the known wedge of a node stuck in `pending`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        status = driver.mig_state(node)
+        if status.config != config:
+            raise MigChangeFailed(f"{node} was given MIG config {status.config!r} instead of {config!r}.")
+        if status.state == MigState.SUCCESS:
+            return status
+        if status.state == MigState.FAILED:
+            raise MigChangeFailed(f"the GPU Operator could not apply {config} on {node}.")
+        if time.monotonic() >= deadline:
+            raise MigChangeTimedOut(
+                f"{node} is still {status.state} after {timeout:.0f} s applying {config}."
+            )
+        sleep(poll)
 
 
 QUOTA_NAME = "gpu-portal"

@@ -89,7 +89,9 @@ def _per_device(entries: list, count: int) -> list[tuple[bool, dict[str, int]] |
         devices = entry.get("devices", "all")
         indices = range(count) if devices == "all" else devices
         for index in indices:
-            if isinstance(index, int) and 0 <= index < count and layouts[index] is None:
+            if (
+                isinstance(index, int) and 0 <= index < count
+            ):  # a later entry wins, as mig-parted applies them in order
                 enabled = bool(entry.get("mig-enabled", False))
                 layouts[index] = (enabled, dict(entry.get("mig-devices") or {}) if enabled else {})
     return layouts
@@ -175,6 +177,16 @@ class KubernetesDriver:
             count = int(labels.get("nvidia.com/gpu.count", "0"))
             memory_mib = int(labels.get("nvidia.com/gpu.memory", "0")) or None
             model = mig.model_from_node_labels(labels.get("nvidia.com/gpu.product", ""), memory_mib)
+            if base["mig_state"] == MigState.FAILED:
+                return NodeInfo(
+                    **base,
+                    gpu_model=model,
+                    resources=resources,
+                    gpus_known=False,
+                    error=f"the GPU Operator failed to apply MIG config {base['mig_config']}",
+                )
+            if base["mig_state"] != MigState.SUCCESS:  # the label names a config not reached yet
+                return NodeInfo(**base, gpu_model=model, resources=resources, gpus_known=False)
             gpus = self._gpus(base["mig_config"], configs, model, count, memory_mib or 0, labels, ready)
         except (ValueError, TypeError) as error:
             return NodeInfo(**base, error=f"cannot read the node's GPUs: {error}")

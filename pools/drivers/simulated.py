@@ -134,6 +134,7 @@ class SimulatedDriver:
             return [
                 PodInfo(p["namespace"], p["name"], p["node"], p["phase"], dict(p["resources"]))
                 for p in state["pods"]
+                if any(name.startswith("nvidia.com/") for name in p["resources"])
             ]
 
     def mig_state(self, node: str) -> MigStatus:
@@ -287,6 +288,11 @@ class SimulatedDriver:
             mig_strategy="mixed",
             mig_config=node["mig_config"],
             mig_state=node["mig_state"],
+            error=(
+                f"the GPU Operator failed to apply MIG config {node['mig_config']}"
+                if node["mig_state"] == MigState.FAILED
+                else ""
+            ),
         )
 
     @staticmethod

@@ -15,7 +15,9 @@ so their history stays.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
@@ -142,6 +144,7 @@ class NodeCapacity(models.Model):
     mig_strategy = models.CharField(_("MIG strategy"), max_length=16, blank=True)
     mig_config = models.CharField(_("MIG config"), max_length=253, blank=True)
     mig_state = models.CharField(_("MIG state"), max_length=16, blank=True)
+    mig_state_since = models.DateTimeField(_("MIG state since"), null=True, blank=True)
     drained = models.BooleanField(_("drained"), default=False)
     present = models.BooleanField(
         _("present"), default=True, help_text=_("False once the node left the cluster.")
@@ -158,6 +161,14 @@ class NodeCapacity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def mig_stuck(self) -> bool:
+        """A MIG change pending longer than MIG_PENDING_TIMEOUT_SECONDS: the known wedge."""
+        if self.mig_state not in ("pending", "rebooting") or self.mig_state_since is None:
+            return False
+        waited = (timezone.now() - self.mig_state_since).total_seconds()
+        return waited > settings.MIG_PENDING_TIMEOUT_SECONDS
 
 
 class GpuCapacity(models.Model):

@@ -1,0 +1,268 @@
+"""REST verbs of the test API server: core v1 paths routed to list, get, create, update, patch and delete
+on the object store, with a real server's answers (paging, 404/409/422, status left to subresources)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import json
+import random
+import re
+import string
+from collections.abc import Callable
+from copy import deepcopy
+from typing import Any
+
+from tests.kube import objects
+from tests.kube.semantics import ApiError, apply_patch, field_matcher, label_matcher, not_found, status_body
+from tests.kube.store import RESOURCES, ClusterStore, Key, Resource
+
+Reply = tuple[int, dict[str, Any], list[tuple[str, str]]]
+
+_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-test", "platform": "linux/amd64"}
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_VERBS = {
+    ("GET", False): "list",
+    ("POST", False): "create",
+    ("GET", True): "get",
+    ("PUT", True): "update",
+    ("PATCH", True): "patch",
+    ("DELETE", True): "delete",
+}
+
+
+def _check_string_map(value: Any, field: str) -> None:
+    """The client (and a real server) only accept string-to-string maps for labels, annotations, data."""
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ApiError(400, f"{field} must map strings to strings")
+
+
+def _encode_continue(key: Key, resource_version: int) -> str:
+    raw = json.dumps({"rv": resource_version, "start": list(key)}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> Key:
+    try:
+        start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
+        return (str(start[0]), str(start[1]))
+    except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as error:
+        raise ApiError(400, "continue key is not valid") from error
+
+
+class RestApi:
+    """Answers authenticated requests. `on_node_write(current, new)` runs (lock held) before a changed node
+    is stored, so the MIG manager can react to its config label and change the node being written."""
+
+    def __init__(self, store: ClusterStore, *, on_node_write: Callable[[dict, dict], None]) -> None:
+        self.store = store
+        self.lock = store.lock
+        self.on_node_write = on_node_write
+        self.patch_content_types: list[str] = []
+
+    def route(self, method: str, path: str, query: dict[str, str], content_type: str, body: bytes) -> Reply:
+        parts = [part for part in path.split("/") if part]
+        if parts == ["version"] and method == "GET":
+            return 200, _VERSION, []
+        if parts[:2] != ["api", "v1"] or len(parts) < 3:
+            raise ApiError(404, "the server could not find the requested resource")
+        segments, namespace = parts[2:], None
+        if segments[0] == "namespaces" and len(segments) >= 3:
+            namespace, segments = segments[1], segments[2:]
+        resource = RESOURCES.get(segments[0])
+        if resource is None or len(segments) > 2 or (namespace is not None and not resource.namespaced):
+            raise ApiError(404, "the server could not find the requested resource")
+        name = segments[1] if len(segments) == 2 else None
+        if resource.namespaced and namespace is None and name is not None:
+            raise ApiError(404, "the server could not find the requested resource")
+        verb = _VERBS.get((method, name is not None))
+        if verb == "create" and resource.namespaced and namespace is None:
+            verb = None
+        if verb not in resource.verbs:
+            raise ApiError(405, "the server does not allow this method on the requested resource")
+        if verb == "list":
+            return 200, self._list(resource, namespace, query), []
+        if verb == "get":
+            with self.lock:
+                return 200, self._existing(resource, namespace, name), []
+        if verb == "delete":
+            return 200, self._delete(resource, namespace or "", name), []
+        document = self._json(body)
+        if verb == "create":
+            return 201, self._create(resource, namespace or "", document), []
+        if verb == "update":
+            return 200, self._update(resource, namespace or "", name, document), []
+        self.patch_content_types.append(content_type)
+        return 200, self._patch(resource, namespace or "", name, document, content_type), []
+
+    @staticmethod
+    def _json(body: bytes) -> Any:
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ApiError(400, f"the request body is not valid JSON: {error}") from error
+
+    def _existing(self, resource: Resource, namespace: str | None, name: str) -> dict:
+        stored = self.store.by_key(resource.kind).get((namespace or "", name))
+        if stored is None:
+            raise not_found(resource.plural, name)
+        return stored
+
+    def _list(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> dict:
+        if query.get("watch") in ("true", "1"):
+            raise ApiError(400, "watch is not supported by the test API server")
+        selectors = query.get("labelSelector") or query.get("fieldSelector")
+        labels_match = label_matcher(query.get("labelSelector"))
+        fields_match = field_matcher(resource.kind, query.get("fieldSelector"))
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError as error:
+            raise ApiError(400, "limit must be an integer") from error
+        start = _decode_continue(query["continue"]) if query.get("continue") else None
+        items: list[dict] = []
+        remaining = 0
+        last: Key | None = None
+        with self.lock:
+            keys = self.store.keys(resource.kind)
+            store = self.store.by_key(resource.kind)
+            for key in keys[bisect.bisect_right(keys, start) if start else 0 :]:
+                if namespace is not None and key[0] != namespace:
+                    continue
+                obj = store[key]
+                if not fields_match(obj) or not labels_match(obj["metadata"].get("labels") or {}):
+                    continue
+                if limit and len(items) == limit:
+                    remaining += 1
+                    if selectors:
+                        break  # a real server does not count what is left when filtering
+                    continue
+                items.append(obj)
+                last = key
+            resource_version = self.store.resource_version
+        metadata: dict[str, Any] = {"resourceVersion": str(resource_version)}
+        if remaining and last is not None:
+            metadata["continue"] = _encode_continue(last, resource_version)
+            if not selectors:
+                metadata["remainingItemCount"] = remaining
+        return {"apiVersion": "v1", "kind": f"{resource.kind}List", "metadata": metadata, "items": items}
+
+    def _validated(self, resource: Resource, namespace: str, document: Any) -> dict:
+        """Checks every write body: the kind, the namespace, the string maps the client insists on."""
+        if not isinstance(document, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        if document.get("kind", resource.kind) != resource.kind:
+            raise ApiError(400, f"the body is a {document.get('kind')}, not a {resource.kind}")
+        metadata = document.get("metadata")
+        if not isinstance(metadata, dict):
+            raise ApiError(400, "metadata must be an object")
+        if resource.namespaced and metadata.get("namespace", namespace) != namespace:
+            raise ApiError(
+                400, "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        _check_string_map(metadata.get("labels"), "metadata.labels")
+        _check_string_map(metadata.get("annotations"), "metadata.annotations")
+        if resource.kind == "ConfigMap":
+            _check_string_map(document.get("data"), "data")
+        return {**document, "apiVersion": "v1", "kind": resource.kind}
+
+    def _create(self, resource: Resource, namespace: str, document: Any) -> dict:
+        obj = deepcopy(self._validated(resource, namespace, document))
+        metadata = obj["metadata"]
+        if not metadata.get("name") and metadata.get("generateName"):
+            suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+            metadata["name"] = metadata["generateName"] + suffix
+        name = metadata.get("name") or ""
+        pattern = _DNS_LABEL if resource.kind == "Namespace" else _DNS_SUBDOMAIN
+        if not pattern.match(name):
+            raise ApiError(
+                422, f'{resource.kind} "{name}" is invalid: metadata.name: Invalid value: "{name}"'
+            )
+        for server_owned in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
+            metadata.pop(server_owned, None)
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        if resource.kind == "Namespace":
+            obj = {**objects.namespace(name, metadata.get("labels")), "metadata": metadata}
+        with self.lock:
+            if resource.namespaced and not self.store.has_namespace(namespace):
+                raise not_found("namespaces", namespace)
+            if (namespace, name) in self.store.by_key(resource.kind):
+                raise ApiError(
+                    409,
+                    f'{resource.plural} "{name}" already exists',
+                    reason="AlreadyExists",
+                    name=name,
+                    kind=resource.plural,
+                )
+            if resource.kind == "ResourceQuota":
+                obj["status"] = objects.quota_status(obj, self.store.in_namespace("Pod", namespace))
+            return self.store.insert(resource.kind, obj)
+
+    def _update(self, resource: Resource, namespace: str, name: str, document: Any) -> dict:
+        obj = deepcopy(self._validated(resource, namespace, document))
+        if obj["metadata"].get("name") != name:
+            raise ApiError(400, "the name of the object does not match the name on the URL")
+        with self.lock:
+            return self._write(resource, self._existing(resource, namespace, name), obj)
+
+    def _patch(self, resource: Resource, namespace: str, name: str, patch: Any, content_type: str) -> dict:
+        with self.lock:
+            current = self._existing(resource, namespace, name)
+            patched = apply_patch(current, patch, content_type)
+            obj = deepcopy(self._validated(resource, namespace, patched))
+            if obj["metadata"].get("name") != name:
+                raise ApiError(400, "a patch may not change the object's name")
+            return self._write(resource, current, obj)
+
+    def _write(self, resource: Resource, current: dict, obj: dict) -> dict:
+        """The shared tail of PUT and PATCH (lock held): optimistic concurrency, server-owned fields, the
+        node hook, and no new resourceVersion when nothing changed (as a real server does)."""
+        metadata, stored = obj["metadata"], current["metadata"]
+        if metadata.get("resourceVersion") not in (None, stored["resourceVersion"]):
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on {resource.plural} "{stored["name"]}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                name=stored["name"],
+                kind=resource.plural,
+            )
+        for server_owned in ("uid", "creationTimestamp", "resourceVersion", "namespace"):
+            if server_owned in stored:
+                metadata[server_owned] = stored[server_owned]
+        if resource.kind == "Namespace":
+            metadata["labels"] = {
+                **(metadata.get("labels") or {}),
+                "kubernetes.io/metadata.name": stored["name"],
+            }
+        if resource.has_status:
+            obj["status"] = deepcopy(current.get("status", {}))
+        if resource.kind == "ResourceQuota":
+            obj["status"] = objects.quota_status(obj, self.store.in_namespace("Pod", stored["namespace"]))
+        if resource.kind == "Node":
+            self.on_node_write(current, obj)
+        if obj == current:
+            return current
+        return self.store.update(obj)
+
+    def _delete(self, resource: Resource, namespace: str, name: str) -> dict:
+        with self.lock:
+            stored = self._existing(resource, namespace, name)
+            self.store.remove(resource.kind, (namespace, name))
+            if resource.kind == "Namespace":
+                # Finalisation is instant here: the namespace's objects go with it.
+                for contained in RESOURCES.values():
+                    if contained.namespaced:
+                        for key in [key for key in self.store.keys(contained.kind) if key[0] == name]:
+                            self.store.remove(contained.kind, key)
+            deleted_metadata = {**stored["metadata"], "resourceVersion": str(self.store.resource_version)}
+        if resource.kind == "ConfigMap":
+            details = {"name": name, "kind": resource.plural, "uid": stored["metadata"]["uid"]}
+            return status_body(code=200, message="", reason="", details=details)
+        if resource.kind == "Namespace":
+            deleted_metadata["deletionTimestamp"] = objects.now()
+            return {**stored, "metadata": deleted_metadata, "status": {"phase": "Terminating"}}
+        return {**stored, "metadata": deleted_metadata}

@@ -1,0 +1,222 @@
+"""A small Kubernetes API server (core v1, JSON over real HTTP) for tests and benchmarks of the portal.
+
+The official `kubernetes` client talks to it through a kubeconfig the server writes; tests arrange the
+cluster through the Python control API (`add_gpu_node`, `set_mig_outcome`, `fail_requests`, ...) and
+assert on stored objects with `get` and `objects`. Node MIG reconfiguration follows the GPU Operator's
+MIG manager (mig_manager.py); the REST verbs are in rest.py, the store in store.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import traceback
+from copy import deepcopy
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import yaml
+
+from tests.kube import objects as build
+from tests.kube.mig_manager import CONFIG_LABEL, GPU_PRESENT_LABEL, MigManager
+from tests.kube.rest import Reply, RestApi
+from tests.kube.semantics import ApiError, status_body
+from tests.kube.store import ClusterStore, resource_for
+
+
+class KubeApiServer:
+    """The cluster tests talk to: start it, write a kubeconfig, arrange nodes and pods, assert."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "test-token",
+        mig_config_map: str = "gpu-operator/custom-mig-parted-config",
+        mig_apply_seconds: float = 0.05,
+        stale_success_seconds: float = 0.0,
+    ) -> None:
+        self.token = token
+        self.mig_config_map = mig_config_map
+        self.mig_apply_seconds = mig_apply_seconds
+        self.stale_success_seconds = stale_success_seconds
+        self.store = ClusterStore()
+        self.lock = self.store.lock  # reentrant: a bulk loader may hold it around many control calls
+        self.requests: list[tuple[str, str]] = []
+        self.errors: list[str] = []  # tracebacks of requests that ended in an unexpected 500
+        self.url = ""
+        self._failures: list[int] = []
+        self._http: ThreadingHTTPServer | None = None
+        self._mig = MigManager(self)
+        self._rest = RestApi(self.store, on_node_write=self._node_written)
+        self.patch_content_types = self._rest.patch_content_types  # what clients really send on PATCH
+        self.store.insert("Namespace", build.namespace("default"))
+        self.store.insert("Namespace", build.namespace(mig_config_map.partition("/")[0]))
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self) -> KubeApiServer:
+        http = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        # Keep-alive handler threads may sit idle on a pooled connection; stop() must not wait for them.
+        http.block_on_close = False
+        http.request_queue_size = 128
+        http.api = self  # type: ignore[attr-defined]
+        self._http = http
+        self.url = f"http://127.0.0.1:{http.server_address[1]}"
+        threading.Thread(
+            target=http.serve_forever, kwargs={"poll_interval": 0.02}, name="kube-api-server", daemon=True
+        ).start()
+        return self
+
+    def stop(self) -> None:
+        self._mig.stop()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+    def __enter__(self) -> KubeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def write_kubeconfig(self, path: str | Path, *, token: str | None = None, context: str = "test") -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "users": [{"name": context, "user": {"token": self.token if token is None else token}}],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+            "current-context": context,
+        }
+        path = Path(path)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    # --- control API ---------------------------------------------------------------------------------------
+
+    def add_gpu_node(
+        self,
+        name: str,
+        *,
+        gpus: int = 8,
+        product: str = "NVIDIA-H200",
+        memory_mib: int = 143771,
+        mig_capable: bool = True,
+        labels: dict[str, str] | None = None,
+    ) -> dict:
+        node = build.gpu_node(
+            name, gpus=gpus, product=product, memory_mib=memory_mib, mig_capable=mig_capable, labels=labels
+        )
+        with self.lock:
+            return deepcopy(self.store.insert("Node", node))
+
+    def add_gpu_nodes(self, prefix: str, count: int, **kwargs: Any) -> list[str]:
+        """Bulk load under one lock acquisition: names are `<prefix>000`, `<prefix>001`, ... ."""
+        width = len(str(max(count - 1, 0)))
+        names = [f"{prefix}{index:0{width}d}" for index in range(count)]
+        with self.lock:
+            for name in names:
+                self.store.insert("Node", build.gpu_node(name, **kwargs))
+        return names
+
+    def add_node(self, name: str, *, labels: dict[str, str] | None = None) -> dict:
+        with self.lock:
+            return deepcopy(self.store.insert("Node", build.plain_node(name, labels=labels)))
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        node: str,
+        resources: dict[str, int],
+        phase: str = "Running",
+        labels: dict[str, str] | None = None,
+    ) -> dict:
+        """A scheduled pod; its namespace is created when missing, to keep test setup short."""
+        pod = build.pod(namespace, name, node_name=node, resources=resources, phase=phase, labels=labels)
+        with self.lock:
+            if not self.store.has_namespace(namespace):
+                self.store.insert("Namespace", build.namespace(namespace))
+            stored = self.store.insert("Pod", pod)
+            self.store.refresh_quotas(namespace)
+            return deepcopy(stored)
+
+    def set_mig_outcome(self, node: str, outcome: str, *, applies: int | None = 1) -> None:
+        """Force what the next `applies` MIG applies on `node` do (None: until set back to `success`)."""
+        with self.lock:
+            self._mig.set_outcome(node, outcome, applies)
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        with self.lock:
+            return deepcopy(self.store.get(kind, name, namespace))
+
+    def objects(self, kind: str) -> list[dict]:
+        kind = resource_for(kind).kind
+        with self.lock:
+            stored = self.store.by_key(kind)
+            return [deepcopy(stored[key]) for key in self.store.keys(kind)]
+
+    def fail_requests(self, status: int, count: int = 1) -> None:
+        with self.lock:
+            self._failures.extend([status] * count)
+
+    # --- HTTP ----------------------------------------------------------------------------------------------
+
+    def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> Reply:
+        """Answer one request: (code, JSON body, extra headers). Never raises."""
+        self.requests.append((method, raw_path))
+        try:
+            with self.lock:
+                failure = self._failures.pop(0) if self._failures else None
+            if failure is not None:
+                raise ApiError(failure, f"injected failure ({failure})")
+            if headers.get("Authorization") != f"Bearer {self.token}":
+                raise ApiError(401, "Unauthorized")
+            url = urlsplit(raw_path)
+            query = dict(parse_qsl(url.query, keep_blank_values=True))
+            return self._rest.route(method, url.path, query, headers.get("Content-Type") or "", body)
+        except ApiError as error:
+            extra = [("Retry-After", "1")] if error.code == 429 else []
+            return error.code, error.status(), extra
+        except Exception:
+            self.errors.append(traceback.format_exc())
+            return 500, status_body(code=500, message=traceback.format_exc(), reason="InternalError"), []
+
+    def _node_written(self, current: dict, node: dict) -> None:
+        labels = node["metadata"].get("labels") or {}
+        if labels.get(GPU_PRESENT_LABEL) != "true":
+            return
+        if labels.get(CONFIG_LABEL) != (current["metadata"].get("labels") or {}).get(CONFIG_LABEL):
+            self._mig.config_changed(node)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Thin HTTP layer: read the body, let the server answer, write JSON with a Content-Length so that
+    the client's pooled keep-alive connections stay usable."""
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; without this, Nagle plus delayed ACKs adds ~40 ms.
+    disable_nagle_algorithm = True
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        api: KubeApiServer = self.server.api  # type: ignore[attr-defined]
+        code, payload, extra_headers = api.handle(self.command, self.path, self.headers, body)
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for header, value in extra_headers:
+            self.send_header(header, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests and benchmarks make thousands of requests."""

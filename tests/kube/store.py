@@ -1,0 +1,118 @@
+"""The test API server's object store: the core v1 kinds it serves, objects by key, one resourceVersion.
+
+Stored objects are never changed in place: every write stores a new dict. That lets a LIST take
+references to stored objects under the lock and serialise them after releasing it, with no copy of the
+store per request. Callers hold `lock` around every method here.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from tests.kube import objects
+
+Key = tuple[str, str]  # (namespace, or "" for cluster-scoped kinds; name)
+
+
+@dataclass(frozen=True)
+class Resource:
+    plural: str
+    kind: str
+    namespaced: bool
+    verbs: frozenset[str]
+    # Kinds whose status belongs to a subresource: a write to the main resource leaves it alone.
+    has_status: bool
+
+
+_ALL_VERBS = frozenset({"list", "get", "create", "update", "patch", "delete"})
+RESOURCES = {
+    resource.plural: resource
+    for resource in (
+        Resource("nodes", "Node", False, frozenset({"list", "get", "patch"}), True),
+        Resource("pods", "Pod", True, frozenset({"list", "get"}), True),
+        Resource("namespaces", "Namespace", False, _ALL_VERBS - {"update"}, True),
+        Resource("resourcequotas", "ResourceQuota", True, _ALL_VERBS, True),
+        Resource("configmaps", "ConfigMap", True, _ALL_VERBS, False),
+    )
+}
+_BY_KIND = {resource.kind.lower(): resource for resource in RESOURCES.values()}
+
+
+def resource_for(kind: str) -> Resource:
+    """Accepts `Node`, `node` or `nodes`."""
+    resource = RESOURCES.get(kind.lower()) or _BY_KIND.get(kind.lower())
+    if resource is None:
+        raise KeyError(f"unknown kind {kind!r}; known: {sorted(RESOURCES)}")
+    return resource
+
+
+class ClusterStore:
+    """Every object of the emulated cluster, keyed per kind, with the cluster-wide resourceVersion."""
+
+    def __init__(self) -> None:
+        # Reentrant so a test may hold it around several control calls (e.g. a bulk load) without deadlock.
+        self.lock = threading.RLock()
+        self.resource_version = 0
+        self._objects: dict[str, dict[Key, dict]] = {resource.kind: {} for resource in RESOURCES.values()}
+        self._sorted: dict[str, list[Key] | None] = {kind: None for kind in self._objects}
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        """The stored object itself, not a copy: read it, never change it."""
+        return self._objects[resource_for(kind).kind].get((namespace or "", name))
+
+    def keys(self, kind: str) -> list[Key]:
+        """Sorted, as a real server pages: by namespace, then name. Cached until the next insert or remove."""
+        keys = self._sorted[kind]
+        if keys is None:
+            keys = self._sorted[kind] = sorted(self._objects[kind])
+        return keys
+
+    def by_key(self, kind: str) -> dict[Key, dict]:
+        return self._objects[kind]
+
+    def in_namespace(self, kind: str, namespace: str) -> list[dict]:
+        return [obj for (ns, _), obj in self._objects[kind].items() if ns == namespace]
+
+    def has_namespace(self, name: str) -> bool:
+        return ("", name) in self._objects["Namespace"]
+
+    def insert(self, kind: str, obj: dict) -> dict:
+        """Store a new object, filling in what the server owns: uid, creationTimestamp, resourceVersion."""
+        metadata = obj["metadata"]
+        key = (metadata.get("namespace", ""), metadata["name"])
+        if key in self._objects[kind]:
+            raise ValueError(f"{kind} {key} already exists")
+        metadata["uid"] = objects.new_uid()
+        metadata["creationTimestamp"] = objects.now()
+        if kind == "Namespace":
+            metadata["labels"] = {
+                **(metadata.get("labels") or {}),
+                "kubernetes.io/metadata.name": metadata["name"],
+            }
+        self._sorted[kind] = None
+        self._objects[kind][key] = obj
+        return self.update(obj)
+
+    def update(self, obj: dict) -> dict:
+        """Store a new version of an object under a fresh resourceVersion."""
+        self.resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+        self._objects[obj["kind"]][(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+        return obj
+
+    def remove(self, kind: str, key: Key) -> dict:
+        self._sorted[kind] = None
+        self.resource_version += 1
+        return self._objects[kind].pop(key)
+
+    def refresh_quotas(self, namespace: str) -> None:
+        """Recompute `status.used` of a namespace's quotas, as the quota controller does after pod changes."""
+        quotas = self.in_namespace("ResourceQuota", namespace)
+        if not quotas:
+            return
+        pods = self.in_namespace("Pod", namespace)
+        for quota in quotas:
+            status = objects.quota_status(quota, pods)
+            if status != quota.get("status"):
+                self.update({**quota, "metadata": dict(quota["metadata"]), "status": status})

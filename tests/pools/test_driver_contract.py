@@ -1,0 +1,273 @@
+"""The ClusterDriver contract, tested the same way against both drivers.
+
+`KubernetesDriver` talks real HTTP to the project's test API server (which emulates the
+GPU Operator's MIG manager); `SimulatedDriver` runs its embedded fleet. Each test runs
+once per driver through a small "world" adapter that sets the scene and reads the truth.
+"""
+
+import pytest
+
+from pools.drivers.base import (
+    ClusterUnauthorised,
+    ClusterUnreachable,
+    DriverError,
+    GpuLayout,
+    MigChangeFailed,
+    MigChangeTimedOut,
+    MigInstanceInfo,
+    MigState,
+    driver_for,
+    wait_for_mig,
+)
+from pools.drivers.simulated import SimulatedDriver, seed
+from pools.models import Cluster, NodeCapacity
+from pools.sync import sync_cluster
+from tests.kube.server import KubeApiServer
+
+PRODUCTS = {"H200-141GB": ("NVIDIA-H200", 143771), "H100-80GB": ("NVIDIA-H100-80GB-HBM3", 81559)}
+
+
+class SimulatedWorld:
+    def __init__(self, tmp_path):
+        self.cluster = Cluster.objects.create(name="sim", driver="simulated")
+        seed(self.cluster, {"reachable": True, "nodes": {}, "namespaces": {}, "quotas": {}, "pods": []})
+        self.control = SimulatedDriver(self.cluster)
+
+    def add_gpu_node(self, name, model="H200-141GB"):
+        self.control.add_node(name, model, [None] * 8)
+
+    def set_outcome(self, node, outcome):
+        self.control.set_next_outcome(node, outcome)
+
+    def add_pod(self, namespace, name, node, resources):
+        self.cluster.simulation.refresh_from_db()
+        state = self.cluster.simulation.state
+        state["pods"].append(
+            {"namespace": namespace, "name": name, "node": node, "phase": "Running", "resources": resources}
+        )
+        self.cluster.simulation.save()
+
+    def quota(self, namespace):
+        self.cluster.simulation.refresh_from_db()
+        return self.cluster.simulation.state["quotas"].get(namespace)
+
+    def namespace_labels(self, namespace):
+        self.cluster.simulation.refresh_from_db()
+        found = self.cluster.simulation.state["namespaces"].get(namespace)
+        return None if found is None else found["labels"]
+
+    def break_credentials(self):
+        self.control.set_reachable(False)
+        return ClusterUnreachable
+
+    def close(self):
+        pass
+
+
+class KubeWorld:
+    def __init__(self, tmp_path):
+        self.tmp = tmp_path
+        self.server = KubeApiServer(mig_apply_seconds=0.05).start()
+        self.cluster = Cluster(name="kube", driver="kubernetes")
+        self.cluster.set_kubeconfig(self.server.write_kubeconfig(tmp_path / "kubeconfig").read_text())
+        self.cluster.save()
+
+    def add_gpu_node(self, name, model="H200-141GB"):
+        product, memory = PRODUCTS[model]
+        self.server.add_gpu_node(name, gpus=8, product=product, memory_mib=memory)
+
+    def set_outcome(self, node, outcome):
+        self.server.set_mig_outcome(node, outcome)
+
+    def add_pod(self, namespace, name, node, resources):
+        self.server.add_pod(namespace, name, node=node, resources=resources)
+
+    def quota(self, namespace):
+        found = self.server.get("ResourceQuota", "gpu-portal", namespace)
+        if found is None:
+            return None
+        return {k.removeprefix("requests."): int(v) for k, v in found["spec"]["hard"].items()}
+
+    def namespace_labels(self, namespace):
+        found = self.server.get("Namespace", namespace)
+        return None if found is None else found["metadata"].get("labels", {})
+
+    def break_credentials(self):
+        self.cluster.set_kubeconfig(self.server.write_kubeconfig(self.tmp / "bad", token="wrong").read_text())
+        return ClusterUnauthorised
+
+    def close(self):
+        self.server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _mig_takes_a_moment(settings):
+    settings.SIMULATED_MIG_APPLY_SECONDS = 0.2  # long enough to see `pending`, as on the test API server
+
+
+@pytest.fixture(params=["simulated", "kubernetes"])
+def world(request, db, tmp_path):
+    world = (SimulatedWorld if request.param == "simulated" else KubeWorld)(tmp_path)
+    yield world
+    world.close()
+
+
+def driver(world):
+    return driver_for(world.cluster)
+
+
+def layout(index, **counts):
+    """A GpuLayout with MIG on: instances placed at the lowest starts, as listed."""
+    from pools import mig
+
+    placed = mig.place_profiles(mig.gpu_model("H200-141GB"), counts)
+    return GpuLayout(index, True, tuple(MigInstanceInfo(i.profile, i.start) for i in placed))
+
+
+def gpu(nodes, node, index):
+    return next(n for n in nodes if n.name == node).gpus[index]
+
+
+def test_inventory_of_a_fresh_node(world):
+    world.add_gpu_node("gpu-a")
+    (node,) = driver(world).inventory()
+    assert (node.name, node.ready, node.gpu_model, len(node.gpus), node.error) == (
+        "gpu-a",
+        True,
+        "H200-141GB",
+        8,
+        "",
+    )
+    assert all(not g.mig_enabled and g.model == "H200-141GB" and g.memory_mib == 143771 for g in node.gpus)
+    assert node.resources["nvidia.com/gpu"].capacity == 8
+    assert node.resources["nvidia.com/gpu"].allocatable == 8
+
+
+def test_a_layout_change_goes_pending_then_succeeds_and_leaves_other_gpus_alone(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    first = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7}), layout(1, **{"3g.71gb": 2})])
+    assert d.mig_state("gpu-a").config == first
+    assert d.mig_state("gpu-a").state == MigState.PENDING  # never the previous config's success
+    assert wait_for_mig(d, "gpu-a", first, timeout=10, poll=0.02).state == MigState.SUCCESS
+    nodes = d.inventory()
+    assert [(i.profile, i.start) for i in gpu(nodes, "gpu-a", 1).instances] == [
+        ("3g.71gb", 0),
+        ("3g.71gb", 4),
+    ]
+    resources = nodes[0].resources
+    assert resources["nvidia.com/mig-1g.18gb"].capacity == 7
+    assert resources["nvidia.com/mig-3g.71gb"].capacity == 2
+    assert resources["nvidia.com/gpu"].capacity == 6
+
+    second = d.apply_mig_layout("gpu-a", [GpuLayout(1, False)])
+    assert second != first
+    wait_for_mig(d, "gpu-a", second, timeout=10, poll=0.02)
+    nodes = d.inventory()
+    assert gpu(nodes, "gpu-a", 0).mig_enabled and len(gpu(nodes, "gpu-a", 0).instances) == 7  # untouched
+    assert not gpu(nodes, "gpu-a", 1).mig_enabled
+    assert (
+        "nvidia.com/mig-3g.71gb" not in nodes[0].resources
+        or nodes[0].resources["nvidia.com/mig-3g.71gb"].capacity == 0
+    )
+
+
+def test_a_failed_change_is_reported_and_the_known_picture_stays(world):
+    world.add_gpu_node("gpu-a")
+    sync_cluster(cluster=world.cluster)
+    world.set_outcome("gpu-a", "failed")
+    d = driver(world)
+    config = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7})])
+    with pytest.raises(MigChangeFailed, match="could not apply"):
+        wait_for_mig(d, "gpu-a", config, timeout=10, poll=0.02)
+    sync_cluster(cluster=world.cluster)
+    node = NodeCapacity.objects.get(name="gpu-a")
+    assert node.mig_state == "failed" and "failed to apply" in node.error
+    assert not node.gpus.get(index=0).mig_enabled
+
+
+def test_the_portal_picture_follows_a_successful_change(world):
+    world.add_gpu_node("gpu-a")
+    sync_cluster(cluster=world.cluster)
+    d = driver(world)
+    config = d.apply_mig_layout("gpu-a", [layout(2, **{"2g.35gb": 3, "1g.18gb": 1})])
+    sync_cluster(cluster=world.cluster)  # while pending: GPUs as last known
+    assert not NodeCapacity.objects.get(name="gpu-a").gpus.get(index=2).mig_enabled
+    wait_for_mig(d, "gpu-a", config, timeout=10, poll=0.02)
+    sync_cluster(cluster=world.cluster)
+    node = NodeCapacity.objects.get(name="gpu-a")
+    assert (node.mig_state, node.mig_config, node.error) == ("success", config, "")
+    assert [(i["profile"], i["start"]) for i in node.gpus.get(index=2).layout] == [
+        ("2g.35gb", 0),
+        ("2g.35gb", 2),
+        ("2g.35gb", 4),
+        ("1g.18gb", 6),
+    ]
+    assert node.specs.get(resource_name="nvidia.com/mig-2g.35gb").capacity == 3
+
+
+def test_a_wedged_node_times_out_with_nothing_advertised(world):
+    world.add_gpu_node("gpu-a")
+    world.set_outcome("gpu-a", "wedge")
+    d = driver(world)
+    config = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7})])
+    with pytest.raises(MigChangeTimedOut, match="still pending"):
+        wait_for_mig(d, "gpu-a", config, timeout=0.5, poll=0.05)
+    (node,) = d.inventory()
+    assert node.mig_state == "pending"
+    assert sum(r.allocatable for r in node.resources.values()) == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [GpuLayout(0, True, (MigInstanceInfo("1g.18gb", 0), MigInstanceInfo("2g.35gb", 0)))],  # overlap
+        [GpuLayout(0, True, (MigInstanceInfo("9g.99gb", 0),))],  # unknown profile
+        [GpuLayout(8, False)],  # no such GPU
+    ],
+    ids=["overlap", "unknown-profile", "no-such-gpu"],
+)
+def test_an_invalid_layout_is_refused_and_changes_nothing(bad, world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    before = d.mig_state("gpu-a")
+    with pytest.raises(DriverError):
+        d.apply_mig_layout("gpu-a", bad)
+    assert d.mig_state("gpu-a") == before
+
+
+def test_namespaces_and_quotas(world):
+    d = driver(world)
+    labels = {"app.kubernetes.io/managed-by": "gpu-portal"}
+    d.ensure_namespace("acme-vision", labels)
+    d.ensure_namespace("acme-vision", labels)  # twice is fine
+    assert world.namespace_labels("acme-vision")["app.kubernetes.io/managed-by"] == "gpu-portal"
+    d.apply_quota("acme-vision", {"nvidia.com/mig-1g.18gb": 3, "nvidia.com/gpu": 1})
+    assert world.quota("acme-vision") == {"nvidia.com/mig-1g.18gb": 3, "nvidia.com/gpu": 1}
+    d.apply_quota("acme-vision", {"nvidia.com/gpu": 2})
+    assert world.quota("acme-vision") == {"nvidia.com/gpu": 2}
+    d.remove_quota("acme-vision")
+    assert world.quota("acme-vision") is None
+    d.remove_quota("acme-vision")  # twice is fine
+
+
+def test_a_quota_needs_its_namespace(world):
+    with pytest.raises(DriverError):
+        driver(world).apply_quota("no-such-namespace", {"nvidia.com/gpu": 1})
+
+
+def test_workloads_list_pods_that_hold_gpus(world):
+    world.add_gpu_node("gpu-a")
+    world.add_pod("acme-vision", "trainer", "gpu-a", {"nvidia.com/gpu": 2})
+    world.add_pod("acme-vision", "web", "gpu-a", {})
+    pods = driver(world).workloads()
+    assert [(p.namespace, p.name, p.node, dict(p.resources)) for p in pods] == [
+        ("acme-vision", "trainer", "gpu-a", {"nvidia.com/gpu": 2})
+    ]
+
+
+def test_a_cluster_that_refuses_us_says_why(world):
+    world.add_gpu_node("gpu-a")
+    expected = world.break_credentials()
+    with pytest.raises(expected):
+        driver(world).inventory()
