@@ -1,0 +1,102 @@
+"""Syncing a real-HTTP cluster: what the portal records when the cluster or its nodes misbehave."""
+
+import pytest
+from django.core.management import call_command
+
+from pools.models import Cluster, NodeCapacity
+from pools.sync import sync_cluster
+from tests.kube.server import KubeApiServer
+
+
+@pytest.fixture
+def kube(tmp_path):
+    with KubeApiServer(mig_apply_seconds=0.02) as server:
+        server.kubeconfig_path = server.write_kubeconfig(tmp_path / "kubeconfig")
+        yield server
+
+
+@pytest.fixture
+def cluster(kube, db):
+    cluster = Cluster(name="kube", driver=Cluster.Driver.KUBERNETES)
+    cluster.set_kubeconfig(kube.kubeconfig_path.read_text())
+    cluster.save()
+    return cluster
+
+
+def test_register_and_sync_a_cluster_from_the_command_line(kube, db, capsys):
+    kube.add_gpu_node("gpu-1", product="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
+    kube.add_node("cpu-1")  # no GPUs: not part of the GPU picture
+    call_command("register_cluster", "prod", "--kubeconfig", str(kube.kubeconfig_path))
+    assert "prod: nodes new 1, gpus new 8" in capsys.readouterr().out
+    node = NodeCapacity.objects.get(cluster__name="prod")
+    assert (node.name, node.gpu_model, node.gpu_count, node.mig_state) == ("gpu-1", "H100-80GB", 8, "success")
+    assert Cluster.objects.get(name="prod").status == Cluster.Status.READY
+
+
+def test_a_cluster_that_refuses_our_token_is_marked_unauthorised(kube, cluster, tmp_path):
+    cluster.set_kubeconfig(kube.write_kubeconfig(tmp_path / "bad", token="stale").read_text())
+    cluster.save()
+    report = sync_cluster(cluster=cluster)
+    cluster.refresh_from_db()
+    assert not report.ok
+    assert cluster.status == Cluster.Status.UNAUTHORISED
+    assert "refused our credentials" in cluster.last_error
+    assert "stale" not in cluster.last_error  # no credentials in messages
+
+
+def test_a_cluster_that_does_not_answer_is_marked_unreachable(kube, cluster):
+    kube.stop()
+    report = sync_cluster(cluster=cluster)
+    cluster.refresh_from_db()
+    assert not report.ok and cluster.status == Cluster.Status.UNREACHABLE
+    assert "cannot reach" in cluster.last_error
+
+
+def test_server_errors_are_recorded(kube, cluster):
+    kube.add_gpu_node("gpu-1")
+    kube.fail_requests(503, count=1)
+    assert not sync_cluster(cluster=cluster).ok
+    cluster.refresh_from_db()
+    assert cluster.status == Cluster.Status.ERROR and "503" in cluster.last_error
+    assert sync_cluster(cluster=cluster).ok  # the next sync recovers
+
+
+@pytest.mark.parametrize(
+    ("labels", "product", "message"),
+    [
+        ({"nvidia.com/gpu.count": "eight"}, "NVIDIA-H200", "cannot read"),
+        ({}, "NVIDIA-L40S", "L40S"),
+        ({"nvidia.com/mig.config": "not-in-the-map"}, "NVIDIA-H200", "not-in-the-map"),
+    ],
+    ids=["malformed-count", "unknown-model", "unknown-config"],
+)
+def test_a_node_that_cannot_be_read_is_shown_with_why_and_the_rest_goes_on(
+    labels, product, message, kube, cluster
+):
+    kube.add_gpu_node("good", product="NVIDIA-H200")
+    kube.add_gpu_node("bad", product=product, labels=labels)
+    report = sync_cluster(cluster=cluster)
+    assert report.ok
+    bad = NodeCapacity.objects.get(name="bad")
+    assert message in bad.error and bad.gpus.count() == 0
+    good = NodeCapacity.objects.get(name="good")
+    assert good.error == "" and good.gpus.count() == 8
+
+
+def test_a_config_with_a_layout_the_catalogue_rejects_is_shown(kube, cluster):
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kube.kubeconfig_path)))
+    core.create_namespaced_config_map(
+        "gpu-operator",
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="custom-mig-parted-config"),
+            data={
+                "config.yaml": 'version: v1\nmig-configs: {too-big: [{devices: all, mig-enabled: true, mig-devices: {"4g.71gb": 2}}]}'
+            },
+        ),
+    )
+    kube.add_gpu_node("gpu-1", labels={"nvidia.com/mig.config": "too-big"})
+    sync_cluster(cluster=cluster)
+    node = NodeCapacity.objects.get(name="gpu-1")
+    assert "does not fit" in node.error
