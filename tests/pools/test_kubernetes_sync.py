@@ -83,6 +83,12 @@ def test_a_node_that_cannot_be_read_is_shown_with_why_and_the_rest_goes_on(
     assert good.error == "" and good.gpus.count() == 8
 
 
+TOO_BIG = """version: v1
+mig-configs:
+  too-big: [{devices: all, mig-enabled: true, mig-devices: {"4g.71gb": 2}}]
+"""
+
+
 def test_a_config_with_a_layout_the_catalogue_rejects_is_shown(kube, cluster):
     from kubernetes import client, config
 
@@ -91,9 +97,7 @@ def test_a_config_with_a_layout_the_catalogue_rejects_is_shown(kube, cluster):
         "gpu-operator",
         client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="custom-mig-parted-config"),
-            data={
-                "config.yaml": 'version: v1\nmig-configs: {too-big: [{devices: all, mig-enabled: true, mig-devices: {"4g.71gb": 2}}]}'
-            },
+            data={"config.yaml": TOO_BIG},
         ),
     )
     kube.add_gpu_node("gpu-1", labels={"nvidia.com/mig.config": "too-big"})
