@@ -17,6 +17,7 @@ class ClusterForm(forms.ModelForm):
     kubeconfig = forms.CharField(
         label=_("kubeconfig"),
         required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"}),
         help_text=_("Paste a kubeconfig to set or replace it. It is stored encrypted and never shown again."),
     )

@@ -132,3 +132,26 @@ def test_the_cluster_admin_never_shows_the_kubeconfig(db, client):
     assert response.status_code == 302
     cluster.refresh_from_db()
     assert cluster.kubeconfig() == KUBECONFIG and cluster.mig_config_map == "gpu/mig"
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "created"),
+    [(KUBECONFIG, True), ("", False), ("clusters: [", False)],
+    ids=["valid", "missing", "not-yaml"],
+)
+def test_operators_add_clusters_in_the_admin(kubeconfig, created, db, staff_user, client):
+    client.force_login(staff_user("operator"))
+    response = client.post(
+        reverse("admin:pools_cluster_add"),
+        {
+            "name": "gpu-east",
+            "driver": "kubernetes",
+            "context": "",
+            "mig_config_map": "gpu-operator/custom-mig-parted-config",
+            "kubeconfig": kubeconfig,
+        },
+    )
+    assert response.status_code == (302 if created else 200)
+    assert Cluster.objects.filter(name="gpu-east").exists() == created
+    if created:
+        assert Cluster.objects.get(name="gpu-east").kubeconfig() == KUBECONFIG
