@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from django.db.models import Prefetch, QuerySet
 
 from pools import mig
-from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount
+from pools.mig import profile_from_resource
+from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
 
 
 def clusters() -> QuerySet[Cluster]:
@@ -126,6 +127,8 @@ class NodeView:
     node: NodeCapacity
     gpus: list[GpuView] = field(default_factory=list)
     specs: list[SpecAndCount] = field(default_factory=list)
+    # GPU pods running on the node: (namespace, project or None, profile, count)
+    workloads: list[tuple[str, object, str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -166,7 +169,7 @@ def _segments(gpu: GpuCapacity) -> list[Segment]:
 
 
 def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
-    """Clusters → groups → nodes → GPUs with their MIG drawing, in five queries."""
+    """Clusters → groups → nodes → GPUs with their MIG drawing and GPU pods, in six queries."""
     node_rows = NodeCapacity.objects.select_related("group").order_by("name")
     gpu_rows = GpuCapacity.objects.order_by("index")
     spec_rows = SpecAndCount.objects.filter(capacity__gt=0).order_by("resource_name")
@@ -182,13 +185,21 @@ def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
     specs_by_node: dict[int, list[SpecAndCount]] = defaultdict(list)
     for spec in spec_rows:
         specs_by_node[spec.node_id].append(spec)
+    pods_by_node: dict[tuple[int, str], dict] = defaultdict(dict)
+    running = WorkloadProfile.objects.filter(present=True, phase="Running").select_related("project__tenant")
+    for pod in running.order_by("namespace", "resource_name"):
+        key = (pod.namespace, pod.project, profile_from_resource(pod.resource_name) or pod.resource_name)
+        counts = pods_by_node[(pod.cluster_id, pod.node_name)]
+        counts[key] = counts.get(key, 0) + pod.count
     groups_by_cluster: dict[int, dict[int | None, GroupView]] = defaultdict(dict)
     for group in GpuGroup.objects.order_by("name"):
         groups_by_cluster[group.cluster_id][group.pk] = GroupView(group)
     for node in node_rows:
         views = groups_by_cluster[node.cluster_id]
         view = views.get(node.group_id) or views.setdefault(None, GroupView(None))
-        view.nodes.append(NodeView(node, gpus_by_node[node.pk], specs_by_node[node.pk]))
+        pods = pods_by_node.get((node.cluster_id, node.name), {})
+        workloads = [(ns, project, profile, count) for (ns, project, profile), count in pods.items()]
+        view.nodes.append(NodeView(node, gpus_by_node[node.pk], specs_by_node[node.pk], workloads))
     result = []
     for cluster in Cluster.objects.order_by("name"):
         groups = [g for g in groups_by_cluster[cluster.pk].values() if g.nodes or g.group is not None]

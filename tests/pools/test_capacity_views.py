@@ -131,3 +131,16 @@ def test_dashboard_draws_layouts_and_flags(synced, staff_user, client):
     assert body.count("seg-1g") == 14  # two nodes with a GPU of 7 × 1g.18gb
     assert 'class="node drained"' in body
     assert reverse("capacity-dashboard") in client.get("/").content.decode()  # linked in the menu
+
+
+def test_dashboard_names_the_projects_whose_pods_hold_gpus(synced, staff_user, client):
+    from tests.factories import ProjectFactory
+
+    ProjectFactory(slug="vision", namespace="acme-vision", tenant__slug="acme")
+    driver = SimulatedDriver(synced)
+    driver.ensure_namespace("acme-vision", {})
+    driver.apply_quota("acme-vision", {"nvidia.com/mig-1g.18gb": 3})
+    sync_cluster(cluster=synced)
+    client.force_login(staff_user("operator"))
+    body = client.get("/capacity/").content.decode()
+    assert "acme/vision · 1g.18gb × 3" in body
