@@ -187,44 +187,37 @@ def _apply(model, rows: dict, wanted: dict, fields: tuple[str, ...], now: dateti
     return len(to_create), len(to_update)
 
 
-def _mark_absent(model, rows: Iterable, now: datetime, **extra) -> int:
+def _mark_absent(model, rows: Iterable, now: datetime) -> int:
     gone = [row for row in rows if row.present]
     for row in gone:
         row.present = False
         row.last_change_at = now
-        for name, value in extra.items():
-            setattr(row, name, value)
     if gone:
-        model.objects.bulk_update(gone, ["present", "last_change_at", *extra], batch_size=BATCH)
+        model.objects.bulk_update(gone, ["present", "last_change_at"], batch_size=BATCH)
     return len(gone)
 
 
-def _gpus_readable(info: NodeInfo) -> bool:
-    return info.gpus_known and not info.error
+def _node_values(info: NodeInfo, previous: NodeCapacity | None, now: datetime) -> dict:
+    """The node row as the cluster reports it; what it cannot tell now is kept as last known."""
+    readable = info.gpus_known and not info.error
+    return {
+        "gpu_model": info.gpu_model or (previous.gpu_model if previous else ""),
+        "gpu_count": len(info.gpus) if readable or previous is None else previous.gpu_count,
+        "ready": info.ready,
+        "mig_strategy": info.mig_strategy,
+        "mig_config": info.mig_config,
+        "mig_state": info.mig_state,
+        "mig_state_since": (
+            previous.mig_state_since if previous and previous.mig_state == info.mig_state else now
+        ),
+        "present": True,
+        "error": info.error,
+    }
 
 
 def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: SyncReport) -> None:
     nodes = {n.name: n for n in NodeCapacity.objects.filter(cluster=cluster)}
-    wanted = {
-        info.name: {
-            "gpu_model": info.gpu_model,
-            "gpu_count": len(info.gpus)
-            if _gpus_readable(info)
-            else getattr(nodes.get(info.name), "gpu_count", 0),
-            "ready": info.ready,
-            "mig_strategy": info.mig_strategy,
-            "mig_config": info.mig_config,
-            "mig_state": info.mig_state,
-            "mig_state_since": (
-                nodes[info.name].mig_state_since
-                if info.name in nodes and nodes[info.name].mig_state == info.mig_state
-                else now
-            ),
-            "present": True,
-            "error": info.error,
-        }
-        for info in infos
-    }
+    wanted = {info.name: _node_values(info, nodes.get(info.name), now) for info in infos}
     created, updated = _apply(
         NodeCapacity,
         nodes,
