@@ -26,9 +26,19 @@ class Route:
 
 
 def acme_objects(t):
+    from pools.models import PoolRequest
+    from pools.sync import sync_cluster
+    from tests.factories import ClusterFactory
+
     invitation = InvitationFactory(tenant=t.acme, invited_by=t.acme_admin)
     member = t.acme.memberships.get(user=t.acme_member)
-    return {"invitation": invitation, "member": member}
+    sync_cluster(cluster=ClusterFactory(name="iso", fleet=[("n", 1, "H100-80GB", [None] * 8)]))
+    request = PoolRequest.objects.create(project=t.vision, submitted_by=t.acme_member)
+    return {"invitation": invitation, "member": member, "request": request}
+
+
+def pool_request_url(action):
+    return lambda t, o: reverse(f"v1:pool-request-{action}", args=[o["request"].pk])
 
 
 ROUTES = [
@@ -91,11 +101,24 @@ ROUTES = [
         data={"tenant": "acme", "slug": "api-project", "name": "API project"},
         api=True,
     ),
+    Route("v1:pool-request-detail", "get", pool_request_url("detail"), 200, api=True),
+    Route("v1:pool-request-approve", "post", pool_request_url("approve"), 403, api=True),  # approvers only
+    Route("v1:pool-request-reject", "post", pool_request_url("reject"), 403, data={"reason": "x"}, api=True),
+    Route("v1:pool-request-cancel", "post", pool_request_url("cancel"), 200, api=True),
+    Route(
+        "v1:pool-request-list",
+        "post",
+        lambda t, o: reverse("v1:pool-request-list"),
+        201,
+        data={"project": None, "items": [{"spec": "h100-80gb.full", "count": 1}]},
+        api=True,
+    ),
 ]
 
 # Lists: an outsider gets 200 with none of acme's rows.
 LISTS = [
     ("home", False),
+    ("v1:pool-request-list", True),
     ("v1:tenant-list", True),
     ("v1:project-list", True),
 ]
@@ -135,10 +158,13 @@ def test_every_route_is_in_the_table():
     assert covered - routes == set(), "the table names routes that no longer exist"
 
 
-def _request(client, route, url):
+def _request(client, route, url, tenancy=None):
     call = getattr(client, route.method)
+    data = dict(route.data or {})
+    if "project" in data:  # acme's project, whoever asks
+        data["project"] = tenancy.vision.pk
     if route.api:
-        return call(url, route.data or {}, format="json")
+        return call(url, data, format="json")
     return call(url, route.data or {})
 
 
@@ -153,8 +179,9 @@ def test_foreign_object_answers_404_and_changes_nothing(route, who, tenancy, cli
     else:
         http.force_login(user)
     before = _snapshot(tenancy)
-    response = _request(http, route, route.url(tenancy, objects))
-    expected = 400 if route.name == "v1:project-list" else 404  # a tenant you cannot see is "unknown"
+    response = _request(http, route, route.url(tenancy, objects), tenancy)
+    # a tenant or project you cannot see is "unknown" in a body, and "not found" in an address
+    expected = 400 if route.name in ("v1:project-list", "v1:pool-request-list") else 404
     assert response.status_code == expected
     assert _snapshot(tenancy) == before
     if route.api:
@@ -171,27 +198,38 @@ def test_tenant_admin_reaches_every_route(route, tenancy, client, api_client):
         http.force_authenticate(tenancy.acme_admin)
     else:
         http.force_login(tenancy.acme_admin)
-    response = _request(http, route, route.url(tenancy, objects))
-    assert response.status_code == route.owner_status
+    response = _request(http, route, route.url(tenancy, objects), tenancy)
+    assert response.status_code == route.owner_status, response.content
 
 
 @pytest.mark.parametrize(("name", "api"), LISTS)
 def test_lists_show_only_own_tenants(name, api, tenancy, client, api_client):
+    from pools.models import PoolRequest
+
+    acme_objects(tenancy)
+    own = PoolRequest.objects.create(project=tenancy.recsys, submitted_by=tenancy.globex_member)
     http = api_client if api else client
     if api:
         http.force_authenticate(tenancy.globex_member)
     else:
         http.force_login(tenancy.globex_member)
-    body = http.get(reverse(name)).content.decode()
-    assert "recsys" in body or "globex" in body.lower()
+    response = http.get(reverse(name))
+    body = response.content.decode()
     assert "acme" not in body.lower()
     assert "vision" not in body
+    if name == "v1:pool-request-list":
+        assert [(row["id"], row["project"]) for row in response.json()] == [(own.pk, tenancy.recsys.pk)]
+    else:
+        assert "recsys" in body or "globex" in body.lower()
 
 
 def _snapshot(t):
+    from pools.models import PoolRequest
+
     acme = t.acme
     return (
         sorted(acme.projects.values_list("slug", "name")),
         sorted(acme.memberships.values_list("user_id", "role")),
         sorted(acme.invitations.values_list("email", "revoked_at")),
+        sorted(PoolRequest.objects.filter(project__tenant=acme).values_list("pk", "state")),
     )

@@ -1,4 +1,4 @@
-"""Every change to capacity that people make: registering clusters, draining, grouping.
+"""Capacity changes people make: registering clusters, draining, grouping.
 
 Views, the API, admin actions and commands call these; each runs in one
 transaction, locks what it changes and refuses bad input with a PortalError.

@@ -1,0 +1,254 @@
+"""Pools: what tenants ask for and what they get.
+
+- PoolRequest: a project's ask for GPUs (items: GPU model × profile × count), decided
+  by an approver, then admitted by the queue when placement finds room.
+- RequestItem: one line of a request, e.g. 3 × H200-141GB 1g.18gb, or 2 × full H100-80GB.
+- Pool: the GPUs a fulfilled request reserved, from reservation to release.
+- Allocation: one MIG instance (a run of memory slices on a GPU) or one full GPU bound
+  to a pool. A database exclusion constraint makes two live allocations of one GPU's
+  memory slices impossible, whatever the code above it does.
+- PoolEvent: who moved a request or pool from which state to which, when and why.
+
+States move only through `pools.services`, along the transitions listed here.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import IntegerRangeField, RangeOperators
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class RequestState(models.TextChoices):
+    SUBMITTED = "submitted", _("submitted")
+    APPROVED = "approved", _("approved")
+    QUEUED = "queued", _("queued")
+    FULFILLED = "fulfilled", _("fulfilled")
+    REJECTED = "rejected", _("rejected")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class PoolState(models.TextChoices):
+    PROVISIONING = "provisioning", _("provisioning")
+    ACTIVE = "active", _("active")
+    RELEASING = "releasing", _("releasing")
+    RELEASED = "released", _("released")
+    FAILED = "failed", _("failed")
+
+
+REQUEST_TRANSITIONS: dict[str, set[str]] = {
+    RequestState.SUBMITTED: {RequestState.APPROVED, RequestState.REJECTED, RequestState.CANCELLED},
+    RequestState.APPROVED: {RequestState.QUEUED, RequestState.FULFILLED, RequestState.CANCELLED},
+    RequestState.QUEUED: {RequestState.FULFILLED, RequestState.CANCELLED, RequestState.REJECTED},
+    RequestState.FULFILLED: set(),
+    RequestState.REJECTED: set(),
+    RequestState.CANCELLED: set(),
+}
+POOL_TRANSITIONS: dict[str, set[str]] = {
+    PoolState.PROVISIONING: {PoolState.ACTIVE, PoolState.FAILED, PoolState.RELEASING},
+    PoolState.ACTIVE: {PoolState.RELEASING},
+    PoolState.RELEASING: {PoolState.RELEASED},
+    PoolState.RELEASED: set(),
+    PoolState.FAILED: set(),
+}
+
+
+class PoolRequestQuerySet(models.QuerySet):
+    def visible_to(self, user) -> PoolRequestQuerySet:
+        from portal.models import visible_tenant_ids
+
+        ids = visible_tenant_ids(user)
+        return self if ids is None else self.filter(project__tenant_id__in=ids)
+
+    def waiting(self) -> PoolRequestQuerySet:
+        """Approved requests not admitted yet, in queue order: priority, then approval time."""
+        return self.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED]).order_by(
+            "-priority", "approved_at", "pk"
+        )
+
+
+class PoolRequest(models.Model):
+    project = models.ForeignKey(
+        "portal.Project", on_delete=models.PROTECT, related_name="pool_requests", verbose_name=_("project")
+    )
+    cluster = models.ForeignKey(
+        "pools.Cluster",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="pool_requests",
+        verbose_name=_("cluster"),
+        help_text=_("Empty: any cluster."),
+    )
+    purpose = models.CharField(
+        _("purpose"), max_length=40, blank=True, help_text=_("Workload type, e.g. training, inference.")
+    )
+    justification = models.TextField(_("justification"), max_length=4000, blank=True)
+    state = models.CharField(
+        _("state"), max_length=16, choices=RequestState.choices, default=RequestState.SUBMITTED
+    )
+    priority = models.SmallIntegerField(
+        _("priority"), default=0, help_text=_("Higher goes first in the queue.")
+    )
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", verbose_name=_("submitted by")
+    )
+    submitted_at = models.DateTimeField(_("submitted"), auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("decided by"),
+    )
+    decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    approved_at = models.DateTimeField(_("approved"), null=True, blank=True)
+    decision_reason = models.TextField(_("reason of the decision"), max_length=2000, blank=True)
+    waiting_reason = models.CharField(_("why it waits"), max_length=500, blank=True)
+
+    objects = PoolRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at"]
+        verbose_name = _("pool request")
+        verbose_name_plural = _("pool requests")
+        permissions = [("approve_poolrequest", _("Can approve or reject pool requests"))]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(state__in=RequestState.values), name="pool_request_state_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "-priority", "approved_at"], name="pool_request_queue")]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.project}"
+
+
+class RequestItem(models.Model):
+    request = models.ForeignKey(
+        PoolRequest, on_delete=models.CASCADE, related_name="items", verbose_name=_("request")
+    )
+    gpu_model = models.CharField(_("GPU model"), max_length=32)
+    profile = models.CharField(_("profile"), max_length=32, help_text=_("A MIG profile, or full."))
+    count = models.PositiveSmallIntegerField(_("count"))
+
+    class Meta:
+        ordering = ["pk"]
+        verbose_name = _("request item")
+        verbose_name_plural = _("request items")
+        constraints = [
+            models.UniqueConstraint(fields=["request", "gpu_model", "profile"], name="request_item_once"),
+            models.CheckConstraint(condition=models.Q(count__gt=0), name="request_item_count_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.count} × {self.gpu_model} {self.profile}"
+
+
+class PoolQuerySet(models.QuerySet):
+    def visible_to(self, user) -> PoolQuerySet:
+        from portal.models import visible_tenant_ids
+
+        ids = visible_tenant_ids(user)
+        return self if ids is None else self.filter(project__tenant_id__in=ids)
+
+
+class Pool(models.Model):
+    request = models.OneToOneField(
+        PoolRequest, on_delete=models.PROTECT, related_name="pool", verbose_name=_("request")
+    )
+    project = models.ForeignKey(
+        "portal.Project", on_delete=models.PROTECT, related_name="pools", verbose_name=_("project")
+    )
+    cluster = models.ForeignKey(
+        "pools.Cluster", on_delete=models.PROTECT, related_name="pools", verbose_name=_("cluster")
+    )
+    state = models.CharField(
+        _("state"), max_length=16, choices=PoolState.choices, default=PoolState.PROVISIONING
+    )
+    reserved_at = models.DateTimeField(_("reserved"), help_text=_("Billing counts from here."))
+    active_at = models.DateTimeField(_("active since"), null=True, blank=True)
+    released_at = models.DateTimeField(_("released"), null=True, blank=True)
+    failure_reason = models.TextField(_("why it failed"), blank=True)
+
+    objects = PoolQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-reserved_at"]
+        verbose_name = _("pool")
+        verbose_name_plural = _("pools")
+        constraints = [
+            models.CheckConstraint(condition=models.Q(state__in=PoolState.values), name="pool_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"pool #{self.pk} of {self.project}"
+
+
+class Allocation(models.Model):
+    pool = models.ForeignKey(
+        Pool, on_delete=models.PROTECT, related_name="allocations", verbose_name=_("pool")
+    )
+    gpu = models.ForeignKey(
+        "pools.GpuCapacity", on_delete=models.PROTECT, related_name="allocations", verbose_name=_("GPU")
+    )
+    profile = models.CharField(_("profile"), max_length=32, help_text=_("A MIG profile, or full."))
+    # The memory slices [start, end) the instance occupies; a full GPU holds [0, 8).
+    slices = IntegerRangeField(_("memory slices"))
+    resource_name = models.CharField(_("resource"), max_length=64)
+    instance_uuid = models.CharField(_("instance UUID"), max_length=64, blank=True)
+    allocated_at = models.DateTimeField(_("allocated"), auto_now_add=True)
+    released_at = models.DateTimeField(_("released"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu_id", "slices"]
+        verbose_name = _("allocation")
+        verbose_name_plural = _("allocations")
+        constraints = [
+            # Over-commit is impossible, not unlikely: live allocations of one GPU never share a slice.
+            ExclusionConstraint(
+                name="allocation_no_shared_slices",
+                expressions=[("gpu", RangeOperators.EQUAL), ("slices", RangeOperators.OVERLAPS)],
+                condition=models.Q(released_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile} on {self.gpu_id} [{self.slices.lower},{self.slices.upper})"
+
+    @property
+    def start(self) -> int | None:
+        return None if self.profile == "full" else self.slices.lower
+
+
+class PoolEvent(models.Model):
+    request = models.ForeignKey(
+        PoolRequest, on_delete=models.CASCADE, related_name="events", verbose_name=_("request")
+    )
+    pool = models.ForeignKey(
+        Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="events", verbose_name=_("pool")
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("who"),
+        help_text=_("Empty when the portal itself acted (queue, provisioning)."),
+    )
+    at = models.DateTimeField(_("when"), auto_now_add=True)
+    from_state = models.CharField(_("from"), max_length=16, blank=True)
+    to_state = models.CharField(_("to"), max_length=16)
+    reason = models.TextField(_("why"), blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        verbose_name = _("pool event")
+        verbose_name_plural = _("pool events")
+
+    def __str__(self) -> str:
+        return f"{self.from_state or '∅'} → {self.to_state}"

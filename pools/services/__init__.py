@@ -1,0 +1,35 @@
+"""Every state change of the pools app (one door): capacity changes and the life of pool requests.
+
+Views, the API, admin actions and tasks call these functions; each runs in one
+transaction, locks what it changes, and refuses bad input with a PortalError.
+"""
+
+from pools.services.capacity import (
+    check_kubeconfig,
+    register_kubernetes_cluster,
+    set_gpu_drained,
+    set_node_drained,
+    set_node_group,
+)
+from pools.services.requests import (
+    approve_request,
+    cancel_request,
+    queue_positions,
+    reject_request,
+    set_priority,
+    submit_request,
+)
+
+__all__ = [
+    "approve_request",
+    "cancel_request",
+    "check_kubeconfig",
+    "queue_positions",
+    "register_kubernetes_cluster",
+    "reject_request",
+    "set_gpu_drained",
+    "set_node_drained",
+    "set_node_group",
+    "set_priority",
+    "submit_request",
+]

@@ -1,0 +1,224 @@
+"""Pool requests from submission to decision: submit, approve, reject, cancel, prioritise.
+
+Each function locks the request, checks the move against REQUEST_TRANSITIONS,
+writes a PoolEvent, and refuses anything else with a PortalError (4xx).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from pools.models import (
+    REQUEST_TRANSITIONS,
+    Cluster,
+    GpuCapacity,
+    GpuGroup,
+    PoolEvent,
+    PoolRequest,
+    RequestItem,
+    RequestState,
+)
+from pools.specs import Spec, UnknownSpec, parse_spec
+from portal.errors import Conflict, InvalidInput, NotAllowed
+from portal.models import Membership, Project, Role
+
+MAX_ITEMS = 20
+MAX_COUNT = 10_000
+
+
+def move(request: PoolRequest, to: str, *, actor=None, reason: str = "") -> None:
+    """The one place a request changes state: check the transition, record the event."""
+    if to not in REQUEST_TRANSITIONS[request.state]:
+        raise Conflict(
+            _("Request #%(id)s is %(state)s; it cannot become %(to)s.")
+            % {"id": request.pk, "state": RequestState(request.state).label, "to": RequestState(to).label}
+        )
+    PoolEvent.objects.create(
+        request=request, actor=actor, from_state=request.state, to_state=to, reason=reason
+    )
+    request.state = to
+
+
+def _locked(request_id: int) -> PoolRequest:
+    request = PoolRequest.objects.select_for_update().filter(pk=request_id).first()
+    if request is None:
+        raise InvalidInput(_("Request #%(id)s does not exist.") % {"id": request_id})
+    return request
+
+
+def _largest_holding(spec: Spec, cluster: Cluster | None) -> int:
+    """The most units of a spec one cluster could ever hold (every GPU of the model cut for it)."""
+    gpus = GpuCapacity.objects.filter(present=True, node__present=True, model=spec.gpu_model)
+    if cluster is not None:
+        gpus = gpus.filter(node__cluster=cluster)
+    per_cluster = gpus.values("node__cluster").annotate(n=Count("id")).values_list("n", flat=True)
+    return max(per_cluster, default=0) * spec.max_per_gpu()
+
+
+def _check_items(items: Sequence[tuple[str, int]], cluster: Cluster | None) -> list[tuple[Spec, int]]:
+    if not items:
+        raise InvalidInput(_("A request needs at least one item."))
+    if len(items) > MAX_ITEMS:
+        raise InvalidInput(_("A request has at most %(n)s items.") % {"n": MAX_ITEMS})
+    checked, seen = [], set()
+    for spec_id, count in items:
+        try:
+            spec = parse_spec(spec_id)
+        except UnknownSpec as error:
+            raise InvalidInput(str(error)) from None
+        if spec in seen:
+            raise InvalidInput(
+                _("%(spec)s is listed twice; give it once with the total count.") % {"spec": spec.id}
+            )
+        seen.add(spec)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or count > MAX_COUNT:
+            raise InvalidInput(
+                _("The count of %(spec)s must be a whole number above zero.") % {"spec": spec.id}
+            )
+        ceiling = _largest_holding(spec, cluster)
+        if count > ceiling:
+            where = cluster.name if cluster else _("any cluster")
+            raise InvalidInput(
+                _("%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s).")
+                % {"count": count, "spec": spec.id, "where": where, "ceiling": ceiling}
+            )
+        checked.append((spec, count))
+    return checked
+
+
+def _check_purpose(purpose: str, cluster: Cluster | None) -> None:
+    if len(purpose) > 40:
+        raise InvalidInput(_("The purpose has at most 40 characters."))
+    if not purpose or cluster is None:
+        return
+    groups = list(GpuGroup.objects.filter(cluster=cluster).values_list("name", flat=True))
+    if groups and purpose not in groups:
+        raise InvalidInput(
+            _("%(cluster)s places work by GPU group; choose a purpose among: %(groups)s.")
+            % {"cluster": cluster.name, "groups": ", ".join(sorted(groups))}
+        )
+
+
+def submit_request(
+    *,
+    project: Project,
+    user,
+    items: Sequence[tuple[str, int]],
+    cluster: Cluster | None = None,
+    purpose: str = "",
+    justification: str = "",
+) -> PoolRequest:
+    """A member (or admin) of the project's tenant asks for GPUs: items are (spec id, count)."""
+    role = (
+        Membership.objects.filter(user=user, tenant_id=project.tenant_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+    if role not in (Role.ADMIN, Role.MEMBER):
+        raise NotAllowed(_("Viewers cannot request GPUs; ask an admin of your tenant for the member role."))
+    if len(justification) > 4000:
+        raise InvalidInput(_("The justification has at most 4000 characters."))
+    checked = _check_items(items, cluster)
+    _check_purpose(purpose, cluster)
+    with transaction.atomic():
+        request = PoolRequest.objects.create(
+            project=project, cluster=cluster, purpose=purpose, justification=justification, submitted_by=user
+        )
+        RequestItem.objects.bulk_create(
+            RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
+            for spec, count in checked
+        )
+        PoolEvent.objects.create(request=request, actor=user, to_state=RequestState.SUBMITTED)
+    return request
+
+
+def _require_approver(user) -> None:
+    if not (user.is_active and user.has_perm("pools.approve_poolrequest")):
+        raise NotAllowed(_("Only approvers decide on pool requests."))
+
+
+def approve_request(*, request_id: int, approver, priority: int | None = None) -> PoolRequest:
+    """Approve; the queue then admits the request when placement finds room."""
+    _require_approver(approver)
+    with transaction.atomic():
+        request = _locked(request_id)
+        move(request, RequestState.APPROVED, actor=approver)
+        now = timezone.now()
+        request.decided_by, request.decided_at, request.approved_at = approver, now, now
+        if priority is not None:
+            request.priority = priority
+        request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
+    return request
+
+
+def reject_request(*, request_id: int, approver, reason: str) -> PoolRequest:
+    _require_approver(approver)
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput(_("Say why the request is rejected: the tenant reads the reason."))
+    if len(reason) > 2000:
+        raise InvalidInput(_("The reason has at most 2000 characters."))
+    with transaction.atomic():
+        request = _locked(request_id)
+        move(request, RequestState.REJECTED, actor=approver, reason=reason)
+        request.decided_by, request.decided_at, request.decision_reason = approver, timezone.now(), reason
+        request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
+    return request
+
+
+def cancel_request(*, request_id: int, user, reason: str = "") -> PoolRequest:
+    """The requester or an admin of the tenant withdraws a request that has no pool yet."""
+    with transaction.atomic():
+        request = _locked(request_id)
+        is_admin = Membership.objects.filter(
+            user=user, tenant_id=request.project.tenant_id, role=Role.ADMIN
+        ).exists()
+        if request.submitted_by_id != user.pk and not is_admin and not user.is_superuser:
+            raise NotAllowed(_("Only who asked, or an admin of the tenant, can cancel this request."))
+        if request.state == RequestState.FULFILLED:
+            raise Conflict(_("Request #%(id)s is fulfilled; release its pool instead.") % {"id": request.pk})
+        move(request, RequestState.CANCELLED, actor=user, reason=reason)
+        request.save(update_fields=["state"])
+    return request
+
+
+def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
+    _require_approver(approver)
+    if not -1000 <= priority <= 1000:
+        raise InvalidInput(_("Priority goes from -1000 to 1000."))
+    with transaction.atomic():
+        request = _locked(request_id)
+        if not REQUEST_TRANSITIONS[request.state]:
+            raise Conflict(_("Request #%(id)s is decided and done.") % {"id": request.pk})
+        request.priority = priority
+        request.save(update_fields=["priority"])
+        PoolEvent.objects.create(
+            request=request,
+            actor=approver,
+            from_state=request.state,
+            to_state=request.state,
+            reason=_("priority set to %(p)s") % {"p": priority},
+        )
+    return request
+
+
+def queue_positions() -> dict[int, int]:
+    """Position (1-based) of every waiting request, in admission order."""
+    ids = PoolRequest.objects.waiting().values_list("pk", flat=True)
+    return {pk: n for n, pk in enumerate(ids, start=1)}
+
+
+__all__ = [
+    "approve_request",
+    "cancel_request",
+    "move",
+    "queue_positions",
+    "reject_request",
+    "set_priority",
+    "submit_request",
+]

@@ -1,0 +1,182 @@
+"""Pool requests through the API: submit, decide, cancel — and every refusal changes nothing."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from pools.models import GpuGroup, PoolEvent, PoolRequest, RequestState
+from pools.sync import sync_cluster
+from tests.factories import MembershipFactory, ProjectFactory
+
+URL = "/api/v1/pool-requests/"
+
+
+@pytest.fixture
+def fleet(sim_cluster):
+    sync_cluster(cluster=sim_cluster)  # 2 nodes × 8 H200, 1 node × 8 H100
+    return sim_cluster
+
+
+def body(tenancy, **overrides):
+    return {
+        "project": tenancy.vision.pk,
+        "items": [{"spec": "h200-141gb.mig-1g.18gb", "count": 2}, {"spec": "h100-80gb.full", "count": 1}],
+        "purpose": "inference",
+        "justification": "serving a vision model",
+        **overrides,
+    }
+
+
+def submit(client, tenancy, **overrides):
+    return client.post(URL, body(tenancy, **overrides), format="json")
+
+
+def test_a_member_submits_and_sees_the_request(fleet, tenancy, api_for):
+    response = submit(api_for(tenancy.acme_member), tenancy)
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert data["state"] == "submitted" and data["project"] == tenancy.vision.pk
+    assert data["items"] == [
+        {"spec": "h200-141gb.mig-1g.18gb", "gpu_model": "H200-141GB", "profile": "1g.18gb", "count": 2},
+        {"spec": "h100-80gb.full", "gpu_model": "H100-80GB", "profile": "full", "count": 1},
+    ]
+    assert data["estimated_hourly_cost"] is None  # no price list yet
+    assert data["submitted_by"] == "alice" and data["queue_position"] is None and data["pool"] is None
+    events = PoolEvent.objects.filter(request_id=data["id"]).values_list("from_state", "to_state")
+    assert list(events) == [("", "submitted")]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field_or_message"),
+    [
+        ({"items": [{"spec": "h200-141gb.mig-9g.99gb", "count": 1}]}, "has the MIG profiles"),
+        ({"items": [{"spec": "rtx-4090.full", "count": 1}]}, "Unknown spec"),
+        ({"items": [{"spec": "h100-80gb.full", "count": 0}]}, "items"),
+        ({"items": [{"spec": "h100-80gb.full", "count": -3}]}, "items"),
+        ({"items": [{"spec": "h100-80gb.full", "count": 9}]}, "could ever hold (8)"),
+        ({"items": [{"spec": "h200-141gb.mig-1g.18gb", "count": 113}]}, "could ever hold (112)"),
+        ({"items": []}, "items"),
+        ({"items": [{"spec": "h100-80gb.full", "count": 1}] * 2}, "listed twice"),
+        ({"project": 999999}, "project"),
+        ({"cluster": "nope"}, "cluster"),
+        ({"justification": "x" * 4001}, "justification"),
+        ({"purpose": "p" * 41}, "purpose"),
+    ],
+)
+def test_bad_requests_are_refused_and_nothing_is_written(
+    overrides, field_or_message, fleet, tenancy, api_for
+):
+    response = submit(api_for(tenancy.acme_member), tenancy, **overrides)
+    assert response.status_code == 400, response.content
+    assert field_or_message in response.content.decode()
+    assert not PoolRequest.objects.exists()
+
+
+def test_another_tenants_project_does_not_exist_for_you(fleet, tenancy, api_for):
+    response = submit(api_for(tenancy.globex_member), tenancy)
+    assert response.status_code == 400 and "project" in response.json()
+    assert not PoolRequest.objects.exists()
+
+
+def test_viewers_cannot_request(fleet, tenancy, api_for):
+    response = submit(api_for(tenancy.acme_viewer), tenancy)
+    assert response.status_code == 403 and "Viewers" in response.json()["detail"]
+    assert not PoolRequest.objects.exists()
+
+
+def test_purpose_must_name_a_group_where_the_cluster_has_groups(fleet, tenancy, api_for):
+    GpuGroup.objects.create(cluster=fleet, name="training")
+    response = submit(api_for(tenancy.acme_member), tenancy, cluster="sim", purpose="inference")
+    assert response.status_code == 400 and "training" in response.json()["detail"]
+    assert submit(api_for(tenancy.acme_member), tenancy, cluster="sim", purpose="training").status_code == 201
+
+
+def test_malformed_json_is_a_400(fleet, tenancy, api_for):
+    response = api_for(tenancy.acme_member).post(URL, "{oops", content_type="application/json")
+    assert response.status_code == 400 and "JSON" in response.json()["detail"]
+
+
+@pytest.fixture
+def submitted(fleet, tenancy, api_for):
+    return submit(api_for(tenancy.acme_member), tenancy).json()["id"]
+
+
+def test_an_approver_approves_once(submitted, staff_user, api_for):
+    client = api_for(staff_user("approver"))
+    response = client.post(f"{URL}{submitted}/approve/", {"priority": 5}, format="json")
+    assert response.status_code == 200
+    assert (response.json()["state"], response.json()["priority"], response.json()["decided_by"]) == (
+        "approved",
+        5,
+        "staff-approver",
+    )
+    again = client.post(f"{URL}{submitted}/approve/", {}, format="json")
+    assert again.status_code == 409 and "approved" in again.json()["detail"]
+    assert PoolEvent.objects.filter(request_id=submitted).count() == 2
+
+
+@pytest.mark.parametrize("who", ["acme_admin", "acme_member"])
+def test_tenants_cannot_decide(who, submitted, tenancy, api_for):
+    response = api_for(getattr(tenancy, who)).post(f"{URL}{submitted}/approve/", {}, format="json")
+    assert response.status_code == 403
+    assert PoolRequest.objects.get(pk=submitted).state == RequestState.SUBMITTED
+
+
+def test_a_rejection_needs_a_reason(submitted, staff_user, api_for):
+    client = api_for(staff_user("approver"))
+    assert client.post(f"{URL}{submitted}/reject/", {"reason": "  "}, format="json").status_code == 400
+    assert client.post(f"{URL}{submitted}/reject/", {}, format="json").status_code == 400
+    assert PoolRequest.objects.get(pk=submitted).state == RequestState.SUBMITTED
+    response = client.post(f"{URL}{submitted}/reject/", {"reason": "no budget this quarter"}, format="json")
+    assert response.json()["state"] == "rejected"
+    assert response.json()["decision_reason"] == "no budget this quarter"
+
+
+@pytest.mark.parametrize(("who", "status"), [("acme_member", 200), ("acme_admin", 200), ("acme_viewer", 403)])
+def test_who_may_cancel(who, status, submitted, tenancy, api_for):
+    response = api_for(getattr(tenancy, who)).post(f"{URL}{submitted}/cancel/", {}, format="json")
+    assert response.status_code == status
+    expected = RequestState.CANCELLED if status == 200 else RequestState.SUBMITTED
+    assert PoolRequest.objects.get(pk=submitted).state == expected
+
+
+def test_a_decided_request_cannot_be_cancelled_or_decided_again(submitted, tenancy, staff_user, api_for):
+    api_for(staff_user("approver")).post(f"{URL}{submitted}/reject/", {"reason": "no"}, format="json")
+    client = api_for(tenancy.acme_member)
+    response = client.post(f"{URL}{submitted}/cancel/", {}, format="json")
+    assert response.status_code == 409 and "rejected" in response.json()["detail"]
+
+
+def test_foreign_requests_answer_404(submitted, tenancy, api_for):
+    client = api_for(tenancy.globex_member)
+    assert client.get(f"{URL}{submitted}/").status_code == 404
+    assert client.post(f"{URL}{submitted}/cancel/", {}, format="json").status_code == 404
+    assert client.get(URL).json() == []
+    assert PoolRequest.objects.get(pk=submitted).state == RequestState.SUBMITTED
+
+
+def test_queue_positions_follow_priority_then_approval_time(fleet, tenancy, staff_user, api_for):
+    member, approver = api_for(tenancy.acme_member), staff_user("approver")
+    ids = [submit(member, tenancy).json()["id"] for _ in range(3)]
+    client = api_for(approver)
+    client.post(f"{URL}{ids[0]}/approve/", {}, format="json")
+    client.post(f"{URL}{ids[1]}/approve/", {}, format="json")
+    client.post(f"{URL}{ids[2]}/approve/", {"priority": 10}, format="json")
+    positions = {r["id"]: r["queue_position"] for r in client.get(URL).json()}
+    assert positions == {ids[2]: 1, ids[0]: 2, ids[1]: 3}
+
+
+def test_the_request_list_runs_a_constant_number_of_queries(fleet, tenancy, api_for):
+    member = api_for(tenancy.acme_member)
+    submit(member, tenancy)
+
+    def queries():
+        with CaptureQueriesContext(connection) as ctx:
+            assert member.get(URL).status_code == 200
+        return len(ctx)
+
+    few = queries()
+    for _ in range(10):
+        submit(member, tenancy, project=ProjectFactory(tenant=tenancy.acme).pk)
+    MembershipFactory(tenant=tenancy.acme)
+    assert queries() == few
