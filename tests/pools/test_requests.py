@@ -180,3 +180,27 @@ def test_the_request_list_runs_a_constant_number_of_queries(fleet, tenancy, api_
         submit(member, tenancy, project=ProjectFactory(tenant=tenancy.acme).pk)
     MembershipFactory(tenant=tenancy.acme)
     assert queries() == few
+
+
+def test_approvers_approve_in_bulk_and_reject_with_a_reason_in_the_admin(
+    fleet, tenancy, staff_user, api_for, client
+):
+    member = api_for(tenancy.acme_member)
+    ids = [submit(member, tenancy).json()["id"] for _ in range(3)]
+    client.force_login(staff_user("approver"))
+    changelist = "/admin/pools/poolrequest/"
+    assert client.get(changelist + "?state__exact=submitted").status_code == 200
+    response = client.post(changelist, {"action": "approve", "_selected_action": ids[:2]})
+    assert response.status_code == 302
+    assert list(PoolRequest.objects.filter(pk__in=ids).order_by("pk").values_list("state", flat=True)) == [
+        "approved",
+        "approved",
+        "submitted",
+    ]
+    ask = client.post(changelist, {"action": "reject", "_selected_action": [ids[2]]})
+    assert ask.status_code == 200 and "their tenants read the reason" in ask.content.decode()
+    client.post(changelist, {"action": "reject", "_selected_action": [ids[2]], "reason": "duplicate"})
+    rejected = PoolRequest.objects.get(pk=ids[2])
+    assert (rejected.state, rejected.decision_reason) == ("rejected", "duplicate")
+    page = client.get(f"{changelist}{ids[2]}/change/").content.decode()
+    assert "duplicate" in page and 'name="items-0-count"' not in page  # decided: items are read-only

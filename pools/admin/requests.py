@@ -1,0 +1,164 @@
+"""Django admin of pool requests: the approvers' queue, decisions in bulk, the timeline."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from pools import services
+from pools.models import PoolEvent, PoolRequest, RequestItem, RequestState
+from portal.errors import PortalError
+
+
+class RequestItemInline(admin.TabularInline):
+    """Items stay editable while the request waits for a decision, and only then."""
+
+    model = RequestItem
+    extra = 0
+    fields = ["gpu_model", "profile", "count"]
+
+    def _undecided(self, obj) -> bool:
+        return obj is not None and obj.state == RequestState.SUBMITTED
+
+    def has_add_permission(self, request, obj=None):
+        return self._undecided(obj) and super().has_add_permission(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return self._undecided(obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._undecided(obj) and super().has_delete_permission(request, obj)
+
+
+class PoolEventInline(admin.TabularInline):
+    model = PoolEvent
+    extra = 0
+    can_delete = False
+    fields = ["at", "actor", "from_state", "to_state", "reason"]
+    readonly_fields = fields
+    verbose_name_plural = _("timeline")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class RejectForm(forms.Form):
+    reason = forms.CharField(
+        label=_("Reason"),
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("The tenant reads it."),
+    )
+
+
+@admin.register(PoolRequest)
+class PoolRequestAdmin(admin.ModelAdmin):
+    list_display = [
+        "__str__",
+        "tenant",
+        "state",
+        "priority",
+        "items_summary",
+        "cluster",
+        "purpose",
+        "submitted_by",
+        "submitted_at",
+        "waiting_reason",
+    ]
+    list_filter = ["state", "project__tenant", "cluster", "items__gpu_model", "submitted_at"]
+    list_select_related = ["project__tenant", "cluster", "submitted_by"]
+    search_fields = [
+        "project__name",
+        "project__slug",
+        "project__tenant__name",
+        "justification",
+        "submitted_by__username",
+    ]
+    date_hierarchy = "submitted_at"
+    fields = [
+        "project",
+        "cluster",
+        "purpose",
+        "justification",
+        "state",
+        "priority",
+        "submitted_by",
+        "submitted_at",
+        "decided_by",
+        "decided_at",
+        "decision_reason",
+        "waiting_reason",
+    ]
+    readonly_fields = [f for f in fields if f != "priority"]
+    inlines = [RequestItemInline, PoolEventInline]
+    actions = ["approve", "reject"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("items")
+
+    def has_add_permission(self, request):
+        return False  # tenants ask through the portal
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # requests are history
+
+    @admin.display(description=_("tenant"), ordering="project__tenant__name")
+    def tenant(self, obj):
+        return obj.project.tenant
+
+    @admin.display(description=_("items"))
+    def items_summary(self, obj):
+        return ", ".join(str(item) for item in obj.items.all())
+
+    def save_model(self, request, obj, form, change):
+        if "priority" in form.changed_data:
+            try:
+                services.set_priority(request_id=obj.pk, approver=request.user, priority=obj.priority)
+            except PortalError as error:
+                self.message_user(request, error.message, messages.ERROR)
+
+    def _each(self, request, queryset, call) -> None:
+        done = 0
+        for obj in queryset:
+            try:
+                call(obj)
+                done += 1
+            except PortalError as error:
+                self.message_user(request, f"#{obj.pk}: {error.message}", messages.ERROR)
+        if done:
+            self.message_user(
+                request, ngettext("%(n)d request done.", "%(n)d requests done.", done) % {"n": done}
+            )
+
+    @admin.action(description=_("Approve the selected requests"), permissions=["approve"])
+    def approve(self, request, queryset):
+        self._each(
+            request, queryset, lambda obj: services.approve_request(request_id=obj.pk, approver=request.user)
+        )
+
+    @admin.action(description=_("Reject the selected requests…"), permissions=["approve"])
+    def reject(self, request, queryset):
+        form = RejectForm(request.POST if "reason" in request.POST else None)
+        if form.is_valid():
+            reason = form.cleaned_data["reason"]
+            self._each(
+                request,
+                queryset,
+                lambda obj: services.reject_request(request_id=obj.pk, approver=request.user, reason=reason),
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Reject pool requests"),
+            "queryset": queryset,
+            "form": form,
+            "opts": self.model._meta,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/pools/poolrequest/reject.html", context)
+
+    def has_approve_permission(self, request):
+        return request.user.has_perm("pools.approve_poolrequest")
