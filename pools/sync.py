@@ -197,6 +197,21 @@ def _mark_absent(model, rows: Iterable, now: datetime) -> int:
     return len(gone)
 
 
+def _clear_reached_plans(gpus: dict, wanted: dict) -> None:
+    """A layout the queue planned is forgotten once the cluster reports it (same MIG mode and profiles)."""
+    reached = [
+        gpu.pk
+        for key, gpu in gpus.items()
+        if gpu.planned_layout is not None
+        and key in wanted
+        and wanted[key]["mig_enabled"] == gpu.planned_layout["mig"]
+        and sorted(i["profile"] for i in wanted[key]["layout"])
+        == sorted(i["profile"] for i in gpu.planned_layout["instances"])
+    ]
+    if reached:
+        GpuCapacity.objects.filter(pk__in=reached).update(planned_layout=None)
+
+
 def _node_values(info: NodeInfo, previous: NodeCapacity | None, now: datetime) -> dict:
     """The node row as the cluster reports it; what it cannot tell now is kept as last known."""
     readable = info.gpus_known and not info.error
@@ -264,6 +279,7 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
             if key not in wanted_specs and (spec.capacity or spec.allocatable):
                 wanted_specs[key] = {"profile": spec.profile, "capacity": 0, "allocatable": 0}
 
+    _clear_reached_plans(gpus, wanted_gpus)
     created, updated = _apply(
         GpuCapacity,
         gpus,

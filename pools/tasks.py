@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from pools.models import Cluster
+from pools.services.queue import admit_waiting
 from pools.sync import clusters_due, sync_cluster, sync_lock
 
 
@@ -26,3 +27,11 @@ def sync_cluster_now(cluster_id: int) -> str:
         if cluster is None:
             return "cluster removed"
         return sync_cluster(cluster=cluster).summary()
+
+
+@shared_task
+def admit_waiting_requests() -> str:
+    """Run the queue: after approvals, and periodically (capacity may have freed up)."""
+    results = admit_waiting()
+    admitted = sum(r.admitted for r in results)
+    return f"{admitted} admitted, {len(results) - admitted} waiting"

@@ -125,6 +125,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "pools.tasks.sync_all_clusters",
         "schedule": env.int("CAPACITY_SYNC_SECONDS", default=60),
     },
+    "admit-waiting-requests": {
+        "task": "pools.tasks.admit_waiting_requests",
+        "schedule": env.int("QUEUE_RUN_SECONDS", default=60),
+    },
     "clear-expired-sessions": {
         "task": "portal.tasks.clear_expired_sessions",
         "schedule": crontab(minute=17, hour=3),
@@ -150,6 +154,8 @@ SYNC_HEARTBEAT_SECONDS = env.int("SYNC_HEARTBEAT_SECONDS", default=600)
 SYNC_BACKOFF_MAX_SECONDS = env.int("SYNC_BACKOFF_MAX_SECONDS", default=1800)
 # How long a node may stay in MIG state "pending" before a change counts as failed.
 MIG_PENDING_TIMEOUT_SECONDS = env.int("MIG_PENDING_TIMEOUT_SECONDS", default=600)
+# A blocked request that has waited this long stops smaller ones behind it from backfilling.
+QUEUE_BACKFILL_GRACE_SECONDS = env.int("QUEUE_BACKFILL_GRACE_SECONDS", default=1800)
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 

@@ -21,11 +21,18 @@ from tests.factories import MembershipFactory, ProjectFactory, TenantFactory, Us
 ROOT = Path(__file__).resolve().parents[1]
 
 
+TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _test_settings(tmp_path_factory, django_test_environment):
-    """Fast password hashing; static files collected once, as production does, so that
-    templates resolve them through the manifest."""
+    """Fast password hashing; tasks sent to a queue of this session only; static files collected
+    once, as production does, so that templates resolve them through the manifest."""
     from django.conf import settings
+
+    from portal.celery import app
+
+    app.conf.task_default_queue = TASK_QUEUE
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.STATIC_ROOT = tmp_path_factory.mktemp("static")
@@ -118,8 +125,8 @@ def celery_worker(django_db_setup, tmp_path_factory):
     db = settings.DATABASES["default"]  # the test database, once django_db_setup has run
     auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
     database_url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    queue = f"test-{uuid.uuid4().hex[:10]}"
-    app.conf.task_default_queue = queue
+    queue = TASK_QUEUE
+    app.control.purge()  # tasks that earlier tests queued belong to databases that are gone
     work = tmp_path_factory.mktemp("worker")
     worker = Worker(queue=queue, mail_dir=work / "mail", log=work / "worker.log")
     env = {

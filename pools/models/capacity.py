@@ -183,6 +183,9 @@ class GpuCapacity(models.Model):
     mig_enabled = models.BooleanField(_("MIG enabled"), default=False)
     # [{"profile": "1g.18gb", "start": 0, "uuid": "MIG-…"}, …] sorted by start; empty when MIG is off.
     layout = models.JSONField(_("MIG layout"), default=list, blank=True)
+    # The layout the queue planned for this GPU when it admitted a pool, until the cluster reports it:
+    # {"mig": bool, "instances": [{"profile", "start"}]}. Placement sees this instead of `layout`.
+    planned_layout = models.JSONField(_("planned MIG layout"), null=True, blank=True)
     health = models.CharField(_("health"), max_length=16, choices=Health.choices, default=Health.UNKNOWN)
     drained = models.BooleanField(_("drained"), default=False)
     present = models.BooleanField(_("present"), default=True)

@@ -11,6 +11,7 @@ from pools.services.capacity import (
     set_node_drained,
     set_node_group,
 )
+from pools.services.queue import admit_waiting
 from pools.services.requests import (
     approve_request,
     cancel_request,
@@ -21,6 +22,7 @@ from pools.services.requests import (
 )
 
 __all__ = [
+    "admit_waiting",
     "approve_request",
     "cancel_request",
     "check_kubeconfig",

@@ -153,7 +153,14 @@ def approve_request(*, request_id: int, approver, priority: int | None = None) -
         if priority is not None:
             request.priority = priority
         request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
+        transaction.on_commit(_run_queue)
     return request
+
+
+def _run_queue() -> None:
+    from pools.tasks import admit_waiting_requests
+
+    admit_waiting_requests.delay()
 
 
 def reject_request(*, request_id: int, approver, reason: str) -> PoolRequest:

@@ -1,0 +1,229 @@
+"""The queue: admit approved requests when placement finds room, reserving capacity as it admits.
+
+Policy. Waiting requests (approved or queued) are taken by priority, then approval
+time. Each is placed whole or not at all, on one cluster, by the placement engine,
+which sees the rest of the queue. A request that fits is admitted at once, even
+behind one that does not (backfill), with one exception that keeps a large request
+from starving: once a blocked request has waited QUEUE_BACKFILL_GRACE_SECONDS, no
+request of the same or lower priority behind it is admitted until it is, so freed
+capacity collects for it.
+
+Admission and reservation are one transaction, run one at a time under a database
+advisory lock; the allocation exclusion constraint makes over-commit impossible even
+if two portals disagreed about the lock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.backends.postgresql.psycopg_any import NumericRange
+from django.db.models import Count
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from pools import mig, placement
+from pools.models import (
+    Allocation,
+    Cluster,
+    GpuCapacity,
+    GpuGroup,
+    Pool,
+    PoolEvent,
+    PoolRequest,
+    PoolState,
+    RequestState,
+    SpecAndCount,
+)
+from pools.services.requests import move
+
+QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
+
+
+@dataclass
+class Admission:
+    request_id: int
+    admitted: bool
+    pool_id: int | None = None
+    reason: str = ""
+
+
+def _live_allocations() -> dict[int, list[Allocation]]:
+    by_gpu: dict[int, list[Allocation]] = defaultdict(list)
+    for allocation in Allocation.objects.filter(released_at__isnull=True):
+        by_gpu[allocation.gpu_id].append(allocation)
+    return by_gpu
+
+
+def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict[str, placement.Fleet]:
+    """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations."""
+    allocations = _live_allocations()
+    gpus = (
+        GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=clusters)
+        .select_related("node__cluster", "node__group")
+        .order_by("node__cluster__name", "node__name", "index")
+    )
+    fleets: dict[str, list[placement.Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        node = gpu.node
+        planned = gpu.planned_layout
+        mig_on = planned["mig"] if planned else gpu.mig_enabled
+        layout = planned["instances"] if planned else gpu.layout
+        taken = {a.slices.lower for a in allocations.get(gpu.pk, ()) if a.profile != mig.FULL_GPU}
+        whole_taken = any(a.profile == mig.FULL_GPU for a in allocations.get(gpu.pk, ()))
+        fleets[node.cluster.name].append(
+            placement.Gpu(
+                id=str(gpu.pk),
+                node=f"{node.cluster.name}/{node.name}",
+                model=gpu.model,
+                mig=mig_on,
+                allocated=whole_taken,
+                instances=tuple(placement.Slot(i["profile"], i["start"], i["start"] in taken) for i in layout)
+                if mig_on
+                else (),
+                group=node.group.name if node.group and use_groups[node.cluster_id] else None,
+                cluster=node.cluster.name,
+                schedulable=gpu.schedulable and node.ready,
+                reconfiguring=node.mig_state in ("pending", "rebooting") or planned is not None,
+            )
+        )
+    return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}
+
+
+def _engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
+    return placement.Request(
+        id=str(request.pk),
+        items=tuple(placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()),
+        group=(request.purpose or None) if grouped else None,
+    )
+
+
+def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, now) -> Pool:
+    pool = Pool.objects.create(
+        request=request,
+        project=request.project,
+        cluster=cluster,
+        state=PoolState.PROVISIONING,
+        reserved_at=now,
+    )
+    gpus = {g.pk: g for g in GpuCapacity.objects.filter(pk__in=[int(a.gpu) for a in plan.assignments])}
+    for change in plan.reconfigure:
+        GpuCapacity.objects.filter(pk=int(change.gpu)).update(
+            planned_layout={
+                "mig": change.mig,
+                "instances": [{"profile": p, "start": s} for p, s in change.instances],
+            }
+        )
+    Allocation.objects.bulk_create(
+        Allocation(
+            pool=pool,
+            gpu_id=int(a.gpu),
+            profile=a.profile,
+            slices=NumericRange(0, mig.MEMORY_SLICES)
+            if a.profile == mig.FULL_GPU
+            else NumericRange(
+                a.start, a.start + mig.gpu_model(gpus[int(a.gpu)].model).profile(a.profile).memory_slices
+            ),
+            resource_name=mig.resource_name(a.profile),
+        )
+        for a in plan.assignments
+    )
+    recount_allocated({g.node_id for g in gpus.values()})
+    PoolEvent.objects.create(request=request, pool=pool, to_state=PoolState.PROVISIONING)
+    return pool
+
+
+def recount_allocated(node_ids: set[int]) -> None:
+    """SpecAndCount.allocated of these nodes, from their live allocations."""
+    counts = (
+        Allocation.objects.filter(released_at__isnull=True, gpu__node_id__in=node_ids)
+        .values("gpu__node_id", "resource_name")
+        .annotate(n=Count("id"))
+    )
+    wanted = {(row["gpu__node_id"], row["resource_name"]): row["n"] for row in counts}
+    for spec in SpecAndCount.objects.filter(node_id__in=node_ids):
+        n = wanted.pop((spec.node_id, spec.resource_name), 0)
+        if spec.allocated != n:
+            spec.allocated = n
+            spec.save(update_fields=["allocated", "last_change_at"])
+    for (node_id, resource), n in wanted.items():  # a profile the cluster does not advertise yet
+        SpecAndCount.objects.create(
+            node_id=node_id,
+            resource_name=resource,
+            profile=mig.profile_from_resource(resource) or resource,
+            allocated=n,
+        )
+
+
+def admit_waiting() -> list[Admission]:
+    """Run the queue once; returns what happened to each waiting request."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_LOCK])
+        waiting = list(
+            PoolRequest.objects.waiting()
+            .select_for_update(of=("self",))
+            .select_related("cluster", "project")
+            .prefetch_related("items")
+        )
+        if not waiting:
+            return []
+        clusters = list(Cluster.objects.filter(status=Cluster.Status.READY).order_by("name"))
+        grouped = {c.pk: c.pk in set(GpuGroup.objects.values_list("cluster_id", flat=True)) for c in clusters}
+        fleets = fleet_snapshot(clusters, grouped)
+        now = timezone.now()
+        grace = timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS)
+        blocked_priority: int | None = None
+        results = []
+        for position, request in enumerate(waiting):
+            if blocked_priority is not None and request.priority <= blocked_priority:
+                results.append(
+                    _wait(request, _("waiting behind an older request that needs the capacity first"))
+                )
+                continue
+            plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets)
+            if plan is not None and plan.placed:
+                fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
+                move(request, RequestState.FULFILLED)
+                request.waiting_reason = ""
+                request.save(update_fields=["state", "waiting_reason"])
+                pool = _reserve(request, cluster, plan, now)
+                results.append(Admission(request.pk, True, pool.pk))
+                continue
+            reason = plan.reason if plan is not None else _("no cluster is ready")
+            results.append(_wait(request, reason))
+            if request.approved_at and now - request.approved_at >= grace and blocked_priority is None:
+                blocked_priority = request.priority
+        return results
+
+
+def _place(request, upcoming, clusters, grouped, fleets):
+    candidates = [c for c in clusters if request.cluster_id in (None, c.pk)]
+    best = None
+    for cluster in candidates:
+        fleet = fleets.get(cluster.name)
+        if fleet is None:
+            continue
+        engine_request = _engine_request(request, grouped[cluster.pk])
+        later = [_engine_request(r, grouped[cluster.pk]) for r in upcoming[:50]]
+        plan = placement.place(fleet, engine_request, upcoming=later)
+        if plan.placed:
+            return plan, cluster
+        best = best or (plan, cluster)
+    return best if best else (None, None)
+
+
+def _wait(request: PoolRequest, reason: str) -> Admission:
+    reason = reason[:500]
+    if request.state == RequestState.APPROVED:
+        move(request, RequestState.QUEUED, reason=reason)
+        request.waiting_reason = reason
+        request.save(update_fields=["state", "waiting_reason"])
+    elif request.waiting_reason != reason:
+        request.waiting_reason = reason
+        request.save(update_fields=["waiting_reason"])
+    return Admission(request.pk, False, reason=reason)

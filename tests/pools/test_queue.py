@@ -1,0 +1,209 @@
+"""The queue: approved requests are admitted when they fit, with capacity reserved in the same step."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.backends.postgresql.psycopg_any import NumericRange
+from django.utils import timezone
+
+from pools.models import Allocation, GpuCapacity, Pool, PoolRequest, RequestState, SpecAndCount
+from pools.services import admit_waiting, approve_request, submit_request
+from pools.sync import sync_cluster
+from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, UserFactory
+
+
+@pytest.fixture
+def fleet(sim_cluster):
+    sync_cluster(
+        cluster=sim_cluster
+    )  # h200-1, h200-2: GPU 0 = 7 × 1g.18gb, GPU 1 = 2 × 3g.71gb, 6 full; h100-1: 8 full
+    return sim_cluster
+
+
+@pytest.fixture
+def approver(staff_user):
+    return staff_user("approver")
+
+
+def ask(tenancy, items, **kwargs):
+    return submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items, **kwargs)
+
+
+def approve(request, approver, **kwargs):
+    return approve_request(request_id=request.pk, approver=approver, **kwargs)
+
+
+def test_a_request_that_fits_is_admitted_with_its_capacity_reserved(fleet, tenancy, approver):
+    request = ask(tenancy, [("h200-141gb.mig-1g.18gb", 2), ("h100-80gb.full", 1)])
+    approve(request, approver)
+    (result,) = admit_waiting()
+    assert result.admitted
+    request.refresh_from_db()
+    assert request.state == RequestState.FULFILLED and request.waiting_reason == ""
+    pool = Pool.objects.get(request=request)
+    assert pool.state == "provisioning" and pool.cluster == fleet and pool.reserved_at
+    allocations = Allocation.objects.filter(pool=pool)
+    assert sorted(a.profile for a in allocations) == ["1g.18gb", "1g.18gb", "full"]
+    full = allocations.get(profile="full")
+    assert full.slices == NumericRange(0, 8) and full.gpu.node.name == "h100-1"
+    small = [a for a in allocations if a.profile == "1g.18gb"]
+    assert all(a.slices.upper - a.slices.lower == 1 for a in small)
+    assert len({a.gpu_id for a in small}) == 1  # packed on one GPU, free ones kept whole
+    allocated = dict(SpecAndCount.objects.filter(allocated__gt=0).values_list("resource_name", "allocated"))
+    assert allocated == {"nvidia.com/mig-1g.18gb": 2, "nvidia.com/gpu": 1}
+    states = list(request.events.values_list("from_state", "to_state"))
+    assert states == [
+        ("", "submitted"),
+        ("submitted", "approved"),
+        ("approved", "fulfilled"),
+        ("", "provisioning"),
+    ]
+
+
+def test_a_request_that_does_not_fit_now_waits_with_a_reason(fleet, tenancy, approver):
+    request = ask(tenancy, [("h100-80gb.full", 8)])
+    approve(request, approver)
+    admit_waiting()
+    other = ask(tenancy, [("h100-80gb.full", 1)])
+    approve(other, approver)
+    results = {r.request_id: r for r in admit_waiting()}
+    assert not results[other.pk].admitted
+    other.refresh_from_db()
+    assert other.state == RequestState.QUEUED and other.waiting_reason
+    assert "H100-80GB" in other.waiting_reason
+    assert list(other.events.values_list("to_state", flat=True))[-1] == "queued"
+    admit_waiting()  # again: no new event for the same wait
+    assert other.events.filter(to_state="queued").count() == 1
+
+
+def test_a_new_layout_is_planned_on_a_wholly_free_gpu_and_never_double_booked(fleet, tenancy, approver):
+    first = ask(tenancy, [("h200-141gb.mig-4g.71gb", 1)])
+    approve(first, approver)
+    admit_waiting()
+    planned = GpuCapacity.objects.exclude(planned_layout=None)
+    assert planned.count() == 1
+    gpu = planned.get()
+    assert gpu.planned_layout["mig"] and "4g.71gb" in [i["profile"] for i in gpu.planned_layout["instances"]]
+    assert not gpu.allocations.exclude(released_at=None).exists()
+    second = ask(tenancy, [("h200-141gb.mig-4g.71gb", 1)])
+    approve(second, approver)
+    admit_waiting()
+    gpus = Allocation.objects.filter(profile="4g.71gb").values_list("gpu_id", "slices")
+    assert len(gpus) == 2 and len(set(gpus)) == 2
+
+
+def test_the_database_refuses_two_live_allocations_of_one_slice(fleet, tenancy, approver):
+    request = ask(tenancy, [("h100-80gb.full", 1)])
+    approve(request, approver)
+    admit_waiting()
+    taken = Allocation.objects.get()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Allocation.objects.create(
+            pool=taken.pool,
+            gpu=taken.gpu,
+            profile="full",
+            slices=NumericRange(0, 8),
+            resource_name="nvidia.com/gpu",
+        )
+    taken.released_at = timezone.now()
+    taken.save()
+    Allocation.objects.create(  # once released, the slices are free again
+        pool=taken.pool,
+        gpu=taken.gpu,
+        profile="full",
+        slices=NumericRange(0, 8),
+        resource_name="nvidia.com/gpu",
+    )
+
+
+def test_priority_then_approval_time_and_a_starving_request_stops_backfill(
+    fleet, tenancy, approver, settings
+):
+    settings.QUEUE_BACKFILL_GRACE_SECONDS = 3600
+    hog = ask(tenancy, [("h100-80gb.full", 6)])
+    approve(hog, approver)
+    admit_waiting()  # 6 of 8 H100 taken
+    big = ask(tenancy, [("h100-80gb.full", 4)])
+    approve(big, approver)
+    small = ask(tenancy, [("h100-80gb.full", 1)])
+    approve(small, approver)
+    admit_waiting()
+    small.refresh_from_db()
+    assert small.state == RequestState.FULFILLED  # backfill while the big one is young
+
+    PoolRequest.objects.filter(pk=big.pk).update(approved_at=timezone.now() - timedelta(hours=2))
+    late = ask(tenancy, [("h100-80gb.full", 1)])
+    approve(late, approver)
+    urgent = ask(tenancy, [("h200-141gb.full", 1)])
+    approve(urgent, approver, priority=5)
+    admit_waiting()
+    late.refresh_from_db()
+    urgent.refresh_from_db()
+    assert late.state == RequestState.QUEUED and "older request" in late.waiting_reason
+    assert urgent.state == RequestState.FULFILLED  # higher priority is not held back
+
+
+def test_requests_for_a_cluster_and_a_group_land_there(db, tenancy, staff_user):
+    from pools.models import GpuGroup, NodeCapacity
+
+    full = [None] * 8
+    a = ClusterFactory(name="a", fleet=[("n", 1, "H100-80GB", full)])
+    b = ClusterFactory(name="b", fleet=[("train", 1, "H100-80GB", full), ("serve", 1, "H100-80GB", full)])
+    for cluster in (a, b):
+        sync_cluster(cluster=cluster)
+    training = GpuGroup.objects.create(cluster=b, name="training")
+    NodeCapacity.objects.filter(cluster=b, name="train-1").update(group=training)
+    approver = staff_user("approver")
+    request = submit_request(
+        project=tenancy.vision,
+        user=tenancy.acme_member,
+        items=[("h100-80gb.full", 2)],
+        cluster=b,
+        purpose="training",
+    )
+    approve_request(request_id=request.pk, approver=approver)
+    admit_waiting()
+    nodes = set(Allocation.objects.values_list("gpu__node__name", flat=True))
+    assert nodes == {"train-1"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_admissions_never_over_commit(tenancy):
+    cluster = ClusterFactory(name="race", fleet=[("n", 1, "H100-80GB", [None] * 8)])
+    sync_cluster(cluster=cluster)
+    approver = UserFactory(username="racer", is_staff=True)
+    from django.contrib.auth.models import Group
+
+    approver.groups.add(Group.objects.get(name="approver"))
+    requests = []
+    for n in range(12):
+        project = ProjectFactory(tenant=tenancy.acme, slug=f"race{n}")
+        MembershipFactory(tenant=tenancy.acme, user=UserFactory(username=f"asker{n}"), role="member")
+        user = tenancy.acme.memberships.get(user__username=f"asker{n}").user
+        requests.append(submit_request(project=project, user=user, items=[("h100-80gb.full", 1)]))
+    errors = []
+
+    def worker(chunk):
+        try:
+            for request in chunk:
+                approve_request(request_id=request.pk, approver=approver)
+                admit_waiting()
+        except Exception as error:  # reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(requests[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    admit_waiting()
+    live = Allocation.objects.filter(released_at=None)
+    assert live.count() == 8  # every GPU once, no more
+    assert live.values("gpu").distinct().count() == 8
+    assert PoolRequest.objects.filter(state=RequestState.FULFILLED).count() == 8
+    assert PoolRequest.objects.filter(state=RequestState.QUEUED).count() == 4
