@@ -1,4 +1,4 @@
-"""Placement plans for bench/placement.py: the book that checks them, and the first-fit baseline that makes some.
+"""Placement plans for bench/placement.py: the book that checks them, and the first-fit baseline.
 
 Words used here (the trace's words are in placement_trace.py):
 - plan: what a method decided for one request: layout changes, then the instances (or whole GPUs) it takes.
@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 
-from bench.placement_trace import Trace, TraceGpu, TraceRequest, request_compute_slices
+from bench.placement_trace import Trace, TraceGpu, TraceInstance, TraceRequest, request_compute_slices
 from pools import mig
 
 
@@ -55,6 +55,7 @@ class BookSlot:
 @dataclass
 class BookGpu:
     id: str
+    node: str
     model: str
     cluster: str
     mig: bool
@@ -80,6 +81,7 @@ class Book:
             {
                 gpu.id: BookGpu(
                     gpu.id,
+                    gpu.node,
                     gpu.model,
                     gpu.cluster,
                     gpu.mig,
@@ -88,6 +90,21 @@ class Book:
                 )
                 for gpu in gpus
             }
+        )
+
+    def as_trace_gpus(self) -> tuple[TraceGpu, ...]:
+        """The fleet as it stands now, in the trace's words."""
+        return tuple(
+            TraceGpu(
+                gpu.id,
+                gpu.node,
+                gpu.model,
+                gpu.mig,
+                gpu.allocated,
+                tuple(TraceInstance(slot.profile, slot.start, slot.allocated) for slot in gpu.slots),
+                gpu.cluster,
+            )
+            for gpu in self.gpus.values()
         )
 
     def apply(self, request: TraceRequest, plan: Plan) -> bool:
@@ -196,8 +213,8 @@ def homogeneous_layout(model_name: str, profile: str) -> tuple[mig.Instance, ...
     raise ValueError(f"{profile} does not fit on an empty {model_name}.")
 
 
-def _first_fit_unit(gpus: dict[str, BookGpu], model: str, profile: str) -> tuple[Change | None, Take] | None:
-    same_model = [gpu for gpu in gpus.values() if gpu.model == model]
+def _first_fit_unit(gpus: list[BookGpu], model: str, profile: str) -> tuple[Change | None, Take] | None:
+    same_model = [gpu for gpu in gpus if gpu.model == model]
     if profile == mig.FULL_GPU:
         gpu = next((g for g in same_model if not g.mig and not g.allocated), None)
         change = None
@@ -225,21 +242,30 @@ def _first_fit_unit(gpus: dict[str, BookGpu], model: str, profile: str) -> tuple
     return Change(gpu.id, mig=True, instances=layout), Take(gpu.id, profile, layout[0].start)
 
 
-def first_fit_plan(book: Book, request: TraceRequest) -> Plan:
-    """The baseline's plan for one request, all or nothing; the book is not changed."""
-    scratch = copy.deepcopy(book.gpus)
+def _first_fit_in(gpus: list[BookGpu], request: TraceRequest) -> Plan | None:
     changes: list[Change] = []
     takes: list[Take] = []
     for item in request.items:
         for _ in range(item.count):
-            unit = _first_fit_unit(scratch, item.model, item.profile)
+            unit = _first_fit_unit(gpus, item.model, item.profile)
             if unit is None:
-                return Plan(request.id, placed=False, reason=f"no room for {item.profile} on {item.model}")
+                return None
             change, take = unit
             if change is not None:
                 changes.append(change)
             takes.append(take)
     return Plan(request.id, placed=True, changes=tuple(changes), takes=tuple(takes))
+
+
+def first_fit_plan(book: Book, request: TraceRequest) -> Plan:
+    """The baseline's plan for one request, all or nothing, in the first cluster (in fleet order) that holds
+    all of it; the book is not changed."""
+    for cluster in dict.fromkeys(gpu.cluster for gpu in book.gpus.values()):
+        scratch = [copy.deepcopy(gpu) for gpu in book.gpus.values() if gpu.cluster == cluster]
+        plan = _first_fit_in(scratch, request)
+        if plan is not None:
+            return plan
+    return Plan(request.id, placed=False, reason="first fit found no room in any cluster")
 
 
 def first_fit(trace: Trace) -> list[Plan]:

@@ -24,12 +24,13 @@ from pools import mig
 MODELS = ("H100-80GB", "H200-141GB")
 GPUS_PER_NODE = 8
 # Size classes a request asks for, and how often: small instances are the common ones.
-REQUEST_SIZES: dict[str, int] = {"1g": 30, "2g": 22, "3g": 15, "4g": 10, "7g": 8, "full": 15}
-UNIT_COUNTS: dict[int, int] = {1: 50, 2: 25, 3: 15, 4: 10}
+REQUEST_SIZES: dict[str, int] = {"1g": 32, "2g": 24, "3g": 16, "4g": 10, "7g": 6, "full": 12}
+UNIT_COUNTS: dict[int, int] = {1: 55, 2: 25, 3: 12, 4: 8}
 MULTI_ITEM_SHARE = 0.15
 # What each GPU of a fresh fleet is doing; the partitioned ones draw a random valid layout.
-GPU_STATES: dict[str, int] = {"full-used": 20, "full-free": 15, "mig-free": 15, "mig-used": 50}
-INSTANCE_IN_USE = 0.6
+# Sized so that a queue of 100 asks for about 1.5–2 times the free compute slices of 8–12 nodes.
+GPU_STATES: dict[str, int] = {"full-used": 20, "full-free": 30, "mig-free": 15, "mig-used": 35}
+INSTANCE_IN_USE = 0.5
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,9 @@ def size_profiles(model_name: str) -> dict[str, str]:
     model = mig.gpu_model(model_name)
     chosen: dict[str, str] = {}
     for compute in sorted({p.compute_slices for p in model.profiles.values()}):
-        candidates = [p for p in model.profiles.values() if p.compute_slices == compute and not p.media_extension]
+        candidates = [
+            p for p in model.profiles.values() if p.compute_slices == compute and not p.media_extension
+        ]
         chosen[f"{compute}g"] = min(candidates, key=lambda p: p.memory_slices).name
     chosen[mig.FULL_GPU] = mig.FULL_GPU
     return chosen
@@ -155,7 +158,9 @@ def random_request(rng: random.Random, request_id: str, model_weights: dict[str,
         if size not in sizes:
             sizes.append(size)
     items = tuple(
-        TraceItem(model, profiles[size], rng.choices(list(UNIT_COUNTS), weights=list(UNIT_COUNTS.values()))[0])
+        TraceItem(
+            model, profiles[size], rng.choices(list(UNIT_COUNTS), weights=list(UNIT_COUNTS.values()))[0]
+        )
         for size in sizes
     )
     return TraceRequest(request_id, items)

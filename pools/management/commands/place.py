@@ -1,0 +1,64 @@
+"""`manage.py place --input TRACE.json`: the placement engine on a JSON trace, without a database."""
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from django.core.management.base import BaseCommand, CommandError
+
+from pools.placement import TraceError, place_all, results_to_json, trace_from_json
+
+HELP = """Place the requests of a trace on its GPUs, in order, each whole or not at all, and print the
+placements as JSON (API.md, "Placement trace"). Reads no database row and writes none.
+
+Each GPU: id, node, model (A100-40GB, A100-80GB, H100-80GB, H200-141GB, B200-180GB), mig (true/false),
+allocated (a MIG-disabled GPU in use), instances [{profile, start, allocated}], and optionally group,
+cluster (a request's items stay in one cluster; default ""), schedulable (false when drained or unhealthy:
+it gets nothing new; default true) and reconfiguring (its node is being re-partitioned now, so new layouts
+prefer it; default false). Each request: id, items [{model, profile ("full" for a whole GPU), count}] and
+optionally group (then only GPUs of that group are used)."""
+
+
+class Command(BaseCommand):
+    help = HELP
+    # Nothing here needs the database or the checks that read it; the command must work without one.
+    requires_system_checks: list[str] = []
+    requires_migrations_checks = False
+    stealth_options = ("stdin",)  # call_command(..., stdin=stream) stands in for standard input
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--input", dest="source", required=True, help="path of the JSON trace, or - for standard input"
+        )
+
+    def handle(self, *args, source: str, **options) -> None:
+        text = self._read(source, options.get("stdin") or sys.stdin)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise CommandError(
+                f"{self._name(source)} is not valid JSON: {error.msg} at line {error.lineno}, "
+                f"column {error.colno}."
+            ) from error
+        try:
+            fleet, requests = trace_from_json(data)
+        except TraceError as error:
+            raise CommandError(f"{self._name(source)}: {error}") from error
+        placements, _ = place_all(fleet, requests)
+        # Built in full before anything is written, so a failure leaves standard output empty.
+        self.stdout.write(json.dumps(results_to_json(placements), ensure_ascii=False, indent=2))
+
+    def _read(self, source: str, stdin: TextIO) -> str:
+        if source == "-":
+            return stdin.read()
+        try:
+            return Path(source).read_text(encoding="utf-8")
+        except OSError as error:
+            raise CommandError(f"Cannot read {source}: {error.strerror or error}.") from error
+        except UnicodeDecodeError as error:
+            raise CommandError(f"Cannot read {source}: it is not UTF-8 text.") from error
+
+    @staticmethod
+    def _name(source: str) -> str:
+        return "standard input" if source == "-" else source

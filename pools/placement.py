@@ -1,0 +1,274 @@
+"""MIG-aware placement: where each requested MIG instance or full GPU goes, which free GPUs get new layouts.
+
+Words used here (MIG geometry words are pools/mig.py's):
+- fleet: the GPUs the engine may place on, each with its MIG mode, layout and what on it is allocated.
+- slot: a provisioned MIG instance on a GPU, free or allocated.
+- item: so many instances of one profile of one GPU model, or so many whole GPUs ("full").
+- request: items placed together or not at all, in one cluster, on GPUs of its group if it names one.
+- wholly free GPU: nothing on it allocated. Only such a GPU may change layout or MIG mode, because the GPU
+  Operator destroys every instance of a GPU whose layout changes.
+- reconfigure: a new layout for a wholly free GPU (MIG on with instances, or MIG off).
+- assignment: one instance (or one whole GPU) given to a request, after the request's reconfigures.
+- placement: the answer for one request: its reconfigures and assignments, or the reason it was not placed.
+
+The engine is pure: no Django, no I/O, no clock. The planning itself is in pools/placement_plan.py, the
+choice of new layouts in pools/placement_layouts.py, the fleet index in pools/placement_index.py, the
+reasons in pools/placement_reasons.py, and the JSON trace of `manage.py place` in pools/placement_trace.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import islice
+
+from pools.mig import FULL_GPU, Instance, UnknownGpuModel, UnknownProfile, gpu_model, validate_layout
+from pools.placement_index import FleetIndex, has_allocation
+from pools.placement_layouts import RECENT_WEIGHT, evidence_weight
+from pools.placement_plan import QUEUE_WINDOW, plan_request
+
+
+@dataclass(frozen=True)
+class Slot:
+    profile: str
+    start: int
+    allocated: bool = False
+
+
+@dataclass(frozen=True)
+class Gpu:
+    id: str
+    node: str
+    model: str  # catalogue name, e.g. "H100-80GB"
+    mig: bool  # MIG mode on
+    allocated: bool = False  # for a MIG-disabled GPU: the whole GPU is in use
+    instances: tuple[Slot, ...] = ()
+    group: str | None = None
+    cluster: str = ""  # items of one request stay in one cluster
+    schedulable: bool = True  # False when drained or unhealthy: gets nothing new
+    reconfiguring: bool = False  # its node is being re-partitioned right now (prefer that node)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    gpus: tuple[Gpu, ...]
+
+
+@dataclass(frozen=True)
+class Item:
+    model: str
+    profile: str  # a MIG profile of that model, or "full"
+    count: int
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    items: tuple[Item, ...]
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    gpu: str
+    mig: bool
+    instances: tuple[tuple[str, int], ...]  # (profile, start), sorted by start
+
+
+@dataclass(frozen=True)
+class Assignment:
+    gpu: str
+    profile: str
+    start: int | None  # None for "full"
+
+
+@dataclass(frozen=True)
+class Placement:
+    request: str
+    placed: bool
+    reconfigure: tuple[Reconfigure, ...] = ()
+    assignments: tuple[Assignment, ...] = ()
+    reason: str = ""
+
+
+def fleet_index(fleet: Fleet) -> FleetIndex:
+    """The fleet's index, built on first use and kept on the immutable fleet; raises on duplicate GPU ids."""
+    index = fleet.__dict__.get("_index")
+    if index is None:
+        index = FleetIndex.build(fleet.gpus)
+        object.__setattr__(fleet, "_index", index)  # a cache, not state: equality ignores it
+    return index
+
+
+def validate_request(request: Request, fleet: Fleet) -> list[str]:
+    """What makes the request bad input, one sentence each; empty when it is well formed.
+
+    The fleet is not consulted: a request that names a model or group the fleet lacks, or asks for more than
+    it holds, is well formed and gets a `reason` from `place` instead.
+    """
+    errors: list[str] = []
+    if not request.items:
+        errors.append(f"Request {request.id!r} asks for nothing: it has no items.")
+    for number, item in enumerate(request.items, 1):
+        label = f"Item {number} of request {request.id!r}"
+        if isinstance(item.count, bool) or not isinstance(item.count, int) or item.count <= 0:
+            errors.append(f"{label}: the count must be a whole number above 0 (got {item.count!r}).")
+        try:
+            model = gpu_model(item.model)
+            if item.profile != FULL_GPU:
+                model.profile(item.profile)
+        except (UnknownGpuModel, UnknownProfile) as error:
+            errors.append(f"{label}: {error}")
+    return errors
+
+
+def place(
+    fleet: Fleet,
+    request: Request,
+    *,
+    upcoming: Sequence[Request] = (),
+    demand: Mapping[tuple[str, str], float] | None = None,
+) -> Placement:
+    """Where one request goes, whole, or why it cannot; `upcoming` is the rest of the waiting queue and
+    `demand` the recent demand per (model, profile), both used to choose the layouts of re-partitioned GPUs.
+    Without `demand`, the request itself is the only recent demand known, and weak evidence."""
+    if demand is None:
+        return _place(fleet, request, upcoming, _tally({}, request), evidence_weight(1))
+    return _place(fleet, request, upcoming, demand, RECENT_WEIGHT)
+
+
+def _place(
+    fleet: Fleet,
+    request: Request,
+    upcoming: Sequence[Request],
+    demand: Mapping[tuple[str, str], float],
+    recent_weight: int,
+) -> Placement:
+    errors = validate_request(request, fleet)
+    if errors:
+        return Placement(request.id, False, reason=" ".join(errors))
+    index = fleet_index(fleet)
+    window = [r for r in islice(upcoming, QUEUE_WINDOW) if not validate_request(r, fleet)]
+    plan = plan_request(index, request, window, demand, recent_weight)
+    if isinstance(plan, str):
+        return Placement(request.id, False, reason=plan)
+    gpus = index.gpus
+    return Placement(
+        request.id,
+        True,
+        reconfigure=tuple(
+            Reconfigure(gpus[position].id, mig, instances)
+            for position, (mig, instances) in sorted(plan.reconfigure.items())
+        ),
+        assignments=tuple(
+            Assignment(gpus[position].id, profile, start) for position, profile, start in plan.assignments
+        ),
+    )
+
+
+def apply(fleet: Fleet, placement: Placement) -> Fleet:
+    """The fleet after the placement: new layouts, assigned instances and GPUs allocated, and the nodes
+    re-partitioned marked as reconfiguring. Raises ValueError for a placement that breaks a rule."""
+    if not placement.placed:
+        return fleet
+    index = fleet_index(fleet)
+    gpus = list(fleet.gpus)
+    changed: set[int] = set()
+    nodes: set[str] = set()
+    for change in placement.reconfigure:
+        position = _position(index, change.gpu)
+        gpu = gpus[position]
+        if has_allocation(gpu):
+            raise ValueError(f"GPU {gpu.id} holds allocated work: its layout cannot change.")
+        if change.mig:
+            validate_layout(
+                gpu_model(gpu.model), [Instance(start, profile) for profile, start in change.instances]
+            )
+        elif change.instances:
+            raise ValueError(f"GPU {gpu.id} is switched to MIG off but given MIG instances.")
+        slots = tuple(Slot(profile, start) for profile, start in sorted(change.instances, key=lambda i: i[1]))
+        gpus[position] = replace(gpu, mig=change.mig, allocated=False, instances=slots)
+        changed.add(position)
+        nodes.add(gpu.node)
+    for assignment in placement.assignments:
+        position = _position(index, assignment.gpu)
+        gpus[position] = _allocate(gpus[position], assignment)
+        changed.add(position)
+    for node in nodes:
+        for position in index.nodes[node]:
+            if not gpus[position].reconfiguring:
+                gpus[position] = replace(gpus[position], reconfiguring=True)
+    after = Fleet(tuple(gpus))
+    object.__setattr__(after, "_index", index.updated(after.gpus, changed, nodes))
+    return after
+
+
+def _position(index: FleetIndex, gpu_id: str) -> int:
+    try:
+        return index.position[gpu_id]
+    except KeyError:
+        raise ValueError(f"The placement names GPU {gpu_id!r}, which is not in the fleet.") from None
+
+
+def _allocate(gpu: Gpu, assignment: Assignment) -> Gpu:
+    if assignment.profile == FULL_GPU:
+        if gpu.mig or gpu.allocated:
+            raise ValueError(f"GPU {gpu.id} is not a free MIG-disabled GPU: it cannot be given whole.")
+        return replace(gpu, allocated=True)
+    slots = list(gpu.instances)
+    for number, slot in enumerate(slots):
+        if slot.start == assignment.start and slot.profile == assignment.profile and not slot.allocated:
+            slots[number] = replace(slot, allocated=True)
+            return replace(gpu, instances=tuple(slots))
+    raise ValueError(f"GPU {gpu.id} has no free {assignment.profile} instance at {assignment.start}.")
+
+
+def place_all(
+    fleet: Fleet,
+    requests: Sequence[Request],
+    *,
+    demand: Mapping[tuple[str, str], float] | None = None,
+) -> tuple[list[Placement], Fleet]:
+    """Requests in the given order, each whole or not at all, each seeing what the earlier ones took and
+    the requests after it; returns the placements and the fleet after them. Without `demand`, the requests
+    seen so far (placed or not) are the recent demand."""
+    queue = list(requests)
+    placements: list[Placement] = []
+    seen: dict[tuple[str, str], float] = {}
+    for number, request in enumerate(queue):
+        upcoming = queue[number + 1 : number + 1 + QUEUE_WINDOW]
+        if demand is None:
+            placement = _place(fleet, request, upcoming, _tally(seen, request), evidence_weight(number + 1))
+        else:
+            placement = _place(fleet, request, upcoming, demand, RECENT_WEIGHT)
+        fleet = apply(fleet, placement)
+        placements.append(placement)
+    return placements, fleet
+
+
+def _tally(counts: dict[tuple[str, str], float], request: Request) -> dict[tuple[str, str], float]:
+    """Adds the request's instances to `counts` (whole GPUs too, which layout choice ignores)."""
+    for item in request.items:
+        if isinstance(item.count, int):
+            key = (item.model, item.profile)
+            counts[key] = counts.get(key, 0) + item.count
+    return counts
+
+
+class TraceError(ValueError):
+    """A trace (the input of `manage.py place`) that is not what API.md describes; the message says where."""
+
+
+def trace_from_json(data: dict) -> tuple[Fleet, list[Request]]:
+    """The fleet and requests of a trace in the API.md input shape; raises TraceError on bad input."""
+    # Imported here: the trace module builds this module's types, so it imports this module first.
+    from pools.placement_trace import read_trace
+
+    return read_trace(data)
+
+
+def results_to_json(placements: Sequence[Placement]) -> dict:
+    """Placements in the API.md output shape."""
+    from pools.placement_trace import write_results
+
+    return write_results(placements)

@@ -1,0 +1,365 @@
+"""Plans one request on an indexed fleet: which free instances it takes, which free GPUs get new layouts.
+
+The order of preference, per GPU model of the request, in one cluster:
+1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off; on one node if one can take
+   them all (NVLink), else on the fewest nodes.
+2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway.
+3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
+4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
+   on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement_layouts.py).
+Each cluster that holds the request's models is planned; the plan that changes least wins.
+
+Plain data in and out: positions in the fleet, (profile, start) pairs. pools/placement.py wraps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pools.mig import COMPUTE_SLICES, FULL_GPU
+from pools.placement_index import Bucket, FleetIndex
+from pools.placement_layouts import (
+    Counts,
+    Recent,
+    best_filler_score,
+    catalogue,
+    filler_score,
+    layout_instances,
+    plan_layouts,
+    recent_demand,
+)
+from pools.placement_reasons import unplaced_reason
+
+if TYPE_CHECKING:
+    from pools.placement import Request
+
+# The queue is read this far ahead: more than enough demand to fill the few GPUs one request re-partitions.
+QUEUE_WINDOW = 64
+# Score units (see pools/placement_layouts.py): a provisioned layout is kept unless a new one would serve
+# later demand better by more than this (one and a half generic compute slices), as re-cutting pauses a node.
+KEEP_LAYOUT_SLACK = 150
+# Wholly free GPUs whose provisioned layout is compared with a new one, per profile asked for.
+LAYOUT_CANDIDATES = 16
+
+Wanted = dict[str, tuple[int, dict[str, int]]]  # model -> (full GPUs, {profile: instances})
+
+
+@dataclass
+class Plan:
+    reconfigure: dict[int, tuple[bool, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
+    assignments: list[tuple[int, str, int | None]] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)  # GPUs given whole, re-partitioned or newly in use
+    slots: set[tuple[int, int]] = field(default_factory=set)  # provisioned instances assigned: (GPU, start)
+    used_free: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, profile) -> from free ones
+    nodes: dict[str, None] = field(default_factory=dict)  # nodes re-partitioned, in order
+    switched_on: int = 0  # MIG-disabled GPUs turned to MIG
+
+    def copy(self) -> Plan:
+        return replace(
+            self,
+            reconfigure=dict(self.reconfigure),
+            assignments=list(self.assignments),
+            taken=set(self.taken),
+            slots=set(self.slots),
+            used_free=dict(self.used_free),
+            nodes=dict(self.nodes),
+        )
+
+    def cost(self, index: FleetIndex) -> tuple[int, int, int, int]:
+        full_nodes = {index.gpus[gpu].node for gpu, profile, _ in self.assignments if profile == FULL_GPU}
+        paused = sum(node not in index.reconfiguring for node in self.nodes)
+        return (len(self.reconfigure), self.switched_on, paused, len(full_nodes))
+
+
+@dataclass
+class _Context:
+    index: FleetIndex
+    group: str | None
+    upcoming: Sequence[Request]
+    demand: Mapping[tuple[str, str], float] | None
+    recent_weight: int
+    _queue: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def queue(self, model: str) -> dict[str, int]:
+        """Instances of `model` that the waiting requests which may share these GPUs ask for."""
+        if model not in self._queue:
+            counts: dict[str, int] = {}
+            for request in self.upcoming:
+                if request.group is not None and self.group is not None and request.group != self.group:
+                    continue
+                for item in request.items:
+                    if item.model == model and item.profile != FULL_GPU and item.count > 0:
+                        counts[item.profile] = counts.get(item.profile, 0) + item.count
+            self._queue[model] = counts
+        return self._queue[model]
+
+    def recent(self, model: str) -> Recent:
+        return recent_demand(model, self.demand, self.recent_weight)
+
+    def queue_net(self, model: str, buckets: list[Bucket], plan: Plan) -> Counts:
+        """Queue demand that free instances do not cover yet."""
+        cat = catalogue(model)
+        wanted = self.queue(model)
+        net = []
+        for name in cat.names:
+            free = sum(b.free.get(name, 0) for b in buckets) - plan.used_free.get((model, name), 0)
+            net.append(max(0, wanted.get(name, 0) - free))
+        return tuple(net)
+
+
+def wanted_by_model(request: Request) -> Wanted:
+    wanted: Wanted = {}
+    for item in request.items:
+        full, mig = wanted.get(item.model, (0, {}))
+        if item.profile == FULL_GPU:
+            full += item.count
+        else:
+            mig[item.profile] = mig.get(item.profile, 0) + item.count
+        wanted[item.model] = (full, mig)
+    return wanted
+
+
+def plan_request(
+    index: FleetIndex,
+    request: Request,
+    upcoming: Sequence[Request],
+    demand: Mapping[tuple[str, str], float] | None,
+    recent_weight: int,
+) -> Plan | str:
+    """The best plan in any one cluster, or the reason no cluster can take the request whole."""
+    wanted = wanted_by_model(request)
+    context = _Context(index, request.group, upcoming, demand, recent_weight)
+    best: tuple[tuple[int, int, int, int], Plan] | None = None
+    failed: dict[str, str] = {}  # cluster -> the first model it cannot take
+    for cluster in index.clusters():
+        plan = Plan()
+        for model, (full, mig) in wanted.items():
+            if not _plan_model(context, plan, cluster, model, full, mig):
+                failed[cluster] = model
+                break
+        else:
+            cost = plan.cost(index)
+            if best is None or cost < best[0]:
+                best = (cost, plan)
+                if cost[:3] == (0, 0, 0) and cost[3] <= 1:
+                    break  # nothing changes and no better NVLink locality exists: no cluster beats it
+    if best is None:
+        return unplaced_reason(index, request.group, wanted, failed)
+    return best[1]
+
+
+def _plan_model(
+    context: _Context, plan: Plan, cluster: str, model: str, full: int, mig: dict[str, int]
+) -> bool:
+    buckets = context.index.buckets_for(cluster, model, context.group)
+    if not buckets or (full and not _place_full(context.index, plan, buckets, full)):
+        return False
+    need = {profile: count for profile, count in mig.items() if count}
+    _use_partial(context.index, plan, buckets, model, need)
+    if not need:
+        return True
+    before, need_before = plan.copy(), dict(need)
+    _use_whole_layouts(context, plan, buckets, model, need)
+    if not need or _repartition(context, plan, buckets, model, need):
+        return True
+    # A kept layout can hold fewer of the instances than a new one would: try again re-cutting instead.
+    _restore(plan, before)
+    return _repartition(context, plan, buckets, model, need_before)
+
+
+def _restore(plan: Plan, saved: Plan) -> None:
+    for name in ("reconfigure", "assignments", "taken", "slots", "used_free", "nodes", "switched_on"):
+        setattr(plan, name, getattr(saved, name))
+
+
+def _by_node(buckets: list[Bucket], table: str, taken: set[int]) -> dict[str, list[int]]:
+    merged: dict[str, list[int]] = {}
+    for bucket in buckets:
+        for node, gpus in getattr(bucket, table).items():
+            free = [gpu for gpu in gpus if gpu not in taken]
+            if free:
+                merged.setdefault(node, []).extend(free)
+    return merged
+
+
+def _preferred_tiers(index: FleetIndex, plan: Plan, nodes: Iterable[str]) -> list[list[str]]:
+    """Nodes this request re-partitions already, then nodes being re-partitioned, then the rest."""
+    mine = [node for node in plan.nodes if node in nodes]
+    busy = [node for node in nodes if node in index.reconfiguring and node not in plan.nodes]
+    rest = [node for node in nodes if node not in index.reconfiguring and node not in plan.nodes]
+    return [mine, busy, rest]
+
+
+def _pick_by_nodes(count: int, by_node: dict[str, list[int]], tiers: list[list[str]]) -> list[int]:
+    """Up to `count` GPUs: tier by tier; in a tier the smallest node that takes the rest whole (which keeps
+    larger nodes whole for multi-GPU work), else the largest node, and again."""
+    chosen: list[int] = []
+    for tier in tiers:
+        left = {node: by_node[node] for node in tier}
+        while left and len(chosen) < count:
+            remaining = count - len(chosen)
+            fits = [node for node, gpus in left.items() if len(gpus) >= remaining]
+            node = min(fits, key=lambda n: len(left[n])) if fits else max(left, key=lambda n: len(left[n]))
+            chosen.extend(left.pop(node)[:remaining])
+    return chosen
+
+
+def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], count: int) -> bool:
+    """Whole GPUs: one node if any can hold them all, else the fewest nodes; MIG-disabled GPUs before
+    switching wholly free MIG GPUs off, and switching on nodes being re-partitioned already."""
+    off = _by_node(buckets, "off", plan.taken)
+    whole = _by_node(buckets, "whole", plan.taken)
+    nodes = list(dict.fromkeys([*off, *whole]))
+    size = {node: len(off.get(node, ())) + len(whole.get(node, ())) for node in nodes}
+    if sum(size.values()) < count:
+        return False
+    chosen: list[int] = []
+    quiet = set(index.reconfiguring) | set(plan.nodes)
+
+    def rank(node: str, need: int) -> tuple[int, int, int]:
+        switches = max(0, need - len(off.get(node, ())))
+        return (switches, int(switches > 0 and node not in quiet), size[node])
+
+    while len(chosen) < count:
+        need = count - len(chosen)
+        fits = [node for node in nodes if size[node] >= need]
+        if fits:
+            node = min(fits, key=lambda n: rank(n, need))
+        else:
+            node = max(nodes, key=lambda n: (size[n], len(off.get(n, ()))))
+        nodes.remove(node)
+        chosen.extend((off.get(node, []) + whole.get(node, []))[:need])
+    for gpu in chosen:
+        plan.taken.add(gpu)
+        if index.gpus[gpu].mig:
+            plan.reconfigure[gpu] = (False, ())
+            plan.nodes[index.gpus[gpu].node] = None
+        plan.assignments.append((gpu, FULL_GPU, None))
+    return True
+
+
+def _take_slots(index: FleetIndex, plan: Plan, model: str, gpu: int, profile: str, count: int) -> int:
+    taken = 0
+    for slot in index.gpus[gpu].instances:
+        if taken == count:
+            break
+        if slot.profile == profile and not slot.allocated and (gpu, slot.start) not in plan.slots:
+            plan.slots.add((gpu, slot.start))
+            plan.assignments.append((gpu, profile, slot.start))
+            taken += 1
+    key = (model, profile)
+    plan.used_free[key] = plan.used_free.get(key, 0) + taken
+    return taken
+
+
+def _use_partial(
+    index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
+) -> None:
+    for profile in list(need):
+        for bucket in buckets:
+            for gpu in bucket.partial.get(profile, ()):
+                need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
+                if not need[profile]:
+                    break
+            if not need[profile]:
+                del need[profile]
+                break
+
+
+def _use_whole_layouts(
+    context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
+) -> None:
+    """Provisioned instances of wholly free GPUs, GPU by GPU, while their layout is about as good as new."""
+    index, cat = context.index, catalogue(model)
+    candidates: dict[int, None] = {}
+    for profile in need:
+        for bucket in buckets:
+            for gpu in bucket.whole_slots.get(profile, ()):
+                if len(candidates) >= LAYOUT_CANDIDATES * len(need):
+                    break
+                if gpu not in plan.taken:
+                    candidates[gpu] = None
+    if not candidates:
+        return
+    queue, recent = (
+        context.queue_net(model, buckets, plan),
+        recent_demand(model, context.demand, context.recent_weight),
+    )
+    while need and candidates:
+        wanted = cat.counts(need)
+        best: tuple[int, int, int] | None = None
+        for gpu in candidates:
+            have = cat.counts(_profile_counts(index.gpus[gpu].instances))
+            part = tuple(min(h, w) for h, w in zip(have, wanted, strict=True))
+            covered = cat.compute_of(part)
+            ideal = best_filler_score(model, part, queue, recent) if covered else None
+            if ideal is None:
+                continue
+            filler = tuple(h - p for h, p in zip(have, part, strict=True))
+            margin = filler_score(cat, filler, queue, recent) - ideal
+            if margin + KEEP_LAYOUT_SLACK >= 0 and (best is None or (covered, margin) > best[:2]):
+                best = (covered, margin, gpu)
+        if best is None:
+            return
+        gpu = best[2]
+        del candidates[gpu]
+        plan.taken.add(gpu)
+        for profile in list(need):
+            need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
+            if not need[profile]:
+                del need[profile]
+
+
+def _profile_counts(instances: Sequence) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for slot in instances:
+        counts[slot.profile] = counts.get(slot.profile, 0) + 1
+    return counts
+
+
+def _repartition(
+    context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
+) -> bool:
+    index, cat = context.index, catalogue(model)
+    blank = {table: _by_node(buckets, table, plan.taken) for table in ("whole", "off")}
+    available = sum(len(gpus) for by_node in blank.values() for gpus in by_node.values())
+    wanted = cat.counts(need)
+    # Bounds first, so that an absurd count fails fast instead of planning thousands of layouts.
+    fewest = max(
+        -(-cat.compute_of(wanted) // COMPUTE_SLICES),
+        *(-(-n // most) for n, most in zip(wanted, cat.most, strict=True)),
+    )
+    if fewest > available:
+        return False
+    queue, recent = (
+        context.queue_net(model, buckets, plan),
+        recent_demand(model, context.demand, context.recent_weight),
+    )
+    layouts = plan_layouts(model, wanted, queue, recent)
+    chosen: list[int] = []
+    # MIG-disabled GPUs are what `full` work wants: switched on only when no MIG GPU is left.
+    for table in ("whole", "off"):
+        tiers = _preferred_tiers(index, plan, blank[table])
+        chosen += _pick_by_nodes(len(layouts) - len(chosen), blank[table], tiers)
+        if len(chosen) == len(layouts):
+            break
+    else:
+        return False
+    for gpu, (counts, part) in zip(chosen, layouts, strict=True):
+        instances = layout_instances(model, counts)
+        current = index.gpus[gpu]
+        provisioned = tuple(sorted(((s.profile, s.start) for s in current.instances), key=lambda i: i[1]))
+        plan.taken.add(gpu)
+        plan.switched_on += not current.mig
+        if not current.mig or provisioned != instances:
+            plan.reconfigure[gpu] = (True, instances)
+            plan.nodes[current.node] = None
+        left = dict(zip(cat.names, part, strict=True))
+        for profile, start in instances:
+            if left[profile]:
+                left[profile] -= 1
+                plan.assignments.append((gpu, profile, start))
+    need.clear()
+    return True

@@ -1,0 +1,192 @@
+"""The JSON trace of `manage.py place` (API.md, "Placement trace"): fleet and requests in, placements out.
+
+Reading checks everything the engine relies on and says where the input is wrong ("gpus[2] ('n1/2'): ..."):
+known models and profiles, layouts the catalogue accepts, positive counts, unique GPU and request ids.
+Keys the contract does not name are ignored, so that additions to it do not break older readers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pools.mig import FULL_GPU, Instance, UnknownGpuModel, gpu_model, layout_errors
+from pools.placement import (
+    Fleet,
+    Gpu,
+    Item,
+    Placement,
+    Request,
+    Slot,
+    TraceError,
+    validate_request,
+)
+
+_MISSING = object()
+
+
+def read_trace(data: Any) -> tuple[Fleet, list[Request]]:
+    if not isinstance(data, dict):
+        raise TraceError(f'A trace is a JSON object with "gpus" and "requests", not {_kind(data)}.')
+    gpus = tuple(
+        _gpu(raw, f"gpus[{n}]") for n, raw in enumerate(_list(data, "gpus", "the trace", required=True))
+    )
+    seen: set[str] = set()
+    for gpu in gpus:
+        if gpu.id in seen:
+            raise TraceError(f'GPU id {gpu.id!r} appears more than once in "gpus".')
+        seen.add(gpu.id)
+    fleet = Fleet(gpus)
+    requests = [
+        _request(raw, f"requests[{n}]", fleet) for n, raw in enumerate(_list(data, "requests", "the trace"))
+    ]
+    ids: set[str] = set()
+    for request in requests:
+        if request.id in ids:
+            raise TraceError(f'Request id {request.id!r} appears more than once in "requests".')
+        ids.add(request.id)
+    return fleet, requests
+
+
+def _gpu(raw: Any, where: str) -> Gpu:
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: a GPU is a JSON object, not {_kind(raw)}.")
+    gpu_id = _text(raw, "id", where)
+    where = f"{where} ({gpu_id!r})"
+    model_name = _text(raw, "model", where)
+    try:
+        model = gpu_model(model_name)
+    except UnknownGpuModel as error:
+        raise TraceError(f"{where}: {error}") from None
+    mig = _flag(raw, "mig", where, default=_MISSING)
+    slots = tuple(
+        _slot(item, f"{where} instances[{n}]") for n, item in enumerate(_list(raw, "instances", where))
+    )
+    if slots and not mig:
+        raise TraceError(f"{where}: MIG is off, so it cannot have MIG instances.")
+    errors = layout_errors(model, [Instance(slot.start, slot.profile) for slot in slots])
+    if errors:
+        raise TraceError(f"{where}: this layout does not fit on one {model.name}: {' '.join(errors)}")
+    return Gpu(
+        id=gpu_id,
+        node=_text(raw, "node", where),
+        model=model.name,
+        mig=mig,
+        allocated=_flag(raw, "allocated", where, default=False),
+        instances=tuple(sorted(slots, key=lambda slot: slot.start)),
+        group=_optional_text(raw, "group", where),
+        cluster=_optional_text(raw, "cluster", where) or "",
+        schedulable=_flag(raw, "schedulable", where, default=True),
+        reconfiguring=_flag(raw, "reconfiguring", where, default=False),
+    )
+
+
+def _slot(raw: Any, where: str) -> Slot:
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: an instance is a JSON object, not {_kind(raw)}.")
+    return Slot(
+        profile=_text(raw, "profile", where),
+        start=_whole_number(raw, "start", where),
+        allocated=_flag(raw, "allocated", where, default=False),
+    )
+
+
+def _request(raw: Any, where: str, fleet: Fleet) -> Request:
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: a request is a JSON object, not {_kind(raw)}.")
+    request_id = _text(raw, "id", where)
+    where = f"{where} ({request_id!r})"
+    items = []
+    for n, item in enumerate(_list(raw, "items", where, required=True)):
+        item_where = f"{where} items[{n}]"
+        if not isinstance(item, dict):
+            raise TraceError(f"{item_where}: an item is a JSON object, not {_kind(item)}.")
+        items.append(
+            Item(
+                model=_text(item, "model", item_where),
+                profile=_text(item, "profile", item_where),
+                count=_whole_number(item, "count", item_where),
+            )
+        )
+    request = Request(id=request_id, items=tuple(items), group=_optional_text(raw, "group", where))
+    errors = validate_request(request, fleet)
+    if errors:
+        raise TraceError(f"{where}: {' '.join(errors)}")
+    return request
+
+
+def write_results(placements: Sequence[Placement]) -> dict:
+    return {"results": [_result(placement) for placement in placements]}
+
+
+def _result(placement: Placement) -> dict:
+    if not placement.placed:
+        return {"id": placement.request, "placed": False, "reason": placement.reason}
+    return {
+        "id": placement.request,
+        "placed": True,
+        "reconfigure": [
+            {
+                "gpu": change.gpu,
+                "mig": change.mig,
+                "instances": [{"profile": profile, "start": start} for profile, start in change.instances],
+            }
+            for change in placement.reconfigure
+        ],
+        "assignments": [
+            {"gpu": a.gpu, "profile": a.profile}
+            if a.profile == FULL_GPU
+            else {"gpu": a.gpu, "profile": a.profile, "start": a.start}
+            for a in placement.assignments
+        ],
+    }
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _list(raw: dict, key: str, where: str, *, required: bool = False) -> list:
+    value = raw.get(key, _MISSING)
+    if value is _MISSING and not required:
+        return []
+    if not isinstance(value, list):
+        shown = "nothing" if value is _MISSING else _kind(value)
+        raise TraceError(f'{where}: "{key}" must be a list, got {shown}.')
+    return value
+
+
+def _text(raw: dict, key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        shown = (
+            "nothing" if key not in raw else _kind(value) if not isinstance(value, str) else "an empty string"
+        )
+        raise TraceError(f'{where}: "{key}" must be a non-empty string, got {shown}.')
+    return value
+
+
+def _optional_text(raw: dict, key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TraceError(f'{where}: "{key}" must be a string or null, got {_kind(value)}.')
+    return value
+
+
+def _flag(raw: dict, key: str, where: str, *, default: Any) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        shown = "nothing" if value is _MISSING else _kind(value)
+        raise TraceError(f'{where}: "{key}" must be true or false, got {shown}.')
+    return value
+
+
+def _whole_number(raw: dict, key: str, where: str) -> int:
+    value = raw.get(key, _MISSING)
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = (
+            "nothing" if value is _MISSING else _kind(value) if not isinstance(value, float) else repr(value)
+        )
+        raise TraceError(f'{where}: "{key}" must be a whole number, got {shown}.')
+    return value
