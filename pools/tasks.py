@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from pools.models import Cluster
 from pools.services.queue import admit_waiting
@@ -35,3 +36,37 @@ def admit_waiting_requests() -> str:
     results = admit_waiting()
     admitted = sum(r.admitted for r in results)
     return f"{admitted} admitted, {len(results) - admitted} waiting"
+
+
+PROVISION_POLL_SECONDS = 5
+
+
+@shared_task(bind=True, max_retries=None)
+def provision_pool(self, pool_id: int) -> str:
+    """Repeat provisioning steps until the pool is active or failed; an unreachable cluster is retried
+    with back-off, and after SYNC_BACKOFF_MAX_SECONDS of it the pool fails."""
+    from pools.drivers.base import ClusterUnreachable
+    from pools.services.provisioning import WAITING, fail_pool, provision_step
+
+    try:
+        outcome = provision_step(pool_id=pool_id)
+    except ClusterUnreachable as error:
+        delay = min(PROVISION_POLL_SECONDS * 2**self.request.retries, 300)
+        if self.request.retries * PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS:
+            fail_pool(pool_id=pool_id, reason=str(error))
+            return "failed"
+        raise self.retry(countdown=delay) from error
+    if outcome == WAITING:
+        raise self.retry(countdown=PROVISION_POLL_SECONDS)
+    return outcome
+
+
+@shared_task(bind=True, max_retries=20)
+def finish_pool_release(self, pool_id: int) -> str:
+    from pools.drivers.base import DriverError
+    from pools.services.provisioning import finish_release
+
+    try:
+        return finish_release(pool_id=pool_id).state
+    except DriverError as error:
+        raise self.retry(countdown=min(5 * 2**self.request.retries, 600)) from error

@@ -15,6 +15,7 @@ router.register("clusters", pools_api.ClusterViewSet, basename="cluster")
 router.register("capacity/nodes", pools_api.NodeViewSet, basename="capacity-node")
 router.register("capacity/gpus", pools_api.GpuViewSet, basename="capacity-gpu")
 router.register("pool-requests", pools_api.PoolRequestViewSet, basename="pool-request")
+router.register("pools", pools_api.PoolViewSet, basename="pool")
 
 api_v1 = [
     path("auth/token/", api.TokenView.as_view(), name="api-token"),

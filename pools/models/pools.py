@@ -173,6 +173,8 @@ class Pool(models.Model):
     active_at = models.DateTimeField(_("active since"), null=True, blank=True)
     released_at = models.DateTimeField(_("released"), null=True, blank=True)
     failure_reason = models.TextField(_("why it failed"), blank=True)
+    # Per node, the MIG config provisioning asked the GPU Operator for: {"node-name": "portal-node-…"}.
+    mig_configs = models.JSONField(_("MIG configs asked for"), default=dict, blank=True)
 
     objects = PoolQuerySet.as_manager()
 

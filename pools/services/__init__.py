@@ -11,6 +11,7 @@ from pools.services.capacity import (
     set_node_drained,
     set_node_group,
 )
+from pools.services.provisioning import fail_pool, finish_release, provision_step, release_pool
 from pools.services.queue import admit_waiting
 from pools.services.requests import (
     approve_request,
@@ -26,9 +27,13 @@ __all__ = [
     "approve_request",
     "cancel_request",
     "check_kubeconfig",
+    "fail_pool",
+    "finish_release",
+    "provision_step",
     "queue_positions",
     "register_kubernetes_cluster",
     "reject_request",
+    "release_pool",
     "set_gpu_drained",
     "set_node_drained",
     "set_node_group",

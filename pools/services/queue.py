@@ -192,6 +192,7 @@ def admit_waiting() -> list[Admission]:
                 request.waiting_reason = ""
                 request.save(update_fields=["state", "waiting_reason"])
                 pool = _reserve(request, cluster, plan, now)
+                transaction.on_commit(lambda pool_id=pool.pk: _provision_later(pool_id))
                 results.append(Admission(request.pk, True, pool.pk))
                 continue
             reason = plan.reason if plan is not None else _("no cluster is ready")
@@ -199,6 +200,12 @@ def admit_waiting() -> list[Admission]:
             if request.approved_at and now - request.approved_at >= grace and blocked_priority is None:
                 blocked_priority = request.priority
         return results
+
+
+def _provision_later(pool_id: int) -> None:
+    from pools.tasks import provision_pool
+
+    provision_pool.delay(pool_id)
 
 
 def _place(request, upcoming, clusters, grouped, fleets):

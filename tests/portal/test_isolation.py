@@ -34,7 +34,20 @@ def acme_objects(t):
     member = t.acme.memberships.get(user=t.acme_member)
     sync_cluster(cluster=ClusterFactory(name="iso", fleet=[("n", 1, "H100-80GB", [None] * 8)]))
     request = PoolRequest.objects.create(project=t.vision, submitted_by=t.acme_member)
-    return {"invitation": invitation, "member": member, "request": request}
+    pool = make_pool(t.vision, t.acme_member)
+    return {"invitation": invitation, "member": member, "request": request, "pool": pool}
+
+
+def make_pool(project, user):
+    from django.utils import timezone
+
+    from pools.models import Cluster, Pool, PoolRequest
+
+    fulfilled = PoolRequest.objects.create(project=project, submitted_by=user, state="fulfilled")
+    cluster = Cluster.objects.get(name="iso")
+    return Pool.objects.create(
+        request=fulfilled, project=project, cluster=cluster, state="active", reserved_at=timezone.now()
+    )
 
 
 def pool_request_url(action):
@@ -106,6 +119,12 @@ ROUTES = [
     Route("v1:pool-request-reject", "post", pool_request_url("reject"), 403, data={"reason": "x"}, api=True),
     Route("v1:pool-request-cancel", "post", pool_request_url("cancel"), 200, api=True),
     Route(
+        "v1:pool-detail", "get", lambda t, o: reverse("v1:pool-detail", args=[o["pool"].pk]), 200, api=True
+    ),
+    Route(
+        "v1:pool-release", "post", lambda t, o: reverse("v1:pool-release", args=[o["pool"].pk]), 200, api=True
+    ),
+    Route(
         "v1:pool-request-list",
         "post",
         lambda t, o: reverse("v1:pool-request-list"),
@@ -119,6 +138,7 @@ ROUTES = [
 LISTS = [
     ("home", False),
     ("v1:pool-request-list", True),
+    ("v1:pool-list", True),
     ("v1:tenant-list", True),
     ("v1:project-list", True),
 ]
@@ -208,6 +228,7 @@ def test_lists_show_only_own_tenants(name, api, tenancy, client, api_client):
 
     acme_objects(tenancy)
     own = PoolRequest.objects.create(project=tenancy.recsys, submitted_by=tenancy.globex_member)
+    own_pool = make_pool(tenancy.recsys, tenancy.globex_member)
     http = api_client if api else client
     if api:
         http.force_authenticate(tenancy.globex_member)
@@ -218,7 +239,8 @@ def test_lists_show_only_own_tenants(name, api, tenancy, client, api_client):
     assert "acme" not in body.lower()
     assert "vision" not in body
     if name == "v1:pool-request-list":
-        assert [(row["id"], row["project"]) for row in response.json()] == [(own.pk, tenancy.recsys.pk)]
+        rows = {(row["id"], row["project"]) for row in response.json()}
+        assert rows == {(own.pk, tenancy.recsys.pk), (own_pool.request_id, tenancy.recsys.pk)}
     else:
         assert "recsys" in body or "globex" in body.lower()
 
@@ -232,4 +254,5 @@ def _snapshot(t):
         sorted(acme.memberships.values_list("user_id", "role")),
         sorted(acme.invitations.values_list("email", "revoked_at")),
         sorted(PoolRequest.objects.filter(project__tenant=acme).values_list("pk", "state")),
+        sorted(acme.projects.values_list("pools__pk", "pools__state")),
     )

@@ -1,0 +1,71 @@
+"""A pool end to end on a real-HTTP cluster: MIG label set and observed, namespace and quota created."""
+
+import time
+
+import pytest
+
+from pools.models import Cluster, Pool, PoolState
+from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
+from pools.services.provisioning import DONE
+from pools.sync import sync_cluster
+from tests.kube.server import KubeApiServer
+
+
+@pytest.fixture
+def kube_cluster(db, tmp_path):
+    with KubeApiServer(mig_apply_seconds=0.05) as server:
+        server.add_gpu_node("gpu-1", product="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
+        cluster = Cluster(name="kube", driver=Cluster.Driver.KUBERNETES)
+        cluster.set_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig").read_text())
+        cluster.save()
+        sync_cluster(cluster=cluster)
+        yield server, cluster
+
+
+def provision(pool: Pool) -> None:
+    deadline = time.monotonic() + 15
+    while provision_step(pool_id=pool.pk) != DONE:
+        assert time.monotonic() < deadline, "provisioning did not finish"
+        time.sleep(0.05)
+
+
+def test_a_mig_pool_on_kubernetes(kube_cluster, tenancy, staff_user):
+    server, cluster = kube_cluster
+    request = submit_request(
+        project=tenancy.vision,
+        user=tenancy.acme_member,
+        items=[("h100-80gb.mig-3g.40gb", 2)],
+        cluster=cluster,
+    )
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    admit_waiting()
+    pool = Pool.objects.get(request=request)
+    provision(pool)
+    pool.refresh_from_db()
+    assert pool.state == PoolState.ACTIVE
+    node = server.get("Node", "gpu-1")
+    assert node["metadata"]["labels"]["nvidia.com/mig.config"] == pool.mig_configs["gpu-1"]
+    assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert node["status"]["capacity"]["nvidia.com/mig-3g.40gb"] == "2"
+    assert server.get("Namespace", "acme-vision") is not None
+    quota = server.get("ResourceQuota", "gpu-portal", "acme-vision")
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/mig-3g.40gb": "2"}
+
+    from pools.services import release_pool
+
+    release_pool(pool_id=pool.pk, user=tenancy.acme_member)
+    finish_release(pool_id=pool.pk)
+    assert server.get("ResourceQuota", "gpu-portal", "acme-vision") is None
+
+
+def test_an_api_error_during_provisioning_fails_the_pool_cleanly(kube_cluster, tenancy, staff_user):
+    server, _cluster = kube_cluster
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    admit_waiting()
+    pool = Pool.objects.get(request=request)
+    server.fail_requests(422, count=10)  # the API server refuses what we send
+    assert provision_step(pool_id=pool.pk) == "failed"
+    pool.refresh_from_db()
+    assert pool.state == PoolState.FAILED and "422" in pool.failure_reason
+    assert not pool.allocations.filter(released_at=None).exists()

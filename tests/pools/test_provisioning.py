@@ -1,0 +1,104 @@
+"""A pool's life after admission: MIG changes, namespace and quota, active, release — and failures."""
+
+import pytest
+
+from pools.drivers.simulated import SimulatedDriver
+from pools.models import Allocation, GpuCapacity, Pool, PoolState, SpecAndCount
+from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
+from pools.services.provisioning import DONE, FAILED, WAITING
+from pools.sync import sync_cluster
+
+
+@pytest.fixture
+def fleet(sim_cluster):
+    sync_cluster(cluster=sim_cluster)
+    return sim_cluster
+
+
+def admitted(tenancy, approver, items) -> Pool:
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items)
+    approve_request(request_id=request.pk, approver=approver)
+    admit_waiting()
+    return Pool.objects.get(request=request)
+
+
+def simulated(cluster) -> dict:
+    cluster.simulation.refresh_from_db()
+    return cluster.simulation.state
+
+
+def test_a_pool_with_a_new_mig_layout_becomes_active_and_is_released(fleet, tenancy, staff_user, api_for):
+    pool = admitted(
+        tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1), ("h200-141gb.mig-1g.18gb", 1)]
+    )
+    assert provision_step(pool_id=pool.pk) == WAITING  # the MIG change is asked for
+    pool.refresh_from_db()
+    ((node, config),) = pool.mig_configs.items()
+    assert SimulatedDriver(fleet).mig_state(node).config == config
+    assert provision_step(pool_id=pool.pk) == DONE
+    pool.refresh_from_db()
+    assert pool.state == PoolState.ACTIVE and pool.active_at
+    assert all(a.instance_uuid.startswith(("MIG-", "GPU-")) for a in pool.allocations.all())
+    assert not GpuCapacity.objects.exclude(planned_layout=None).exists()  # the cluster reached the plan
+    state = simulated(fleet)
+    assert "acme-vision" in state["namespaces"]
+    assert state["quotas"]["acme-vision"] == {"nvidia.com/mig-4g.71gb": 1, "nvidia.com/mig-1g.18gb": 1}
+    assert provision_step(pool_id=pool.pk) == DONE  # a repeated step changes nothing
+
+    client = api_for(tenancy.acme_member)
+    shown = client.get(f"/api/v1/pools/{pool.pk}/").json()
+    assert shown["state"] == "active" and shown["namespace"] == "acme-vision"
+    assert {a["profile"] for a in shown["allocations"]} == {"4g.71gb", "1g.18gb"}
+    assert all(a["cluster"] == "sim" and a["gpu_uuid"] for a in shown["allocations"])
+
+    released = client.post(f"/api/v1/pools/{pool.pk}/release/", format="json")
+    assert released.status_code == 200 and released.json()["state"] == "releasing"
+    assert not Allocation.objects.filter(pool=pool, released_at=None).exists()
+    assert not SpecAndCount.objects.filter(allocated__gt=0).exists()
+    assert finish_release(pool_id=pool.pk).state == PoolState.RELEASED
+    assert "acme-vision" not in simulated(fleet)["quotas"]
+    again = client.post(f"/api/v1/pools/{pool.pk}/release/", format="json")
+    assert again.status_code == 409
+
+
+def test_a_full_gpu_pool_needs_no_mig_change(fleet, tenancy, staff_user):
+    pool = admitted(tenancy, staff_user("approver"), [("h100-80gb.full", 2)])
+    assert provision_step(pool_id=pool.pk) == DONE
+    assert simulated(fleet)["quotas"]["acme-vision"] == {"nvidia.com/gpu": 2}
+
+
+def test_quota_covers_every_live_pool_of_the_project(fleet, tenancy, staff_user):
+    approver = staff_user("approver")
+    first = admitted(tenancy, approver, [("h100-80gb.full", 1)])
+    provision_step(pool_id=first.pk)
+    second = admitted(tenancy, approver, [("h100-80gb.full", 2)])
+    provision_step(pool_id=second.pk)
+    assert simulated(fleet)["quotas"]["acme-vision"] == {"nvidia.com/gpu": 3}
+
+
+@pytest.mark.parametrize(("outcome", "message"), [("failed", "could not re-partition"), ("wedge", "stuck")])
+def test_a_failed_mig_change_fails_the_pool_and_returns_its_capacity(
+    outcome, message, fleet, tenancy, staff_user, settings
+):
+    settings.MIG_PENDING_TIMEOUT_SECONDS = 0
+    pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1)])
+    gpu = GpuCapacity.objects.get(allocations__pool=pool)
+    SimulatedDriver(fleet).set_next_outcome(gpu.node.name, outcome)
+    assert provision_step(pool_id=pool.pk) == WAITING
+    assert provision_step(pool_id=pool.pk) == FAILED
+    pool.refresh_from_db()
+    assert pool.state == PoolState.FAILED and message in pool.failure_reason
+    assert not Allocation.objects.filter(released_at=None).exists()
+    gpu.refresh_from_db()
+    assert gpu.planned_layout is None
+    assert "acme-vision" not in simulated(fleet)["quotas"]
+    assert list(pool.events.values_list("to_state", flat=True)) == ["provisioning", "failed"]
+
+
+def test_only_the_asker_or_a_tenant_admin_releases(fleet, tenancy, staff_user, api_for):
+    pool = admitted(tenancy, staff_user("approver"), [("h100-80gb.full", 1)])
+    provision_step(pool_id=pool.pk)
+    assert api_for(tenancy.acme_viewer).post(f"/api/v1/pools/{pool.pk}/release/").status_code == 403
+    assert api_for(tenancy.globex_member).post(f"/api/v1/pools/{pool.pk}/release/").status_code == 404
+    assert Pool.objects.get(pk=pool.pk).state == PoolState.ACTIVE
+    assert api_for(tenancy.acme_admin).post(f"/api/v1/pools/{pool.pk}/release/").status_code == 200
