@@ -1,0 +1,172 @@
+"""REST API of capacity: cluster names for everyone, the capacity picture for platform staff."""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions, serializers, viewsets
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from pools import selectors
+from pools.models import Cluster, GpuCapacity, NodeCapacity, SpecAndCount
+
+
+class CanViewCapacity(permissions.BasePermission):
+    """Platform staff whose role includes reading capacity (operators, approvers)."""
+
+    message = _("Only platform staff can see capacity.")
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        return bool(
+            user and user.is_authenticated and user.is_staff and user.has_perm("pools.view_gpucapacity")
+        )
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Cluster
+        fields = ["name", "driver", "status", "last_sync_at"]
+
+
+class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    """Cluster names and states; connection details are never part of the API."""
+
+    serializer_class = ClusterSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9-]+"
+
+    def get_queryset(self):
+        return selectors.clusters()
+
+
+class SpecSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SpecAndCount
+        fields = ["resource_name", "profile", "capacity", "allocatable", "allocated"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name")
+    group = serializers.CharField(source="group.name", allow_null=True, default=None)
+    specs = SpecSerializer(many=True)
+
+    class Meta:
+        model = NodeCapacity
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "group",
+            "gpu_model",
+            "gpu_count",
+            "ready",
+            "drained",
+            "present",
+            "mig_strategy",
+            "mig_config",
+            "mig_state",
+            "error",
+            "specs",
+            "last_change_at",
+        ]
+
+
+class MigInstanceSerializer(serializers.Serializer):
+    profile = serializers.CharField()
+    start = serializers.IntegerField()
+    uuid = serializers.CharField(allow_blank=True)
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="node.cluster.name")
+    node = serializers.CharField(source="node.name")
+    group = serializers.CharField(source="node.group.name", allow_null=True, default=None)
+    layout = MigInstanceSerializer(many=True)
+    schedulable = serializers.BooleanField()
+    compute_used = serializers.SerializerMethodField()
+    compute_stranded = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuCapacity
+        fields = [
+            "id",
+            "cluster",
+            "node",
+            "group",
+            "index",
+            "uuid",
+            "model",
+            "memory_mib",
+            "mig_capable",
+            "mig_enabled",
+            "layout",
+            "health",
+            "drained",
+            "present",
+            "schedulable",
+            "compute_used",
+            "compute_stranded",
+        ]
+
+    def get_compute_used(self, gpu) -> int:
+        return gpu.compute[0]
+
+    def get_compute_stranded(self, gpu) -> int:
+        return gpu.compute[1]
+
+
+FILTERS = {
+    "cluster": OpenApiParameter("cluster", str, description="cluster name"),
+    "group": OpenApiParameter("group", str, description="GPU group name"),
+    "model": OpenApiParameter("model", str, description="GPU model, e.g. H200-141GB"),
+    "node": OpenApiParameter("node", str, description="node name"),
+}
+
+
+@extend_schema(parameters=[FILTERS["cluster"], FILTERS["group"], FILTERS["model"]])
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = NodeSerializer
+    permission_classes = [CanViewCapacity]
+
+    def get_queryset(self):
+        params = self.request.query_params
+        return selectors.nodes(
+            cluster=params.get("cluster", ""), group=params.get("group", ""), model=params.get("model", "")
+        )
+
+
+@extend_schema(parameters=[FILTERS["cluster"], FILTERS["node"], FILTERS["model"]])
+class GpuViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = GpuSerializer
+    permission_classes = [CanViewCapacity]
+
+    def get_queryset(self):
+        params = self.request.query_params
+        return selectors.gpus(
+            cluster=params.get("cluster", ""), node=params.get("node", ""), model=params.get("model", "")
+        )
+
+
+class SummarySerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    model = serializers.CharField()
+    gpus = serializers.IntegerField()
+    mig_gpus = serializers.IntegerField()
+    full_gpus = serializers.IntegerField()
+    unschedulable_gpus = serializers.IntegerField()
+    compute_total = serializers.IntegerField()
+    compute_allocated = serializers.IntegerField()
+    compute_free = serializers.IntegerField()
+    compute_stranded = serializers.IntegerField()
+
+
+class CapacitySummaryView(APIView):
+    """Per cluster and GPU model: GPUs (MIG / full) and compute slices total, allocated, free, stranded."""
+
+    permission_classes = [CanViewCapacity]
+
+    @extend_schema(responses=SummarySerializer(many=True))
+    def get(self, request):
+        return Response(SummarySerializer(selectors.capacity_summary(), many=True).data)

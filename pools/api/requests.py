@@ -1,0 +1,170 @@
+"""REST API of pool requests: tenants submit and cancel, approvers decide."""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from pools import services
+from pools.models import Cluster, PoolRequest
+from pools.pricing import estimated_hourly_cost
+from pools.specs import Spec
+from portal.models import Project
+
+
+class RequestItemSerializer(serializers.Serializer):
+    spec = serializers.CharField(max_length=64, help_text=_("e.g. h200-141gb.mig-1g.18gb or h100-80gb.full"))
+    count = serializers.IntegerField(min_value=1, max_value=10_000)
+
+
+class PoolRequestCreateSerializer(serializers.Serializer):
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.none())
+    items = RequestItemSerializer(many=True, allow_empty=False, max_length=20)
+    cluster = serializers.SlugRelatedField(
+        slug_field="name", queryset=Cluster.objects.all(), required=False, allow_null=True
+    )
+    purpose = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    justification = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:  # a project the user cannot see does not exist for them
+            self.fields["project"].queryset = Project.objects.visible_to(request.user)
+
+
+class PoolRequestSerializer(serializers.ModelSerializer):
+    items = serializers.SerializerMethodField()
+    project = serializers.IntegerField(source="project_id")
+    cluster = serializers.CharField(source="cluster.name", allow_null=True, default=None)
+    submitted_by = serializers.CharField(source="submitted_by.username")
+    decided_by = serializers.CharField(source="decided_by.username", allow_null=True, default=None)
+    queue_position = serializers.SerializerMethodField()
+    pool = serializers.SerializerMethodField()
+    estimated_hourly_cost = serializers.SerializerMethodField(
+        help_text=_("Null while a price of one of the items is unknown.")
+    )
+
+    class Meta:
+        model = PoolRequest
+        fields = [
+            "id",
+            "project",
+            "cluster",
+            "purpose",
+            "justification",
+            "items",
+            "state",
+            "priority",
+            "queue_position",
+            "waiting_reason",
+            "submitted_by",
+            "submitted_at",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "pool",
+            "estimated_hourly_cost",
+        ]
+
+    def _specs(self, request) -> list[tuple[Spec, int]]:
+        return [(Spec(i.gpu_model, i.profile), i.count) for i in request.items.all()]
+
+    @extend_schema_field(RequestItemSerializer(many=True))
+    def get_items(self, request) -> list[dict]:
+        return [{"spec": spec.id, "gpu_model": spec.gpu_model, "profile": spec.profile, "count": n}
+                for spec, n in self._specs(request)]  # fmt: skip
+
+    def get_queue_position(self, request) -> int | None:
+        return self.context["positions"].get(request.pk)
+
+    def get_pool(self, request) -> int | None:
+        return getattr(getattr(request, "pool", None), "pk", None)
+
+    def get_estimated_hourly_cost(self, request) -> str | None:
+        cost = estimated_hourly_cost(self._specs(request))
+        return None if cost is None else str(cost)
+
+
+class ApproveSerializer(serializers.Serializer):
+    priority = serializers.IntegerField(required=False, min_value=-1000, max_value=1000)
+
+
+class RejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Pool requests: members see their tenant's, platform staff see all; approvers decide."""
+
+    serializer_class = PoolRequestSerializer
+
+    def get_queryset(self):
+        return (
+            PoolRequest.objects.visible_to(self.request.user)
+            .select_related("cluster", "submitted_by", "decided_by", "pool")
+            .prefetch_related("items")
+            .order_by("-submitted_at", "-pk")
+        )
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        context["positions"] = services.queue_positions()
+        return context
+
+    def _answer(self, request_obj, status_code=200):
+        fresh = self.get_queryset().get(pk=request_obj.pk)
+        return Response(self.get_serializer(fresh).data, status=status_code)
+
+    @extend_schema(request=PoolRequestCreateSerializer, responses={201: PoolRequestSerializer})
+    def create(self, request, *args, **kwargs):
+        data = PoolRequestCreateSerializer(data=request.data, context={"request": request})
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        created = services.submit_request(
+            project=values["project"],
+            user=request.user,
+            items=[(item["spec"], item["count"]) for item in values["items"]],
+            cluster=values.get("cluster"),
+            purpose=values["purpose"],
+            justification=values["justification"],
+        )
+        return self._answer(created, status.HTTP_201_CREATED)
+
+    @extend_schema(request=ApproveSerializer, responses=PoolRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        target = self.get_object()
+        body = ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.approve_request(
+            request_id=target.pk, approver=request.user, priority=body.validated_data.get("priority")
+        )
+        return self._answer(target)
+
+    @extend_schema(request=RejectSerializer, responses=PoolRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        target = self.get_object()
+        body = RejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.reject_request(
+            request_id=target.pk, approver=request.user, reason=body.validated_data["reason"]
+        )
+        return self._answer(target)
+
+    @extend_schema(request=CancelSerializer, responses=PoolRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        target = self.get_object()
+        body = CancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.cancel_request(request_id=target.pk, user=request.user, reason=body.validated_data["reason"])
+        return self._answer(target)
