@@ -14,6 +14,7 @@ from django.db.models import Prefetch, QuerySet
 from pools import mig
 from pools.mig import profile_from_resource
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
+from pools.specs import Spec, specs_of
 
 
 def clusters() -> QuerySet[Cluster]:
@@ -206,3 +207,39 @@ def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
         groups.sort(key=lambda g: (g.group is None, g.group.name if g.group else ""))
         result.append(ClusterView(cluster, groups))
     return result
+
+
+# --- what can be requested ----------------------------------------------------------------------
+
+
+def spec_availability() -> list[tuple[Spec, int]]:
+    """Every spec of the GPU models in ready clusters, with how many one request could get now.
+
+    A request lands on one cluster, so availability is the best cluster's: free provisioned
+    instances of the profile on GPUs in use, plus what wholly free GPUs would hold if cut for it.
+    """
+    from pools.services.queue import fleet_snapshot
+
+    clusters = list(Cluster.objects.filter(status=Cluster.Status.READY))
+    fleets = fleet_snapshot(clusters, {c.pk: False for c in clusters})
+    per_cluster: dict[tuple[str, str, str], int] = defaultdict(int)  # (cluster, model, profile) → count
+    models: set[str] = set()
+    for cluster, fleet in fleets.items():
+        for gpu in fleet.gpus:
+            models.add(gpu.model)
+            if not gpu.schedulable or gpu.allocated:
+                continue
+            wholly_free = not any(slot.allocated for slot in gpu.instances)
+            catalogue = mig.gpu_model(gpu.model)
+            if wholly_free:
+                per_cluster[(cluster, gpu.model, mig.FULL_GPU)] += 1
+                for name, profile in catalogue.profiles.items():
+                    per_cluster[(cluster, gpu.model, name)] += profile.max_count
+            else:
+                for slot in gpu.instances:
+                    if not slot.allocated:
+                        per_cluster[(cluster, gpu.model, slot.profile)] += 1
+    best: dict[tuple[str, str], int] = defaultdict(int)
+    for (_cluster, model, profile), count in per_cluster.items():
+        best[(model, profile)] = max(best[(model, profile)], count)
+    return [(spec, best[(spec.gpu_model, spec.profile)]) for spec in specs_of(sorted(models))]

@@ -159,6 +159,10 @@ QUEUE_BACKFILL_GRACE_SECONDS = env.int("QUEUE_BACKFILL_GRACE_SECONDS", default=1
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 
+# --- Money: the currency shown with prices ---
+
+BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="KRW")
+
 # --- Accounts -----------------------------------------------------------------
 
 AUTHENTICATION_BACKENDS = [

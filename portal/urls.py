@@ -20,6 +20,7 @@ router.register("pools", pools_api.PoolViewSet, basename="pool")
 api_v1 = [
     path("auth/token/", api.TokenView.as_view(), name="api-token"),
     path("capacity/summary/", pools_api.CapacitySummaryView.as_view(), name="capacity-summary"),
+    path("specs/", pools_api.SpecListView.as_view(), name="specs"),
     path("", include(router.urls)),
 ]
 

@@ -2,7 +2,7 @@
 
 from pools.api.capacity import CapacitySummaryView, ClusterViewSet, GpuViewSet, NodeViewSet
 from pools.api.pools import PoolViewSet
-from pools.api.requests import PoolRequestViewSet
+from pools.api.requests import PoolRequestViewSet, SpecListView
 
 __all__ = [
     "CapacitySummaryView",
@@ -11,4 +11,5 @@ __all__ = [
     "NodeViewSet",
     "PoolRequestViewSet",
     "PoolViewSet",
+    "SpecListView",
 ]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from pools import services
+from pools import selectors, services
 from pools.models import Cluster, PoolRequest
-from pools.pricing import estimated_hourly_cost
+from pools.pricing import estimated_hourly_cost, hourly_price
 from pools.specs import Spec
 from portal.models import Project
 
@@ -168,3 +170,37 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
         body.is_valid(raise_exception=True)
         services.cancel_request(request_id=target.pk, user=request.user, reason=body.validated_data["reason"])
         return self._answer(target)
+
+
+class SpecSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    gpu_model = serializers.CharField()
+    profile = serializers.CharField(help_text=_("full, or a MIG profile"))
+    memory_gb = serializers.FloatField()
+    compute_slices = serializers.IntegerField()
+    hourly_price = serializers.CharField(allow_null=True, help_text=_("Null until a price list exists."))
+    currency = serializers.CharField()
+    available = serializers.IntegerField(help_text=_("How many one request could get now, on one cluster."))
+
+
+class SpecListView(APIView):
+    """What can be requested, with live availability and the hourly price."""
+
+    @extend_schema(responses=SpecSerializer(many=True))
+    def get(self, request):
+        rows = []
+        for spec, available in selectors.spec_availability():
+            price = hourly_price(spec)
+            rows.append(
+                {
+                    "id": spec.id,
+                    "gpu_model": spec.gpu_model,
+                    "profile": spec.profile,
+                    "memory_gb": spec.memory_gb,
+                    "compute_slices": spec.compute_slices,
+                    "hourly_price": None if price is None else str(price),
+                    "currency": settings.BILLING_CURRENCY,
+                    "available": available,
+                }
+            )
+        return Response(SpecSerializer(rows, many=True).data)

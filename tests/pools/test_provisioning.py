@@ -102,3 +102,23 @@ def test_only_the_asker_or_a_tenant_admin_releases(fleet, tenancy, staff_user, a
     assert api_for(tenancy.globex_member).post(f"/api/v1/pools/{pool.pk}/release/").status_code == 404
     assert Pool.objects.get(pk=pool.pk).state == PoolState.ACTIVE
     assert api_for(tenancy.acme_admin).post(f"/api/v1/pools/{pool.pk}/release/").status_code == 200
+
+
+def test_the_pool_list_runs_a_constant_number_of_queries(fleet, tenancy, staff_user, api_for):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    approver = staff_user("approver")
+    admitted(tenancy, approver, [("h100-80gb.full", 1)])
+    client = api_for(tenancy.acme_member)
+
+    def queries():
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get("/api/v1/pools/").status_code == 200
+        return len(ctx)
+
+    few = queries()
+    for _ in range(4):
+        admitted(tenancy, approver, [("h200-141gb.mig-1g.18gb", 2), ("h100-80gb.full", 1)])
+    assert len(client.get("/api/v1/pools/").json()) == 5
+    assert queries() == few

@@ -204,3 +204,28 @@ def test_approvers_approve_in_bulk_and_reject_with_a_reason_in_the_admin(
     assert (rejected.state, rejected.decision_reason) == ("rejected", "duplicate")
     page = client.get(f"{changelist}{ids[2]}/change/").content.decode()
     assert "duplicate" in page and 'name="items-0-count"' not in page  # decided: items are read-only
+
+
+def test_specs_list_what_can_be_requested_with_live_availability(fleet, tenancy, staff_user, api_for):
+    from pools.services import admit_waiting
+
+    client = api_for(tenancy.acme_member)
+    specs = {s["id"]: s for s in client.get("/api/v1/specs/").json()}
+    full = specs["h100-80gb.full"]
+    assert full == {
+        "id": "h100-80gb.full",
+        "gpu_model": "H100-80GB",
+        "profile": "full",
+        "memory_gb": 80.0,
+        "compute_slices": 7,
+        "hourly_price": None,
+        "currency": "KRW",
+        "available": 8,
+    }
+    assert specs["h200-141gb.mig-1g.18gb"]["available"] == 16 * 7  # every H200 holds nothing yet
+    assert specs["h200-141gb.mig-3g.71gb"]["compute_slices"] == 3
+    assert "a100-80gb.full" not in specs  # no such GPU in the fleet
+    request = submit(client, tenancy, items=[{"spec": "h100-80gb.full", "count": 3}]).json()["id"]
+    api_for(staff_user("approver")).post(f"{URL}{request}/approve/", {}, format="json")
+    admit_waiting()
+    assert {s["id"]: s for s in client.get("/api/v1/specs/").json()}["h100-80gb.full"]["available"] == 5

@@ -149,6 +149,7 @@ NOT_TENANT_SCOPED = {
     "v1:api-token": "signs a user in; returns only their own token",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
+    "v1:specs": "the catalogue of what can be requested, shared by all tenants",
     "v1:cluster-detail": "cluster names and states, shared by all tenants",
     "v1:capacity-summary": "platform staff only (tests/pools/test_capacity_views.py)",
     "v1:capacity-node-list": "platform staff only",
