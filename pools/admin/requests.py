@@ -5,11 +5,13 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from pools import services
 from pools.models import PoolEvent, PoolRequest, RequestItem, RequestState
+from pools.services.queue import preview
 from portal.errors import PortalError
 
 
@@ -91,6 +93,7 @@ class PoolRequestAdmin(admin.ModelAdmin):
         "decided_at",
         "decision_reason",
         "waiting_reason",
+        "placement_preview",
     ]
     readonly_fields = [f for f in fields if f != "priority"]
     inlines = [RequestItemInline, PoolEventInline]
@@ -108,6 +111,12 @@ class PoolRequestAdmin(admin.ModelAdmin):
     @admin.display(description=_("tenant"), ordering="project__tenant__name")
     def tenant(self, obj):
         return obj.project.tenant
+
+    @admin.display(description=_("would it fit now?"))
+    def placement_preview(self, obj):
+        if obj.state not in (RequestState.SUBMITTED, RequestState.APPROVED, RequestState.QUEUED):
+            return "—"
+        return format_html("<pre>{}</pre>", preview(obj))
 
     @admin.display(description=_("items"))
     def items_summary(self, obj):

@@ -234,3 +234,26 @@ def _wait(request: PoolRequest, reason: str) -> Admission:
         request.waiting_reason = reason
         request.save(update_fields=["waiting_reason"])
     return Admission(request.pk, False, reason=reason)
+
+
+def preview(request: PoolRequest) -> str:
+    """Whether a request would be admitted now and where, in words, without reserving anything."""
+    clusters = list(Cluster.objects.filter(status=Cluster.Status.READY).order_by("name"))
+    grouped = {c.pk: c.pk in set(GpuGroup.objects.values_list("cluster_id", flat=True)) for c in clusters}
+    fleets = fleet_snapshot(clusters, grouped)
+    plan, cluster = _place(request, [], clusters, grouped, fleets)
+    if plan is None:
+        return _("No cluster is ready.")
+    if not plan.placed:
+        return _("Does not fit now: %(reason)s") % {"reason": plan.reason}
+    names = {str(g.pk): f"{g.node.name} GPU {g.index}" for g in GpuCapacity.objects.filter(
+        pk__in=[int(a.gpu) for a in plan.assignments] + [int(c.gpu) for c in plan.reconfigure]
+    ).select_related("node")}  # fmt: skip
+    lines = [_("Fits now on %(cluster)s:") % {"cluster": cluster.name}]
+    for change in plan.reconfigure:
+        layout = " + ".join(profile for profile, _start in change.instances) if change.mig else _("MIG off")
+        lines.append(_("re-partition %(gpu)s into %(layout)s") % {"gpu": names[change.gpu], "layout": layout})
+    for a in plan.assignments:
+        where = names[a.gpu] if a.start is None else f"{names[a.gpu]} @{a.start}"
+        lines.append(f"{a.profile} → {where}")
+    return "\n".join(lines)

@@ -207,3 +207,17 @@ def test_racing_admissions_never_over_commit(tenancy):
     assert live.values("gpu").distinct().count() == 8
     assert PoolRequest.objects.filter(state=RequestState.FULFILLED).count() == 8
     assert PoolRequest.objects.filter(state=RequestState.QUEUED).count() == 4
+
+
+def test_approvers_see_where_a_request_would_land_before_deciding(fleet, tenancy, client, approver):
+    request = ask(tenancy, [("h200-141gb.mig-4g.71gb", 1), ("h100-80gb.full", 1)])
+    client.force_login(approver)
+    page = client.get(f"/admin/pools/poolrequest/{request.pk}/change/").content.decode()
+    assert "Fits now on sim:" in page and "re-partition h200-" in page and "full → h100-1 GPU" in page
+    assert not Allocation.objects.exists()  # a preview reserves nothing
+    too_big = ask(tenancy, [("h100-80gb.full", 8)])
+    ask_more = ask(tenancy, [("h100-80gb.full", 1)])
+    approve(too_big, approver)
+    admit_waiting()
+    page = client.get(f"/admin/pools/poolrequest/{ask_more.pk}/change/").content.decode()
+    assert "Does not fit now:" in page
