@@ -38,9 +38,6 @@ def admit_waiting_requests() -> str:
     return f"{admitted} admitted, {len(results) - admitted} waiting"
 
 
-PROVISION_POLL_SECONDS = 5
-
-
 @shared_task(bind=True, max_retries=None)
 def provision_pool(self, pool_id: int) -> str:
     """Repeat provisioning steps until the pool is active or failed; an unreachable cluster is retried
@@ -51,13 +48,13 @@ def provision_pool(self, pool_id: int) -> str:
     try:
         outcome = provision_step(pool_id=pool_id)
     except ClusterUnreachable as error:
-        delay = min(PROVISION_POLL_SECONDS * 2**self.request.retries, 300)
-        if self.request.retries * PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS:
+        delay = min(settings.PROVISION_POLL_SECONDS * 2**self.request.retries, 300)
+        if self.request.retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS:
             fail_pool(pool_id=pool_id, reason=str(error))
             return "failed"
         raise self.retry(countdown=delay) from error
     if outcome == WAITING:
-        raise self.retry(countdown=PROVISION_POLL_SECONDS)
+        raise self.retry(countdown=settings.PROVISION_POLL_SECONDS)
     return outcome
 
 

@@ -152,6 +152,8 @@ CAPACITY_SYNC_SECONDS = env.int("CAPACITY_SYNC_SECONDS", default=60)
 SYNC_HEARTBEAT_SECONDS = env.int("SYNC_HEARTBEAT_SECONDS", default=600)
 # A failing cluster is retried after CAPACITY_SYNC_SECONDS × 2^failures, capped here.
 SYNC_BACKOFF_MAX_SECONDS = env.int("SYNC_BACKOFF_MAX_SECONDS", default=1800)
+# How often provisioning looks at a MIG change under way.
+PROVISION_POLL_SECONDS = env.float("PROVISION_POLL_SECONDS", default=5.0)
 # How long a node may stay in MIG state "pending" before a change counts as failed.
 MIG_PENDING_TIMEOUT_SECONDS = env.int("MIG_PENDING_TIMEOUT_SECONDS", default=600)
 # A blocked request that has waited this long stops smaller ones behind it from backfilling.

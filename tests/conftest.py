@@ -134,6 +134,8 @@ def celery_worker(django_db_setup, tmp_path_factory):
         "DATABASE_URL": database_url,
         "CELERY_QUEUE": queue,
         "EMAIL_URL": f"filemail:///{worker.mail_dir}",  # django-environ drops one leading slash
+        "SIMULATED_MIG_APPLY_SECONDS": "0.3",
+        "PROVISION_POLL_SECONDS": "0.2",
     }
     with worker.log.open("w") as log:
         process = subprocess.Popen(

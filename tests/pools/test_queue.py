@@ -169,7 +169,7 @@ def test_requests_for_a_cluster_and_a_group_land_there(db, tenancy, staff_user):
     assert nodes == {"train-1"}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_racing_admissions_never_over_commit(tenancy):
     cluster = ClusterFactory(name="race", fleet=[("n", 1, "H100-80GB", [None] * 8)])
     sync_cluster(cluster=cluster)

@@ -15,7 +15,8 @@ from .conftest import SMALL_FLEET
 
 
 @pytest.mark.celery
-def test_beat_queues_due_clusters_and_the_worker_syncs_them(celery_worker, transactional_db):
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_beat_queues_due_clusters_and_the_worker_syncs_them(celery_worker):
     due = ClusterFactory(name="due", fleet=SMALL_FLEET)
     later = ClusterFactory(name="later", fleet=SMALL_FLEET)
     later.next_sync_at = timezone.now() + timedelta(hours=1)  # backing off after failures
@@ -34,3 +35,49 @@ def test_a_cluster_is_never_synced_twice_at_once(sim_cluster):
         assert sync_cluster_now(sim_cluster.pk) == "another sync of this cluster is running"
         assert not NodeCapacity.objects.exists()
     assert "nodes new 3" in sync_cluster_now(sim_cluster.pk)
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_whole_flow_through_the_api_with_a_real_worker(celery_worker, tenancy, staff_user):
+    from rest_framework.test import APIClient
+
+    from pools.sync import sync_cluster
+
+    cluster = ClusterFactory(name="flow", fleet=SMALL_FLEET)
+    sync_cluster(cluster=cluster)
+    member, approver = APIClient(), APIClient()
+    member.force_authenticate(tenancy.acme_member)
+    approver.force_authenticate(staff_user("approver"))
+    asked = member.post(
+        "/api/v1/pool-requests/",
+        {"project": tenancy.vision.pk, "items": [{"spec": "h200-141gb.mig-4g.71gb", "count": 1}]},
+        format="json",
+    ).json()
+    assert (
+        approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json").status_code == 200
+    )
+
+    def pool_state():
+        found = member.get(f"/api/v1/pool-requests/{asked['id']}/").json()["pool"]
+        return found and member.get(f"/api/v1/pools/{found}/").json()["state"]
+
+    deadline = time.monotonic() + 60
+    while (
+        pool_state() != "active"
+    ):  # the worker admits, re-partitions (simulated MIG manager), opens the quota
+        assert time.monotonic() < deadline, f"pool is {pool_state()!r}; see {celery_worker.log}"
+        time.sleep(0.3)
+    pool = member.get(f"/api/v1/pool-requests/{asked['id']}/").json()["pool"]
+    shown = member.get(f"/api/v1/pools/{pool}/").json()
+    assert [a["profile"] for a in shown["allocations"]] == ["4g.71gb"]
+    assert shown["allocations"][0]["instance_uuid"].startswith("MIG-")
+    cluster.simulation.refresh_from_db()
+    assert cluster.simulation.state["quotas"]["acme-vision"] == {"nvidia.com/mig-4g.71gb": 1}
+
+    assert member.post(f"/api/v1/pools/{pool}/release/").status_code == 200
+    while member.get(f"/api/v1/pools/{pool}/").json()["state"] != "released":
+        assert time.monotonic() < deadline + 30, "the release did not finish"
+        time.sleep(0.3)
+    cluster.simulation.refresh_from_db()
+    assert "acme-vision" not in cluster.simulation.state["quotas"]

@@ -18,7 +18,8 @@ def wait_until(condition, seconds=30):
 
 
 @pytest.mark.celery
-def test_invitation_email_is_sent_by_the_worker(celery_worker, transactional_db):
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_invitation_email_is_sent_by_the_worker(celery_worker):
     tenant = TenantFactory(slug="acme", name="Acme")
     admin = MembershipFactory(tenant=tenant, role=Role.ADMIN).user
 
