@@ -10,10 +10,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.db.models import Prefetch, QuerySet
+from django.shortcuts import get_object_or_404
 
 from pools import mig
 from pools.mig import profile_from_resource
-from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
+from pools.models import (
+    Allocation,
+    Cluster,
+    GpuCapacity,
+    GpuGroup,
+    NodeCapacity,
+    Pool,
+    PoolRequest,
+    SpecAndCount,
+    WorkloadProfile,
+)
 from pools.specs import Spec, specs_of
 
 
@@ -243,3 +254,52 @@ def spec_availability() -> list[tuple[Spec, int]]:
     for (_cluster, model, profile), count in per_cluster.items():
         best[(model, profile)] = max(best[(model, profile)], count)
     return [(spec, best[(spec.gpu_model, spec.profile)]) for spec in specs_of(sorted(models))]
+
+
+# --- a project's requests and pools -------------------------------------------------------------
+
+
+def project_requests(*, project) -> QuerySet[PoolRequest]:
+    return (
+        project.pool_requests.select_related("submitted_by")
+        .prefetch_related("items")
+        .order_by("-submitted_at")
+    )
+
+
+def project_pools(*, project) -> QuerySet[Pool]:
+    return (
+        project.pools.select_related("cluster", "request")
+        .prefetch_related("request__items")
+        .order_by("-reserved_at")
+    )
+
+
+def queue_positions() -> dict[int, int]:
+    """Position (1-based) of every waiting request, in admission order."""
+    ids = PoolRequest.objects.waiting().values_list("pk", flat=True)
+    return {pk: n for n, pk in enumerate(ids, start=1)}
+
+
+def visible_request(*, user, tenant_slug: str, pk: int) -> PoolRequest:
+    return get_object_or_404(
+        PoolRequest.objects.visible_to(user)
+        .select_related("project__tenant", "cluster", "submitted_by", "decided_by")
+        .prefetch_related("items", "events__actor"),
+        project__tenant__slug=tenant_slug,
+        pk=pk,
+    )
+
+
+def visible_pool(*, user, tenant_slug: str, pk: int) -> Pool:
+    return get_object_or_404(
+        Pool.objects.visible_to(user)
+        .select_related("project__tenant", "cluster", "request")
+        .prefetch_related(
+            "request__items",
+            "events__actor",
+            Prefetch("allocations", queryset=Allocation.objects.select_related("gpu__node").order_by("pk")),
+        ),
+        project__tenant__slug=tenant_slug,
+        pk=pk,
+    )

@@ -1,12 +1,19 @@
-"""Operator pages: the GPU dashboard (clusters → groups → nodes → GPUs with their MIG layouts)."""
+"""Pages of the pools app: the operators' GPU dashboard, and the tenants' requests and pools."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods, require_POST
 
-from pools import mig, selectors
+from pools import mig, selectors, services
+from pools.forms import PoolRequestForm
+from pools.pricing import hourly_price
+from portal import selectors as tenancy
+from portal.errors import PortalError
 
 
 def _require_capacity_viewer(request: HttpRequest) -> None:
@@ -33,3 +40,91 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "memory_slices": range(mig.MEMORY_SLICES),
     }
     return render(request, "pools/dashboard.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpResponse:
+    project = tenancy.visible_project(user=request.user, tenant_slug=tenant_slug, slug=slug)
+    offered = selectors.spec_availability()
+    form = PoolRequestForm(request.POST if request.method == "POST" else None, specs=[s for s, _n in offered])
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                created = services.submit_request(
+                    project=project,
+                    user=request.user,
+                    items=form.items(),
+                    cluster=form.cleaned_data["cluster"],
+                    purpose=form.cleaned_data["purpose"],
+                    justification=form.cleaned_data["justification"],
+                )
+            except PortalError as error:
+                form.add_error(None, error.message)
+                status = error.status_code
+            else:
+                messages.success(
+                    request, _("Request #%(id)s submitted; an approver decides next.") % {"id": created.pk}
+                )
+                return redirect("pool-request", tenant_slug=tenant_slug, pk=created.pk)
+    rows = [(spec, available, hourly_price(spec)) for spec, available in offered]
+    context = {"project": project, "tenant": project.tenant, "form": form, "specs": rows}
+    return render(request, "pools/request_new.html", context, status=status)
+
+
+@login_required
+def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    context = {
+        "req": found,
+        "project": found.project,
+        "tenant": found.project.tenant,
+        "position": selectors.queue_positions().get(found.pk),
+        "pool": getattr(found, "pool", None),
+    }
+    return render(request, "pools/request_detail.html", context)
+
+
+@login_required
+@require_POST
+def request_cancel(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    try:
+        services.cancel_request(request_id=found.pk, user=request.user)
+    except PortalError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, _("Request #%(id)s cancelled.") % {"id": found.pk})
+    return redirect("pool-request", tenant_slug=tenant_slug, pk=found.pk)
+
+
+@login_required
+def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    live = [a for a in pool.allocations.all() if a.released_at is None]
+    resources: dict[str, int] = {}
+    for allocation in live:
+        resources[allocation.resource_name] = resources.get(allocation.resource_name, 0) + 1
+    context = {
+        "pool": pool,
+        "project": pool.project,
+        "tenant": pool.project.tenant,
+        "allocations": pool.allocations.all(),
+        "resources": sorted(resources.items()),
+    }
+    return render(request, "pools/pool_detail.html", context)
+
+
+@login_required
+@require_POST
+def pool_release(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    try:
+        services.release_pool(pool_id=pool.pk, user=request.user)
+    except PortalError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, _("Pool #%(id)s is being released.") % {"id": pool.pk})
+    return redirect("pool", tenant_slug=tenant_slug, pk=pool.pk)

@@ -41,7 +41,7 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         return selectors.clusters()
 
 
-class SpecSerializer(serializers.ModelSerializer):
+class SpecAndCountSerializer(serializers.ModelSerializer):
     class Meta:
         model = SpecAndCount
         fields = ["resource_name", "profile", "capacity", "allocatable", "allocated"]
@@ -50,7 +50,7 @@ class SpecSerializer(serializers.ModelSerializer):
 class NodeSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(source="cluster.name")
     group = serializers.CharField(source="group.name", allow_null=True, default=None)
-    specs = SpecSerializer(many=True)
+    specs = SpecAndCountSerializer(many=True)
 
     class Meta:
         model = NodeCapacity

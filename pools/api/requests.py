@@ -118,7 +118,7 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
-        context["positions"] = services.queue_positions()
+        context["positions"] = selectors.queue_positions()
         return context
 
     def _answer(self, request_obj, status_code=200):

@@ -16,7 +16,6 @@ from pools.services.queue import admit_waiting
 from pools.services.requests import (
     approve_request,
     cancel_request,
-    queue_positions,
     reject_request,
     set_priority,
     submit_request,
@@ -30,7 +29,6 @@ __all__ = [
     "fail_pool",
     "finish_release",
     "provision_step",
-    "queue_positions",
     "register_kubernetes_cluster",
     "reject_request",
     "release_pool",

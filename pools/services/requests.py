@@ -214,17 +214,10 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
     return request
 
 
-def queue_positions() -> dict[int, int]:
-    """Position (1-based) of every waiting request, in admission order."""
-    ids = PoolRequest.objects.waiting().values_list("pk", flat=True)
-    return {pk: n for n, pk in enumerate(ids, start=1)}
-
-
 __all__ = [
     "approve_request",
     "cancel_request",
     "move",
-    "queue_positions",
     "reject_request",
     "set_priority",
     "submit_request",

@@ -151,3 +151,10 @@ def test_schema_and_docs_are_served_offline(db, client):
     docs = client.get("/api/docs/").content.decode()
     assert "swagger-ui" in docs
     assert "cdn" not in docs.lower() and "https://" not in docs.split("<body")[0]
+
+
+def test_the_openapi_schema_is_valid_and_has_no_warnings(tmp_path):
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    assert "/api/v1/pool-requests/{id}/approve/" in (tmp_path / "schema.yaml").read_text()

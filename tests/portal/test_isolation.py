@@ -50,6 +50,10 @@ def make_pool(project, user):
     )
 
 
+def page(name, obj):
+    return reverse(name, kwargs={"tenant_slug": "acme", "pk": obj.pk})
+
+
 def pool_request_url(action):
     return lambda t, o: reverse(f"v1:pool-request-{action}", args=[o["request"].pk])
 
@@ -118,6 +122,16 @@ ROUTES = [
     Route("v1:pool-request-approve", "post", pool_request_url("approve"), 403, api=True),  # approvers only
     Route("v1:pool-request-reject", "post", pool_request_url("reject"), 403, data={"reason": "x"}, api=True),
     Route("v1:pool-request-cancel", "post", pool_request_url("cancel"), 200, api=True),
+    Route(
+        "pool-request-new",
+        "get",
+        lambda t, o: reverse("pool-request-new", kwargs={"tenant_slug": "acme", "slug": "vision"}),
+        200,
+    ),
+    Route("pool-request", "get", lambda t, o: page("pool-request", o["request"]), 200),
+    Route("pool-request-cancel", "post", lambda t, o: page("pool-request-cancel", o["request"]), 302),
+    Route("pool", "get", lambda t, o: page("pool", o["pool"]), 200),
+    Route("pool-release", "post", lambda t, o: page("pool-release", o["pool"]), 302),
     Route(
         "v1:pool-detail", "get", lambda t, o: reverse("v1:pool-detail", args=[o["pool"].pk]), 200, api=True
     ),
