@@ -67,3 +67,10 @@ def finish_pool_release(self, pool_id: int) -> str:
         return finish_release(pool_id=pool_id).state
     except DriverError as error:
         raise self.retry(countdown=min(5 * 2**self.request.retries, 600)) from error
+
+
+@shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
+def send_event_email(event_id: int) -> str:
+    from pools.notifications import send_event_email as send
+
+    return send(event_id)

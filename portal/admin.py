@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.db.models import Count
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import Invitation, Membership, Project, Tenant
+from portal.models import Invitation, Membership, Preferences, Project, Tenant
 
 admin.site.site_header = _("GPU Portal administration")
 admin.site.site_title = _("GPU Portal")
@@ -102,3 +102,11 @@ class InvitationAdmin(admin.ModelAdmin):
     @admin.display(description=_("status"))
     def status_label(self, invitation):
         return invitation.status.label
+
+
+@admin.register(Preferences)
+class PreferencesAdmin(admin.ModelAdmin):
+    list_display = ["user", "pool_emails"]
+    list_filter = ["pool_emails"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "user__email"]

@@ -3,7 +3,7 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import NAMESPACE_MAX_LENGTH, SLUG_MAX_LENGTH, Role, dns_label_validator
+from portal.models import NAMESPACE_MAX_LENGTH, SLUG_MAX_LENGTH, Preferences, Role, dns_label_validator
 
 
 class ProjectForm(forms.Form):
@@ -33,3 +33,9 @@ class InvitationForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(label=_("Role"), choices=Role.choices)
+
+
+class PreferencesForm(forms.ModelForm):
+    class Meta:
+        model = Preferences
+        fields = ["pool_emails"]

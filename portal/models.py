@@ -262,3 +262,28 @@ class Invitation(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == InvitationStatus.PENDING
+
+
+class Preferences(models.Model):
+    """A person's choices about the portal itself, e.g. which e-mails they want."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preferences", verbose_name=_("user")
+    )
+    pool_emails = models.BooleanField(
+        _("e-mail me about my GPU requests and pools"),
+        default=True,
+        help_text=_("Decisions, activation, failure and release."),
+    )
+
+    class Meta:
+        verbose_name = _("preferences")
+        verbose_name_plural = _("preferences")
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user}"
+
+    @classmethod
+    def wants_pool_emails(cls, user) -> bool:
+        found = cls.objects.filter(user=user).values_list("pool_emails", flat=True).first()
+        return True if found is None else found

@@ -35,6 +35,7 @@ urlpatterns = [
     path("t/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
     path("invitations/<slug:token>/", views.invitation, name="invitation"),  # token_urlsafe alphabet
     path("", include("pools.urls")),
+    path("accounts/notifications/", views.preferences, name="preferences"),
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),

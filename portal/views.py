@@ -12,8 +12,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from portal import selectors, services
 from portal.adapters import INVITATION_SESSION_KEY
 from portal.errors import InvalidInput, PortalError
-from portal.forms import InvitationForm, MemberRoleForm, ProjectForm
-from portal.models import Invitation, Role
+from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, ProjectForm
+from portal.models import Invitation, Preferences, Role
 
 
 @login_required
@@ -167,3 +167,16 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
     request.session.pop(INVITATION_SESSION_KEY, None)
     messages.success(request, _("Welcome to %(tenant)s.") % {"tenant": found.tenant.name})
     return redirect("tenant", slug=found.tenant.slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def preferences(request: HttpRequest) -> HttpResponse:
+    """Which e-mails a person wants."""
+    current, _created = Preferences.objects.get_or_create(user=request.user)
+    form = PreferencesForm(request.POST if request.method == "POST" else None, instance=current)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        messages.success(request, _("Your preferences are saved."))
+        return redirect("preferences")
+    return render(request, "portal/preferences.html", {"form": form})

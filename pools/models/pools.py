@@ -246,6 +246,7 @@ class PoolEvent(models.Model):
     from_state = models.CharField(_("from"), max_length=16, blank=True)
     to_state = models.CharField(_("to"), max_length=16)
     reason = models.TextField(_("why"), blank=True)
+    emailed_at = models.DateTimeField(_("e-mailed"), null=True, blank=True)
 
     class Meta:
         ordering = ["at", "pk"]

@@ -29,10 +29,11 @@ from pools.drivers.base import (
     driver_for,
 )
 from pools.models import POOL_TRANSITIONS, Allocation, GpuCapacity, Pool, PoolEvent, PoolState
+from pools.notifications import notify_after_commit
 from pools.services.queue import recount_allocated
+from pools.services.requests import asked_or_administers
 from pools.sync import sync_cluster
 from portal.errors import Conflict, InvalidInput, NotAllowed
-from portal.models import Membership, Role
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,10 @@ def move_pool(pool: Pool, to: str, *, actor=None, reason: str = "") -> None:
             _("Pool #%(id)s is %(state)s; it cannot become %(to)s.")
             % {"id": pool.pk, "state": PoolState(pool.state).label, "to": PoolState(to).label}
         )
-    PoolEvent.objects.create(
+    event = PoolEvent.objects.create(
         request_id=pool.request_id, pool=pool, actor=actor, from_state=pool.state, to_state=to, reason=reason
     )
+    notify_after_commit(event)
     pool.state = to
 
 
@@ -189,13 +191,10 @@ def _run_queue() -> None:
 
 def release_pool(*, pool_id: int, user) -> Pool:
     """The tenant gives a pool back: its capacity is free at once; the quota follows (finish_release)."""
-    pool = Pool.objects.select_related("request", "project").filter(pk=pool_id).first()
+    pool = Pool.objects.select_related("request__project", "project").filter(pk=pool_id).first()
     if pool is None:
         raise InvalidInput(_("Pool #%(id)s does not exist.") % {"id": pool_id})
-    is_admin = Membership.objects.filter(
-        user=user, tenant_id=pool.project.tenant_id, role=Role.ADMIN
-    ).exists()
-    if pool.request.submitted_by_id != user.pk and not is_admin and not user.is_superuser:
+    if not asked_or_administers(user, pool.request):
         raise NotAllowed(_("Only who asked for the pool, or an admin of the tenant, can release it."))
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)

@@ -23,6 +23,7 @@ from pools.models import (
     RequestItem,
     RequestState,
 )
+from pools.notifications import notify_after_commit
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Membership, Project, Role
@@ -38,9 +39,10 @@ def move(request: PoolRequest, to: str, *, actor=None, reason: str = "") -> None
             _("Request #%(id)s is %(state)s; it cannot become %(to)s.")
             % {"id": request.pk, "state": RequestState(request.state).label, "to": RequestState(to).label}
         )
-    PoolEvent.objects.create(
+    event = PoolEvent.objects.create(
         request=request, actor=actor, from_state=request.state, to_state=to, reason=reason
     )
+    notify_after_commit(event)
     request.state = to
 
 
@@ -137,6 +139,13 @@ def submit_request(
     return request
 
 
+def asked_or_administers(user, request: PoolRequest) -> bool:
+    """Whether the user asked for this request (or its pool), or is an admin of its tenant."""
+    if request.submitted_by_id == user.pk or user.is_superuser:
+        return True
+    return Membership.objects.filter(user=user, tenant_id=request.project.tenant_id, role=Role.ADMIN).exists()
+
+
 def _require_approver(user) -> None:
     if not (user.is_active and user.has_perm("pools.approve_poolrequest")):
         raise NotAllowed(_("Only approvers decide on pool requests."))
@@ -182,10 +191,7 @@ def cancel_request(*, request_id: int, user, reason: str = "") -> PoolRequest:
     """The requester or an admin of the tenant withdraws a request that has no pool yet."""
     with transaction.atomic():
         request = _locked(request_id)
-        is_admin = Membership.objects.filter(
-            user=user, tenant_id=request.project.tenant_id, role=Role.ADMIN
-        ).exists()
-        if request.submitted_by_id != user.pk and not is_admin and not user.is_superuser:
+        if not asked_or_administers(user, request):
             raise NotAllowed(_("Only who asked, or an admin of the tenant, can cancel this request."))
         if request.state == RequestState.FULFILLED:
             raise Conflict(_("Request #%(id)s is fulfilled; release its pool instead.") % {"id": request.pk})

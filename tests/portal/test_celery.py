@@ -30,10 +30,12 @@ def test_invitation_email_is_sent_by_the_worker(celery_worker):
         return invitation.sent_at is not None
 
     wait_until(sent)
-    mails = [path.read_text() for path in celery_worker.mail_dir.iterdir()]
+    mails = [
+        m for m in (p.read_text() for p in celery_worker.mail_dir.iterdir()) if "worker@example.com" in m
+    ]
     assert len(mails) == 1
     assert "worker@example.com" in mails[0] and invitation.token in mails[0]
 
     # A duplicate delivery is answered through the result backend and sends nothing more.
     assert send_invitation.delay(invitation.pk).get(timeout=30) == "already sent"
-    assert len(list(celery_worker.mail_dir.iterdir())) == 1
+    assert sum("worker@example.com" in p.read_text() for p in celery_worker.mail_dir.iterdir()) == 1

@@ -161,6 +161,7 @@ LISTS = [
 NOT_TENANT_SCOPED = {
     "invitation": "addressed by a secret token, checked against the signed-in user's e-mail",
     "v1:api-token": "signs a user in; returns only their own token",
+    "preferences": "the signed-in person's own settings",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
     "v1:specs": "the catalogue of what can be requested, shared by all tenants",
