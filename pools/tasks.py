@@ -27,7 +27,10 @@ def sync_cluster_now(cluster_id: int) -> str:
         cluster = Cluster.objects.filter(pk=cluster_id).first()
         if cluster is None:
             return "cluster removed"
-        return sync_cluster(cluster=cluster).summary()
+        report = sync_cluster(cluster=cluster)
+    if report.changed:  # capacity may have appeared: the queue may admit more now
+        admit_waiting_requests.delay()
+    return report.summary()
 
 
 @shared_task

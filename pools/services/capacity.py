@@ -68,6 +68,13 @@ def register_kubernetes_cluster(
     return cluster, created
 
 
+def _run_queue_if_undrained(drained: bool) -> None:
+    if not drained:  # capacity is back: waiting requests may fit now
+        from pools.tasks import admit_waiting_requests
+
+        transaction.on_commit(admit_waiting_requests.delay)
+
+
 def set_gpu_drained(*, gpu: GpuCapacity, drained: bool) -> GpuCapacity:
     """A drained GPU gets no new work; what runs on it stays."""
     with transaction.atomic():
@@ -75,6 +82,7 @@ def set_gpu_drained(*, gpu: GpuCapacity, drained: bool) -> GpuCapacity:
         if gpu.drained != drained:
             gpu.drained = drained
             gpu.save(update_fields=["drained", "last_change_at"])
+            _run_queue_if_undrained(drained)
     return gpu
 
 
@@ -84,6 +92,7 @@ def set_node_drained(*, node: NodeCapacity, drained: bool) -> NodeCapacity:
         if node.drained != drained:
             node.drained = drained
             node.save(update_fields=["drained", "last_change_at"])
+            _run_queue_if_undrained(drained)
     return node
 
 

@@ -155,3 +155,15 @@ def test_operators_add_clusters_in_the_admin(kubeconfig, created, db, staff_user
     assert Cluster.objects.filter(name="gpu-east").exists() == created
     if created:
         assert Cluster.objects.get(name="gpu-east").kubeconfig() == KUBECONFIG
+
+
+def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_commit_callbacks):
+    from pools.services import set_gpu_drained, set_node_drained
+
+    gpu = GpuCapacity.objects.first()
+    with django_capture_on_commit_callbacks() as drained:
+        set_gpu_drained(gpu=gpu, drained=True)
+    with django_capture_on_commit_callbacks() as undrained:
+        set_gpu_drained(gpu=gpu, drained=False)
+        set_node_drained(node=gpu.node, drained=False)  # already undrained: no change, no run
+    assert (len(drained), len(undrained)) == (0, 1)

@@ -221,3 +221,75 @@ def test_approvers_see_where_a_request_would_land_before_deciding(fleet, tenancy
     admit_waiting()
     page = client.get(f"/admin/pools/poolrequest/{ask_more.pk}/change/").content.decode()
     assert "Does not fit now:" in page
+
+
+OVERLAPS = """
+    SELECT count(*) FROM pools_allocation a JOIN pools_allocation b
+      ON a.gpu_id = b.gpu_id AND a.id < b.id AND a.slices && b.slices
+     WHERE a.released_at IS NULL AND b.released_at IS NULL
+"""
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_racing_admissions_and_releases_never_over_commit(tenancy):
+    """Threads on their own connections approve, admit and release at once on 8 GPUs."""
+    import random
+
+    from django.contrib.auth.models import Group
+
+    from pools.services import release_pool
+
+    cluster = ClusterFactory(name="race", fleet=[("n", 1, "H100-80GB", [None] * 8)])
+    sync_cluster(cluster=cluster)
+    approver = UserFactory(username="racer", is_staff=True)
+    approver.groups.add(Group.objects.get(name="approver"))
+    requests = [
+        submit_request(
+            project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1 + n % 2)]
+        )
+        for n in range(16)
+    ]
+    errors, overlaps = [], []
+
+    def approver_thread(chunk):
+        try:
+            for request in chunk:
+                approve_request(request_id=request.pk, approver=approver)
+                admit_waiting()
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    def releaser_thread(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(20):
+                live = list(Pool.objects.filter(state="provisioning").values_list("pk", flat=True))
+                if live:
+                    try:
+                        release_pool(pool_id=rng.choice(live), user=tenancy.acme_member)
+                    except Exception as error:  # another thread released it first: a clean refusal
+                        if "cannot become" not in str(error):
+                            errors.append(error)
+                admit_waiting()
+                with connection.cursor() as cursor:
+                    cursor.execute(OVERLAPS)
+                    overlaps.append(cursor.fetchone()[0])
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approver_thread, args=(requests[i::3],)) for i in range(3)]
+    threads += [threading.Thread(target=releaser_thread, args=(seed,)) for seed in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert set(overlaps) == {0}
+    live = Allocation.objects.filter(released_at=None)
+    assert live.count() <= 8 and live.values("gpu").distinct().count() == live.count()
+    for spec in SpecAndCount.objects.filter(node__cluster=cluster):
+        assert spec.allocated == live.filter(gpu__node=spec.node, resource_name=spec.resource_name).count()
