@@ -124,6 +124,8 @@ class Segment:
     span: int
     profile: str = ""  # empty for free slices
     uuid: str = ""
+    holder: str = ""  # "tenant/project" of the pool holding it; empty when free
+    holder_index: int = 0  # a stable colour number per holder
 
 
 @dataclass
@@ -155,9 +157,10 @@ class ClusterView:
     groups: list[GroupView] = field(default_factory=list)
 
 
-def _segments(gpu: GpuCapacity) -> list[Segment]:
+def _segments(gpu: GpuCapacity, holders: dict[tuple[int, int], str]) -> list[Segment]:
+    """The GPU's memory slices as instances (with the project holding each) and free runs."""
     if not gpu.mig_enabled:
-        return [Segment(0, mig.MEMORY_SLICES, "full", gpu.uuid)]
+        return [_held(Segment(0, mig.MEMORY_SLICES, "full", gpu.uuid), holders.get((gpu.pk, 0), ""))]
     try:
         model = mig.gpu_model(gpu.model)
     except ValueError:
@@ -168,7 +171,8 @@ def _segments(gpu: GpuCapacity) -> list[Segment]:
             span = model.profile(item["profile"]).memory_slices
         except ValueError:
             span = 1
-        taken.append(Segment(item["start"], span, item["profile"], item.get("uuid", "")))
+        segment = Segment(item["start"], span, item["profile"], item.get("uuid", ""))
+        taken.append(_held(segment, holders.get((gpu.pk, item["start"]), "")))
     segments, cursor = [], 0
     for segment in taken:
         if segment.start > cursor:
@@ -180,8 +184,22 @@ def _segments(gpu: GpuCapacity) -> list[Segment]:
     return segments
 
 
+def _held(segment: Segment, holder: str) -> Segment:
+    segment.holder = holder
+    segment.holder_index = sum(map(ord, holder)) % 8 if holder else 0
+    return segment
+
+
+def _holders() -> dict[tuple[int, int], str]:
+    """(GPU id, first memory slice) → "tenant/project" of every live allocation."""
+    live = Allocation.objects.filter(released_at__isnull=True).values_list(
+        "gpu_id", "slices", "pool__project__tenant__slug", "pool__project__slug"
+    )
+    return {(gpu, slices.lower): f"{tenant}/{project}" for gpu, slices, tenant, project in live}
+
+
 def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
-    """Clusters → groups → nodes → GPUs with their MIG drawing and GPU pods, in six queries."""
+    """Clusters → groups → nodes → GPUs with their MIG drawing, holders and GPU pods, in seven queries."""
     node_rows = NodeCapacity.objects.select_related("group").order_by("name")
     gpu_rows = GpuCapacity.objects.order_by("index")
     spec_rows = SpecAndCount.objects.filter(capacity__gt=0).order_by("resource_name")
@@ -190,10 +208,11 @@ def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
             node_rows.filter(present=True),
             gpu_rows.filter(present=True, node__present=True),
         )
+    holders = _holders()
     gpus_by_node: dict[int, list[GpuView]] = defaultdict(list)
     for gpu in gpu_rows:
         used, stranded = gpu.compute
-        gpus_by_node[gpu.node_id].append(GpuView(gpu, _segments(gpu), used, stranded))
+        gpus_by_node[gpu.node_id].append(GpuView(gpu, _segments(gpu, holders), used, stranded))
     specs_by_node: dict[int, list[SpecAndCount]] = defaultdict(list)
     for spec in spec_rows:
         specs_by_node[spec.node_id].append(spec)

@@ -1,4 +1,4 @@
-"""Django admin of pool requests: the approvers' queue, decisions in bulk, the timeline."""
+"""Django admin of pool requests (the approvers' queue, decisions in bulk) and of pools, with timelines."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from pools import services
-from pools.models import PoolEvent, PoolRequest, RequestItem, RequestState
+from pools.models import Allocation, Pool, PoolEvent, PoolRequest, RequestItem, RequestState
 from pools.services.queue import preview
 from portal.errors import PortalError
 
@@ -171,3 +171,60 @@ class PoolRequestAdmin(admin.ModelAdmin):
 
     def has_approve_permission(self, request):
         return request.user.has_perm("pools.approve_poolrequest")
+
+
+class AllocationInline(admin.TabularInline):
+    model = Allocation
+    extra = 0
+    can_delete = False
+    fields = ["gpu", "profile", "slices", "resource_name", "instance_uuid", "allocated_at", "released_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    """Pools are read here: their state moves only through provisioning and release."""
+
+    list_display = [
+        "__str__",
+        "tenant",
+        "cluster",
+        "state",
+        "reserved_at",
+        "active_at",
+        "released_at",
+        "failure_reason",
+    ]
+    list_filter = ["state", "cluster", "project__tenant", "reserved_at"]
+    list_select_related = ["project__tenant", "cluster"]
+    search_fields = ["project__name", "project__slug", "project__tenant__name", "failure_reason"]
+    date_hierarchy = "reserved_at"
+    fields = [
+        "request",
+        "project",
+        "cluster",
+        "state",
+        "reserved_at",
+        "active_at",
+        "released_at",
+        "failure_reason",
+        "mig_configs",
+    ]
+    readonly_fields = fields
+    inlines = [AllocationInline, PoolEventInline]
+
+    @admin.display(description=_("tenant"), ordering="project__tenant__name")
+    def tenant(self, obj):
+        return obj.project.tenant
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -144,3 +144,17 @@ def test_dashboard_names_the_projects_whose_pods_hold_gpus(synced, staff_user, c
     client.force_login(staff_user("operator"))
     body = client.get("/capacity/").content.decode()
     assert "acme/vision · 1g.18gb × 3" in body
+
+
+def test_dashboard_colours_instances_by_the_project_holding_them(synced, tenancy, staff_user, client):
+    from pools.services import admit_waiting, approve_request, submit_request
+
+    request = submit_request(
+        project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.mig-1g.18gb", 2)]
+    )
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    admit_waiting()
+    client.force_login(staff_user("operator"))
+    body = client.get("/capacity/").content.decode()
+    assert body.count("1g.18gb · acme/vision") == 2
+    assert body.count("seg held holder-") == 2

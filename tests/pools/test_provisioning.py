@@ -122,3 +122,18 @@ def test_the_pool_list_runs_a_constant_number_of_queries(fleet, tenancy, staff_u
         admitted(tenancy, approver, [("h200-141gb.mig-1g.18gb", 2), ("h100-80gb.full", 1)])
     assert len(client.get("/api/v1/pools/").json()) == 5
     assert queries() == few
+
+
+def test_approvers_see_why_a_pool_failed_in_the_admin(fleet, tenancy, staff_user, client, settings):
+    settings.MIG_PENDING_TIMEOUT_SECONDS = 0
+    pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1)])
+    SimulatedDriver(fleet).set_next_outcome(
+        GpuCapacity.objects.get(allocations__pool=pool).node.name, "failed"
+    )
+    provision_step(pool_id=pool.pk)
+    provision_step(pool_id=pool.pk)
+    client.force_login(staff_user("approver"))
+    listing = client.get("/admin/pools/pool/?state__exact=failed").content.decode()
+    assert "could not re-partition" in listing
+    page = client.get(f"/admin/pools/pool/{pool.pk}/change/").content.decode()
+    assert "could not re-partition" in page and "4g.71gb" in page
