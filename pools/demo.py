@@ -1,4 +1,4 @@
-"""Demo data of the pools app: two simulated clusters with GPU groups, synced once."""
+"""Demo data of the pools app: two simulated clusters with GPU groups, and a few pool requests."""
 
 from pools.drivers.simulated import DEMO_FLEETS, fleet_state, seed
 from pools.models import Cluster, GpuGroup, NodeCapacity, SimulatedClusterState
@@ -30,3 +30,47 @@ def load(stdout) -> None:
                 group=group
             )
         stdout.write(report.summary())
+    _demo_requests()
+
+
+def _demo_requests() -> None:
+    """A few requests in several states, so that approvers and tenants have something to look at."""
+    from django.contrib.auth import get_user_model
+
+    from pools.models import PoolRequest
+    from pools.services import admit_waiting, approve_request, submit_request
+    from portal.models import Project
+
+    if PoolRequest.objects.exists():
+        return
+    people = {
+        u.username: u
+        for u in get_user_model().objects.filter(username__in=["alice", "bob", "mallory", "carol"])
+    }
+    projects = {p.slug: p for p in Project.objects.filter(slug__in=["llm-serving", "vision", "recsys"])}
+    if len(people) < 4 or len(projects) < 3:
+        return
+    serving = submit_request(
+        project=projects["llm-serving"],
+        user=people["alice"],
+        items=[("h200-141gb.mig-3g.71gb", 2), ("h200-141gb.mig-1g.18gb", 4)],
+        purpose="inference",
+        justification="Serving the chat model to the support team.",
+    )
+    recsys = submit_request(
+        project=projects["recsys"],
+        user=people["mallory"],
+        items=[("a100-80gb.full", 4)],
+        purpose="training",
+        justification="Weekly retraining of the recommender.",
+    )
+    for request in (serving, recsys):
+        approve_request(request_id=request.pk, approver=people["carol"])
+    admit_waiting()  # the worker provisions them once it runs
+    submit_request(
+        project=projects["vision"],
+        user=people["bob"],
+        items=[("h200-141gb.full", 8)],
+        purpose="training",
+        justification="Fine-tuning the detector on the new data set.",
+    )

@@ -34,3 +34,13 @@ def test_demo_is_idempotent_and_keeps_tenants_apart(db, client):
     }
     assert staff == {"carol": {"approver"}, "dave": {"finance"}, "erin": {"operator"}, "admin": set()}
     assert get_user_model().objects.get(username="admin").is_superuser
+
+
+def test_demo_leaves_requests_for_approvers_and_pools_for_tenants(db):
+    from pools.models import Pool, PoolRequest
+
+    call_command("demo", verbosity=0)
+    call_command("demo", verbosity=0)
+    assert PoolRequest.objects.filter(state="submitted").count() == 1  # for carol to decide
+    assert Pool.objects.count() == 2  # admitted; the worker provisions them
+    assert set(Pool.objects.values_list("project__tenant__slug", flat=True)) == {"acme", "globex"}
