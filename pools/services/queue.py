@@ -59,6 +59,14 @@ def _live_allocations() -> dict[int, list[Allocation]]:
     return by_gpu
 
 
+def _overlaps(instance: dict, model: mig.GpuModel, held: list[tuple[int, int]]) -> bool:
+    """Whether an instance shares a memory slice with a live allocation. Slices, not starts, decide:
+    a cluster may report an instance at another start than the one planned, never a shared slice."""
+    start = instance["start"]
+    end = start + model.profile(instance["profile"]).memory_slices
+    return any(lower < end and start < upper for lower, upper in held)
+
+
 def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict[str, placement.Fleet]:
     """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations."""
     allocations = _live_allocations()
@@ -73,8 +81,9 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
         planned = gpu.planned_layout
         mig_on = planned["mig"] if planned else gpu.mig_enabled
         layout = planned["instances"] if planned else gpu.layout
-        taken = {a.slices.lower for a in allocations.get(gpu.pk, ()) if a.profile != mig.FULL_GPU}
+        held = [(a.slices.lower, a.slices.upper) for a in allocations.get(gpu.pk, ())]
         whole_taken = any(a.profile == mig.FULL_GPU for a in allocations.get(gpu.pk, ()))
+        model = mig.gpu_model(gpu.model)
         fleets[node.cluster.name].append(
             placement.Gpu(
                 id=str(gpu.pk),
@@ -82,7 +91,9 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
                 model=gpu.model,
                 mig=mig_on,
                 allocated=whole_taken,
-                instances=tuple(placement.Slot(i["profile"], i["start"], i["start"] in taken) for i in layout)
+                instances=tuple(
+                    placement.Slot(i["profile"], i["start"], _overlaps(i, model, held)) for i in layout
+                )
                 if mig_on
                 else (),
                 group=node.group.name if node.group and use_groups[node.cluster_id] else None,

@@ -293,3 +293,26 @@ def test_racing_admissions_and_releases_never_over_commit(tenancy):
     assert live.count() <= 8 and live.values("gpu").distinct().count() == live.count()
     for spec in SpecAndCount.objects.filter(node__cluster=cluster):
         assert spec.allocated == live.filter(gpu__node=spec.node, resource_name=spec.resource_name).count()
+
+
+def test_an_instance_reported_at_another_start_is_still_seen_as_held(fleet, tenancy, approver):
+    """The cluster may place a planned instance elsewhere; what shares a held slice is never offered."""
+    request = ask(tenancy, [("h200-141gb.mig-4g.71gb", 1)])
+    approve(request, approver)
+    admit_waiting()
+    held = Allocation.objects.get()
+    gpu = held.gpu
+    # the cluster reports the GPU cut differently: a 2g at 2, inside the slices the 4g holds
+    GpuCapacity.objects.filter(pk=gpu.pk).update(
+        planned_layout=None,
+        mig_enabled=True,
+        layout=[
+            {"profile": "2g.35gb", "start": 2, "uuid": ""},
+            {"profile": "3g.71gb", "start": 4, "uuid": ""},
+        ],
+    )
+    other = ask(tenancy, [("h200-141gb.mig-2g.35gb", 1)])
+    approve(other, approver)
+    admit_waiting()
+    taken = Allocation.objects.filter(gpu=gpu, released_at=None).values_list("slices", flat=True)
+    assert all(not (a.lower < b.upper and b.lower < a.upper) for a in taken for b in taken if a != b)
