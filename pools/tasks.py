@@ -67,7 +67,8 @@ def finish_pool_release(self, pool_id: int) -> str:
     from pools.services.provisioning import finish_release
 
     try:
-        return finish_release(pool_id=pool_id).state
+        pool = finish_release(pool_id=pool_id)
+        return pool.state if pool else "gone"
     except DriverError as error:
         raise self.retry(countdown=min(5 * 2**self.request.retries, 600)) from error
 

@@ -83,9 +83,9 @@ def project_quota(project_id: int, cluster_id: int) -> dict[str, int]:
 
 def provision_step(*, pool_id: int) -> str:
     """One step of provisioning a pool; returns done, waiting or failed."""
-    pool = Pool.objects.select_related("cluster", "project").get(pk=pool_id)
-    if pool.state != PoolState.PROVISIONING:
-        return DONE if pool.state == PoolState.ACTIVE else FAILED
+    pool = Pool.objects.select_related("cluster", "project").filter(pk=pool_id).first()
+    if pool is None or pool.state != PoolState.PROVISIONING:  # gone, or a duplicate delivery after the end
+        return DONE if pool and pool.state == PoolState.ACTIVE else FAILED
     driver = driver_for(pool.cluster)
     try:
         pending = _mig_changes(pool, driver)
@@ -213,8 +213,8 @@ def _finish_later(pool_id: int) -> None:
 
 def finish_release(*, pool_id: int) -> Pool:
     """Shrink the namespace's quota to the project's remaining pools, then mark the pool released."""
-    pool = Pool.objects.select_related("project", "cluster").get(pk=pool_id)
-    if pool.state != PoolState.RELEASING:
+    pool = Pool.objects.select_related("project", "cluster").filter(pk=pool_id).first()
+    if pool is None or pool.state != PoolState.RELEASING:
         return pool
     driver = driver_for(pool.cluster)
     quota = project_quota(pool.project_id, pool.cluster_id)

@@ -137,3 +137,14 @@ def test_approvers_see_why_a_pool_failed_in_the_admin(fleet, tenancy, staff_user
     assert "could not re-partition" in listing
     page = client.get(f"/admin/pools/pool/{pool.pk}/change/").content.decode()
     assert "could not re-partition" in page and "4g.71gb" in page
+
+
+def test_late_or_duplicate_deliveries_are_harmless(fleet, tenancy, staff_user):
+    from pools.tasks import finish_pool_release, provision_pool
+
+    assert provision_pool.apply(args=[999999]).get() == FAILED  # a pool that is gone
+    assert finish_pool_release.apply(args=[999999]).get() == "gone"
+    pool = admitted(tenancy, staff_user("approver"), [("h100-80gb.full", 1)])
+    assert provision_pool.apply(args=[pool.pk]).get() == DONE
+    assert provision_pool.apply(args=[pool.pk]).get() == DONE  # delivered twice
+    assert Pool.objects.get(pk=pool.pk).events.filter(to_state="active").count() == 1
