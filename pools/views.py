@@ -87,17 +87,27 @@ def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespo
     return render(request, "pools/request_detail.html", context)
 
 
+def _act(request: HttpRequest, change, done: str, back: HttpResponse) -> HttpResponse:
+    """Run one service call from a button; its refusal, or `done`, is shown on the page it goes back to."""
+    try:
+        change()
+    except PortalError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, done)
+    return back
+
+
 @login_required
 @require_POST
 def request_cancel(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
     found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=pk)
-    try:
-        services.cancel_request(request_id=found.pk, user=request.user)
-    except PortalError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, _("Request #%(id)s cancelled.") % {"id": found.pk})
-    return redirect("pool-request", tenant_slug=tenant_slug, pk=found.pk)
+    return _act(
+        request,
+        lambda: services.cancel_request(request_id=found.pk, user=request.user),
+        _("Request #%(id)s cancelled.") % {"id": found.pk},
+        redirect("pool-request", tenant_slug=tenant_slug, pk=found.pk),
+    )
 
 
 @login_required
@@ -121,10 +131,9 @@ def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
 @require_POST
 def pool_release(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
     pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
-    try:
-        services.release_pool(pool_id=pool.pk, user=request.user)
-    except PortalError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, _("Pool #%(id)s is being released.") % {"id": pool.pk})
-    return redirect("pool", tenant_slug=tenant_slug, pk=pool.pk)
+    return _act(
+        request,
+        lambda: services.release_pool(pool_id=pool.pk, user=request.user),
+        _("Pool #%(id)s is being released.") % {"id": pool.pk},
+        redirect("pool", tenant_slug=tenant_slug, pk=pool.pk),
+    )
