@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -113,22 +114,18 @@ class Worker:
     queue: str
     mail_dir: Path
     log: Path
+    process: subprocess.Popen | None = None
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, tmp_path_factory):
-    """A real Celery worker process on the test database, consuming a queue of its own through Redis."""
+@contextmanager
+def running_worker(queue: str, workdir: Path, *, pool: str = "solo"):
+    """A real Celery worker process on the test database, consuming `queue` through Redis."""
     from django.conf import settings
-
-    from portal.celery import app
 
     db = settings.DATABASES["default"]  # the test database, once django_db_setup has run
     auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
     database_url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    queue = TASK_QUEUE
-    app.control.purge()  # tasks that earlier tests queued belong to databases that are gone
-    work = tmp_path_factory.mktemp("worker")
-    worker = Worker(queue=queue, mail_dir=work / "mail", log=work / "worker.log")
+    worker = Worker(queue=queue, mail_dir=workdir / "mail", log=workdir / "worker.log")
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -138,21 +135,32 @@ def celery_worker(django_db_setup, tmp_path_factory):
         "PROVISION_POLL_SECONDS": "0.2",
     }
     with worker.log.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool", "solo", "--loglevel", "INFO",
-             "--queues", queue, "--hostname", f"{queue}@%h", "--without-heartbeat", "--without-mingle"],
+        worker.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool", pool, "--concurrency", "1",
+             "--loglevel", "INFO", "--queues", queue, "--hostname", f"{queue}@%h", "--without-heartbeat",
+             "--without-mingle"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while "ready." not in worker.log.read_text():
-            assert process.poll() is None, f"the worker died:\n{worker.log.read_text()}"
+            assert worker.process.poll() is None, f"the worker died:\n{worker.log.read_text()}"
             assert time.monotonic() < deadline, f"the worker did not start:\n{worker.log.read_text()}"
             time.sleep(0.2)
         yield worker
     finally:
-        process.terminate()
+        worker.process.terminate()
         try:
-            process.wait(timeout=20)
+            worker.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            process.kill()
+            worker.process.kill()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, tmp_path_factory):
+    """The session's worker, on the queue every task of the tests goes to."""
+    from portal.celery import app
+
+    app.control.purge()  # tasks that earlier tests queued belong to databases that are gone
+    with running_worker(TASK_QUEUE, tmp_path_factory.mktemp("worker")) as worker:
+        yield worker

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -196,6 +197,11 @@ class SimulatedDriver:
         with self._state(write=True) as state:
             self._node(state, node)["gpus"][index]["health"] = health
 
+    def set_latency(self, seconds: float) -> None:
+        """Make every call of this cluster take this long, like a slow or distant API server."""
+        with self._state(write=True) as state:
+            state["latency_seconds"] = seconds
+
     def set_reachable(self, reachable: bool) -> None:
         with self._state(write=True, check_reachable=False) as state:
             state["reachable"] = reachable
@@ -220,6 +226,8 @@ class SimulatedDriver:
             state = row.state
             if check_reachable and not state.get("reachable", True):
                 raise ClusterUnreachable(f"simulated cluster {self.cluster.name} does not answer")
+            if state.get("latency_seconds"):  # a slow API server
+                time.sleep(state["latency_seconds"])
             moved = self._advance(state, timezone.now())
             yield state
             if write or moved:

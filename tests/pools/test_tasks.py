@@ -1,5 +1,6 @@
 """Background sync: beat queues the clusters that are due, a real worker syncs them through Redis."""
 
+import os
 import time
 from datetime import timedelta
 
@@ -81,3 +82,56 @@ def test_the_whole_flow_through_the_api_with_a_real_worker(celery_worker, tenanc
         time.sleep(0.3)
     cluster.simulation.refresh_from_db()
     assert "acme-vision" not in cluster.simulation.state["quotas"]
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
+    tenancy, staff_user, tmp_path, monkeypatch
+):
+    """acks_late: a provisioning task whose worker process dies is delivered again and finishes once."""
+    import signal
+    import subprocess
+    import uuid
+
+    from pools.drivers.simulated import SimulatedDriver
+    from pools.models import Pool
+    from pools.services import admit_waiting, approve_request, submit_request
+    from pools.services import queue as queue_service
+    from pools.sync import sync_cluster
+    from pools.tasks import provision_pool
+    from tests.conftest import running_worker
+
+    cluster = ClusterFactory(name="slow", fleet=SMALL_FLEET)
+    sync_cluster(cluster=cluster)
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 2)])
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    SimulatedDriver(cluster).set_latency(1.5)  # every cluster call takes a while: room to die half-way
+    queue = f"death-{uuid.uuid4().hex[:8]}"
+    # admission sends the provisioning task to this test's own worker, not to the session's
+    monkeypatch.setattr(
+        queue_service,
+        "_provision_later",
+        lambda pool_id: provision_pool.apply_async(args=[pool_id], queue=queue),
+    )
+    with running_worker(queue, tmp_path, pool="prefork") as worker:
+        admit_waiting()
+        pool = Pool.objects.get(request=request)
+        deadline = time.monotonic() + 30
+        while "provision_pool" not in worker.log.read_text():
+            assert time.monotonic() < deadline, worker.log.read_text()
+            time.sleep(0.1)
+        time.sleep(0.5)  # inside the first slow cluster call
+        children = subprocess.run(["pgrep", "-P", str(worker.process.pid)], capture_output=True, text=True)
+        for pid in children.stdout.split():
+            os.kill(int(pid), signal.SIGKILL)  # like the kernel's OOM killer
+        while Pool.objects.get(pk=pool.pk).state != "active":
+            assert time.monotonic() < deadline + 60, worker.log.read_text()
+            time.sleep(0.3)
+        log = worker.log.read_text()
+    assert "SIGKILL" in log or "signal 9" in log
+    pool.refresh_from_db()
+    assert pool.events.filter(to_state="active").count() == 1
+    assert pool.allocations.filter(released_at=None).count() == 2
+    cluster.simulation.refresh_from_db()
+    assert cluster.simulation.state["quotas"]["acme-vision"] == {"nvidia.com/gpu": 2}
