@@ -29,33 +29,48 @@ def provision(pool: Pool) -> None:
         time.sleep(0.05)
 
 
-def test_a_mig_pool_on_kubernetes(kube_cluster, tenancy, staff_user):
-    server, cluster = kube_cluster
-    request = submit_request(
-        project=tenancy.vision,
-        user=tenancy.acme_member,
-        items=[("h100-80gb.mig-3g.40gb", 2)],
-        cluster=cluster,
+def test_a_mig_pool_on_kubernetes_through_the_api(kube_cluster, tenancy, staff_user):
+    from rest_framework.test import APIClient
+
+    server, _cluster = kube_cluster
+    member, approver = APIClient(), APIClient()
+    member.force_authenticate(tenancy.acme_member)
+    approver.force_authenticate(staff_user("approver"))
+    asked = member.post(
+        "/api/v1/pool-requests/",
+        {
+            "project": tenancy.vision.pk,
+            "items": [{"spec": "h100-80gb.mig-3g.40gb", "count": 2}],
+            "cluster": "kube",
+        },
+        format="json",
+    ).json()
+    assert (
+        approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json").status_code == 200
     )
-    approve_request(request_id=request.pk, approver=staff_user("approver"))
-    admit_waiting()
-    pool = Pool.objects.get(request=request)
-    provision(pool)
-    pool.refresh_from_db()
-    assert pool.state == PoolState.ACTIVE
+    admit_waiting()  # what the queue task runs after the approval
+    pool = Pool.objects.get(request_id=asked["id"])
+    provision(pool)  # what the provisioning task repeats
+    shown = member.get(f"/api/v1/pools/{pool.pk}/").json()
+    assert shown["state"] == "active" and [a["profile"] for a in shown["allocations"]] == [
+        "3g.40gb",
+        "3g.40gb",
+    ]
     node = server.get("Node", "gpu-1")
-    assert node["metadata"]["labels"]["nvidia.com/mig.config"] == pool.mig_configs["gpu-1"]
+    assert (
+        node["metadata"]["labels"]["nvidia.com/mig.config"]
+        == Pool.objects.get(pk=pool.pk).mig_configs["gpu-1"]
+    )
     assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     assert node["status"]["capacity"]["nvidia.com/mig-3g.40gb"] == "2"
     assert server.get("Namespace", "acme-vision") is not None
     quota = server.get("ResourceQuota", "gpu-portal", "acme-vision")
     assert quota["spec"]["hard"] == {"requests.nvidia.com/mig-3g.40gb": "2"}
 
-    from pools.services import release_pool
-
-    release_pool(pool_id=pool.pk, user=tenancy.acme_member)
-    finish_release(pool_id=pool.pk)
+    assert member.post(f"/api/v1/pools/{pool.pk}/release/").json()["state"] == "releasing"
+    finish_release(pool_id=pool.pk)  # what the release task runs
     assert server.get("ResourceQuota", "gpu-portal", "acme-vision") is None
+    assert member.get(f"/api/v1/pools/{pool.pk}/").json()["state"] == "released"
 
 
 def test_an_api_error_during_provisioning_fails_the_pool_cleanly(kube_cluster, tenancy, staff_user):
