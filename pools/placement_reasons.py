@@ -1,4 +1,9 @@
-"""Why a request was not placed, in words a tenant can act on: what is missing, and where."""
+"""Why a request was not placed, in words a tenant can act on: what is missing, and where.
+
+A reason is an English sentence that also keeps its template and values (`Reason`), so
+that the portal can show it in the reader's language; the templates are marked with
+`gettext_noop` for the translation catalogue, without this pure module importing Django.
+"""
 
 from __future__ import annotations
 
@@ -8,53 +13,142 @@ from pools.placement_layouts import catalogue
 Wanted = dict[str, tuple[int, dict[str, int]]]  # model -> (full GPUs, {profile: instances})
 
 
-def unplaced_reason(index: FleetIndex, group: str | None, wanted: Wanted, failed: dict[str, str]) -> str:
+def gettext_noop(template: str) -> str:
+    """Marks a template for the translation catalogue; translation happens where it is shown."""
+    return template
+
+
+class Reason(str):
+    """An English sentence that keeps its template and values (values may be Reasons, or lists of them)."""
+
+    template: str
+    params: dict
+
+    def __new__(cls, template: str, **params) -> Reason:
+        text = template % {key: _english(value) for key, value in params.items()}
+        reason = super().__new__(cls, text)
+        reason.template, reason.params = template, params
+        return reason
+
+    def as_data(self) -> dict:
+        """Plain data to store, for `render` to translate later."""
+        return {"template": self.template, "params": {k: _data(v) for k, v in self.params.items()}}
+
+
+def _english(value):
+    return "; ".join(value) if isinstance(value, list) else value
+
+
+def _data(value):
+    if isinstance(value, Reason):
+        return value.as_data()
+    if isinstance(value, list):
+        return [_data(v) for v in value]
+    return value
+
+
+def unplaced_reason(index: FleetIndex, group: str | None, wanted: Wanted, failed: dict[str, str]) -> Reason:
     """`failed` names, per cluster, the first model of the request that the cluster could not take."""
-    where = f" in group {group}" if group else ""
     relevant = [
         cluster
         for cluster in index.clusters()
         if any(index.buckets_for(cluster, model, group) for model in wanted)
     ]
     if not relevant:
-        return f"no {next(iter(wanted))} GPU{where}"
+        return _no_gpu(next(iter(wanted)), group)
     reasons = [
         (cluster, _model_reason(index, cluster, group, wanted, failed[cluster])) for cluster in relevant
     ]
     if len(reasons) == 1:
         cluster, reason = reasons[0]
-        return f"cluster {cluster}: {reason}" if len(index.clusters()) > 1 else reason
-    listed = "; ".join(f"cluster {cluster}: {reason}" for cluster, reason in reasons)
-    return f"no single cluster can take the whole request: {listed}"
+        if len(index.clusters()) > 1:
+            return Reason(gettext_noop("cluster %(cluster)s: %(reason)s"), cluster=cluster, reason=reason)
+        return reason
+    listed = [
+        Reason(gettext_noop("cluster %(cluster)s: %(reason)s"), cluster=cluster, reason=reason)
+        for cluster, reason in reasons
+    ]
+    return Reason(gettext_noop("no single cluster can take the whole request: %(listed)s"), listed=listed)
 
 
-def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wanted, model: str) -> str:
-    where = f" in group {group}" if group else ""
+def _no_gpu(model: str, group: str | None) -> Reason:
+    if group:
+        return Reason(gettext_noop("no %(model)s GPU in group %(group)s"), model=model, group=group)
+    return Reason(gettext_noop("no %(model)s GPU"), model=model)
+
+
+def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wanted, model: str) -> Reason:
     buckets = index.buckets_for(cluster, model, group)
     if not buckets:
-        return f"no {model} GPU{where}"
+        return _no_gpu(model, group)
     total = sum(b.total for b in buckets)
     drained = sum(b.drained for b in buckets)
     if drained == total:
         if total == 1:
-            return f"the one {model} GPU{where} is drained or unhealthy"
-        return f"all {total} {model} GPUs{where} are drained or unhealthy"
+            if group:
+                return Reason(
+                    gettext_noop("the one %(model)s GPU in group %(group)s is drained or unhealthy"),
+                    model=model,
+                    group=group,
+                )
+            return Reason(gettext_noop("the one %(model)s GPU is drained or unhealthy"), model=model)
+        if group:
+            return Reason(
+                gettext_noop("all %(total)s %(model)s GPUs in group %(group)s are drained or unhealthy"),
+                total=total,
+                model=model,
+                group=group,
+            )
+        return Reason(
+            gettext_noop("all %(total)s %(model)s GPUs are drained or unhealthy"), total=total, model=model
+        )
     blank = _count(buckets, "off") + _count(buckets, "whole")
     full, mig = wanted[model]
     if full > blank:
-        return f"needs {full} × full {model}; {blank} free"
+        return Reason(
+            gettext_noop("needs %(full)s × full %(model)s; %(blank)s free"),
+            full=full,
+            model=model,
+            blank=blank,
+        )
     cat = catalogue(model)
     for profile, count in mig.items():
         in_use = sum(sum(b.partial.get(profile, {}).values()) for b in buckets)
         placeable = in_use + blank * cat.most[cat.names.index(profile)]
         if placeable < count:
-            return f"needs {count} × {profile}; {placeable} placeable without re-partitioning in-use GPUs"
+            return Reason(
+                PLACEABLE,
+                count=count,
+                profile=profile,
+                placeable=placeable,
+            )
     items = [f"{full} × full {model}"] if full else []
     items += [f"{count} × {profile}" for profile, count in mig.items()]
-    return (
-        f"needs {' and '.join(items)} together; the free {model} capacity{where} takes each alone "
-        f"but not all at once ({blank} wholly free GPU{'' if blank == 1 else 's'}, the rest in use)"
-    )
+    template = TOGETHER[(bool(group), blank == 1)]
+    return Reason(template, items=" and ".join(items), model=model, group=group or "", blank=blank)
+
+
+PLACEABLE = gettext_noop(
+    "needs %(count)s × %(profile)s; %(placeable)s placeable without re-partitioning in-use GPUs"
+)
+TOGETHER = {  # (in a group, one wholly free GPU) → template
+    (False, False): gettext_noop(
+        "needs %(items)s together; the free %(model)s capacity takes each alone "
+        "but not all at once (%(blank)s wholly free GPUs, the rest in use)"
+    ),
+    (False, True): gettext_noop(
+        "needs %(items)s together; the free %(model)s capacity takes each alone "
+        "but not all at once (%(blank)s wholly free GPU, the rest in use)"
+    ),
+    (True, False): gettext_noop(
+        "needs %(items)s together; the free %(model)s capacity in group %(group)s takes each alone "
+        "but not all at once (%(blank)s wholly free GPUs, the rest in use)"
+    ),
+    (True, True): gettext_noop(
+        "needs %(items)s together; the free %(model)s capacity in group %(group)s takes each alone "
+        "but not all at once (%(blank)s wholly free GPU, the rest in use)"
+    ),
+}
 
 
 def _count(buckets: list[Bucket], table: str) -> int:

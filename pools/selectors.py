@@ -322,3 +322,22 @@ def visible_pool(*, user, tenant_slug: str, pk: int) -> Pool:
         project__tenant__slug=tenant_slug,
         pk=pk,
     )
+
+
+def render_reason(data) -> str:
+    """A stored reason (its template and values) in the language of the current request."""
+    from django.utils.translation import gettext
+
+    if isinstance(data, dict):
+        values = {key: render_reason(value) for key, value in data["params"].items()}
+        template = data["template"]
+        return (template if template == "%(text)s" else gettext(template)) % values
+    if isinstance(data, list):
+        return "; ".join(render_reason(item) for item in data)
+    return data
+
+
+def waiting_reason(request: PoolRequest) -> str:
+    return (
+        render_reason(request.waiting_reason_data) if request.waiting_reason_data else request.waiting_reason
+    )

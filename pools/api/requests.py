@@ -45,6 +45,7 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     decided_by = serializers.CharField(source="decided_by.username", allow_null=True, default=None)
     queue_position = serializers.SerializerMethodField()
+    waiting_reason = serializers.SerializerMethodField(help_text=_("Why it waits, in the reader's language."))
     pool = serializers.SerializerMethodField()
     estimated_hourly_cost = serializers.SerializerMethodField(
         help_text=_("Null while a price of one of the items is unknown.")
@@ -79,6 +80,9 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     def get_items(self, request) -> list[dict]:
         return [{"spec": spec.id, "gpu_model": spec.gpu_model, "profile": spec.profile, "count": n}
                 for spec, n in self._specs(request)]  # fmt: skip
+
+    def get_waiting_reason(self, request) -> str:
+        return selectors.waiting_reason(request)
 
     def get_queue_position(self, request) -> int | None:
         return self.context["positions"].get(request.pk)

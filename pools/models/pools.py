@@ -108,6 +108,8 @@ class PoolRequest(models.Model):
     approved_at = models.DateTimeField(_("approved"), null=True, blank=True)
     decision_reason = models.TextField(_("reason of the decision"), max_length=2000, blank=True)
     waiting_reason = models.CharField(_("why it waits"), max_length=500, blank=True)
+    # The same reason as its template and values, to show it in the reader's language.
+    waiting_reason_data = models.JSONField(null=True, blank=True, editable=False)
 
     objects = PoolRequestQuerySet.as_manager()
 

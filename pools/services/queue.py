@@ -25,6 +25,7 @@ from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from pools import mig, placement
 from pools.models import (
@@ -39,9 +40,12 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
+from pools.placement_reasons import Reason
 from pools.services.requests import move
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
+BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
+NO_CLUSTER = gettext_noop("no cluster is ready")
 
 
 @dataclass
@@ -192,9 +196,7 @@ def admit_waiting() -> list[Admission]:
         results = []
         for position, request in enumerate(waiting):
             if blocked_priority is not None and request.priority <= blocked_priority:
-                results.append(
-                    _wait(request, _("waiting behind an older request that needs the capacity first"))
-                )
+                results.append(_wait(request, Reason(BEHIND_OLDER)))
                 continue
             plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets)
             if plan is not None and plan.placed:
@@ -206,7 +208,9 @@ def admit_waiting() -> list[Admission]:
                 transaction.on_commit(lambda pool_id=pool.pk: _provision_later(pool_id))
                 results.append(Admission(request.pk, True, pool.pk))
                 continue
-            reason = plan.reason if plan is not None else _("no cluster is ready")
+            reason = plan.reason if plan is not None else Reason(NO_CLUSTER)
+            if not isinstance(reason, Reason):  # a request the engine finds malformed
+                reason = Reason("%(text)s", text=str(reason))
             results.append(_wait(request, reason))
             if request.approved_at and now - request.approved_at >= grace and blocked_priority is None:
                 blocked_priority = request.priority
@@ -235,16 +239,16 @@ def _place(request, upcoming, clusters, grouped, fleets):
     return best if best else (None, None)
 
 
-def _wait(request: PoolRequest, reason: str) -> Admission:
-    reason = reason[:500]
+def _wait(request: PoolRequest, reason: Reason) -> Admission:
+    text, data = str(reason)[:500], reason.as_data()
     if request.state == RequestState.APPROVED:
-        move(request, RequestState.QUEUED, reason=reason)
-        request.waiting_reason = reason
-        request.save(update_fields=["state", "waiting_reason"])
-    elif request.waiting_reason != reason:
-        request.waiting_reason = reason
-        request.save(update_fields=["waiting_reason"])
-    return Admission(request.pk, False, reason=reason)
+        move(request, RequestState.QUEUED, reason=text)
+        request.waiting_reason, request.waiting_reason_data = text, data
+        request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
+    elif request.waiting_reason != text:
+        request.waiting_reason, request.waiting_reason_data = text, data
+        request.save(update_fields=["waiting_reason", "waiting_reason_data"])
+    return Admission(request.pk, False, reason=text)
 
 
 def preview(request: PoolRequest) -> str:

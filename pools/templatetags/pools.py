@@ -22,3 +22,9 @@ def project_pools(context, project):
 def get_item(mapping, key):
     """`positions|get_item:req.pk` — a dictionary lookup by a variable key."""
     return mapping.get(key)
+
+
+@register.filter
+def waiting_reason(request) -> str:
+    """Why a request waits, in the reader's language."""
+    return selectors.waiting_reason(request)

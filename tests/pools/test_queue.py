@@ -316,3 +316,21 @@ def test_an_instance_reported_at_another_start_is_still_seen_as_held(fleet, tena
     admit_waiting()
     taken = Allocation.objects.filter(gpu=gpu, released_at=None).values_list("slices", flat=True)
     assert all(not (a.lower < b.upper and b.lower < a.upper) for a in taken for b in taken if a != b)
+
+
+def test_the_reason_a_request_waits_is_shown_in_the_readers_language(
+    fleet, tenancy, approver, client, api_for
+):
+    hog = ask(tenancy, [("h100-80gb.full", 8)])
+    approve(hog, approver)
+    admit_waiting()
+    waiting = ask(tenancy, [("h100-80gb.full", 2)])
+    approve(waiting, approver)
+    admit_waiting()
+    waiting.refresh_from_db()
+    assert waiting.waiting_reason == "needs 2 × full H100-80GB; 0 free"
+    client.force_login(tenancy.acme_member)
+    page = client.get(f"/t/acme/requests/{waiting.pk}/", headers={"accept-language": "ko"}).content.decode()
+    assert "H100-80GB 전체 GPU 2개가 필요하지만 0개만 비어 있습니다" in page
+    shown = api_for(tenancy.acme_member).get(f"/api/v1/pool-requests/{waiting.pk}/").json()
+    assert shown["waiting_reason"] == "needs 2 × full H100-80GB; 0 free"
