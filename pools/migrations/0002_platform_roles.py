@@ -1,4 +1,8 @@
-"""What the platform roles may do with capacity: operators run it, approvers read it."""
+"""What the platform roles may do in the pools app.
+
+Operators run capacity (clusters, groups, drains); approvers read capacity and decide pool
+requests; finance reads clusters and pools.
+"""
 
 from django.db import migrations
 
@@ -12,6 +16,13 @@ CAPACITY_VIEW = [
     "pools.view_specandcount",
     "pools.view_workloadprofile",
 ]
+POOLS_VIEW = [
+    "pools.view_poolrequest",
+    "pools.view_requestitem",
+    "pools.view_pool",
+    "pools.view_allocation",
+    "pools.view_poolevent",
+]
 
 
 def grant(apps, schema_editor):
@@ -20,6 +31,7 @@ def grant(apps, schema_editor):
         {
             "operator": [
                 *CAPACITY_VIEW,
+                *POOLS_VIEW,
                 "pools.add_cluster",
                 "pools.change_cluster",
                 "pools.add_gpugroup",
@@ -28,8 +40,13 @@ def grant(apps, schema_editor):
                 "pools.change_nodecapacity",
                 "pools.change_gpucapacity",
             ],
-            "approver": CAPACITY_VIEW,
-            "finance": ["pools.view_cluster"],
+            "approver": [
+                *CAPACITY_VIEW,
+                *POOLS_VIEW,
+                "pools.approve_poolrequest",
+                "pools.change_poolrequest",
+            ],
+            "finance": ["pools.view_cluster", *POOLS_VIEW],
         },
     )
 
