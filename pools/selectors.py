@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 
-from pools import mig
+from pools import mig, placement
 from pools.mig import profile_from_resource
 from pools.models import (
     Allocation,
@@ -248,9 +248,7 @@ def spec_availability() -> list[tuple[Spec, int]]:
     A request lands on one cluster, so availability is the best cluster's: free provisioned
     instances of the profile on GPUs in use, plus what wholly free GPUs would hold if cut for it.
     """
-    from pools.services.queue import fleet_snapshot
-
-    clusters = list(Cluster.objects.filter(status=Cluster.Status.READY))
+    clusters, _grouped = ready_clusters()
     fleets = fleet_snapshot(clusters, {c.pk: False for c in clusters})
     per_cluster: dict[tuple[str, str, str], int] = defaultdict(int)  # (cluster, model, profile) → count
     models: set[str] = set()
@@ -341,3 +339,66 @@ def waiting_reason(request: PoolRequest) -> str:
     return (
         render_reason(request.waiting_reason_data) if request.waiting_reason_data else request.waiting_reason
     )
+
+
+# --- the placement engine's view of the fleet ----------------------------------------------------
+
+
+def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:
+    """Clusters placement may use, and whether each places work by GPU group."""
+    clusters = list(Cluster.objects.filter(status=Cluster.Status.READY).order_by("name"))
+    with_groups = set(GpuGroup.objects.values_list("cluster_id", flat=True))
+    return clusters, {c.pk: c.pk in with_groups for c in clusters}
+
+
+def _live_allocations() -> dict[int, list[Allocation]]:
+    by_gpu: dict[int, list[Allocation]] = defaultdict(list)
+    for allocation in Allocation.objects.filter(released_at__isnull=True):
+        by_gpu[allocation.gpu_id].append(allocation)
+    return by_gpu
+
+
+def _overlaps(instance: dict, model: mig.GpuModel, held: list[tuple[int, int]]) -> bool:
+    """Whether an instance shares a memory slice with a live allocation. Slices, not starts, decide:
+    a cluster may report an instance at another start than the one planned, never a shared slice."""
+    start = instance["start"]
+    end = start + model.profile(instance["profile"]).memory_slices
+    return any(lower < end and start < upper for lower, upper in held)
+
+
+def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict[str, placement.Fleet]:
+    """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations."""
+    allocations = _live_allocations()
+    gpus = (
+        GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=clusters)
+        .select_related("node__cluster", "node__group")
+        .order_by("node__cluster__name", "node__name", "index")
+    )
+    fleets: dict[str, list[placement.Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        node = gpu.node
+        planned = gpu.planned_layout
+        mig_on = planned["mig"] if planned else gpu.mig_enabled
+        layout = planned["instances"] if planned else gpu.layout
+        held = [(a.slices.lower, a.slices.upper) for a in allocations.get(gpu.pk, ())]
+        whole_taken = any(a.profile == mig.FULL_GPU for a in allocations.get(gpu.pk, ()))
+        model = mig.gpu_model(gpu.model)
+        fleets[node.cluster.name].append(
+            placement.Gpu(
+                id=str(gpu.pk),
+                node=f"{node.cluster.name}/{node.name}",
+                model=gpu.model,
+                mig=mig_on,
+                allocated=whole_taken,
+                instances=tuple(
+                    placement.Slot(i["profile"], i["start"], _overlaps(i, model, held)) for i in layout
+                )
+                if mig_on
+                else (),
+                group=node.group.name if node.group and use_groups[node.cluster_id] else None,
+                cluster=node.cluster.name,
+                schedulable=gpu.schedulable and node.ready,
+                reconfiguring=node.mig_state in ("pending", "rebooting") or planned is not None,
+            )
+        )
+    return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}

@@ -30,7 +30,7 @@ from pools.drivers.base import (
 )
 from pools.models import POOL_TRANSITIONS, Allocation, GpuCapacity, Pool, PoolEvent, PoolState
 from pools.notifications import notify_after_commit
-from pools.services.queue import recount_allocated
+from pools.services.queue import lock_capacity, recount_allocated
 from pools.services.requests import asked_or_administers
 from pools.sync import sync_cluster
 from portal.errors import Conflict, InvalidInput, NotAllowed
@@ -170,6 +170,7 @@ def fail_pool(*, pool_id: int, reason: str) -> Pool:
 
 
 def _free(pool: Pool) -> None:
+    lock_capacity()
     now = timezone.now()
     live = Allocation.objects.filter(pool=pool, released_at__isnull=True)
     gpu_ids = set(live.values_list("gpu_id", flat=True))

@@ -15,7 +15,6 @@ if two portals disagreed about the lock.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,7 +31,6 @@ from pools.models import (
     Allocation,
     Cluster,
     GpuCapacity,
-    GpuGroup,
     Pool,
     PoolEvent,
     PoolRequest,
@@ -41,6 +39,7 @@ from pools.models import (
     SpecAndCount,
 )
 from pools.placement_reasons import Reason
+from pools.selectors import fleet_snapshot, ready_clusters
 from pools.services.requests import move
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
@@ -54,59 +53,6 @@ class Admission:
     admitted: bool
     pool_id: int | None = None
     reason: str = ""
-
-
-def _live_allocations() -> dict[int, list[Allocation]]:
-    by_gpu: dict[int, list[Allocation]] = defaultdict(list)
-    for allocation in Allocation.objects.filter(released_at__isnull=True):
-        by_gpu[allocation.gpu_id].append(allocation)
-    return by_gpu
-
-
-def _overlaps(instance: dict, model: mig.GpuModel, held: list[tuple[int, int]]) -> bool:
-    """Whether an instance shares a memory slice with a live allocation. Slices, not starts, decide:
-    a cluster may report an instance at another start than the one planned, never a shared slice."""
-    start = instance["start"]
-    end = start + model.profile(instance["profile"]).memory_slices
-    return any(lower < end and start < upper for lower, upper in held)
-
-
-def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict[str, placement.Fleet]:
-    """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations."""
-    allocations = _live_allocations()
-    gpus = (
-        GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=clusters)
-        .select_related("node__cluster", "node__group")
-        .order_by("node__cluster__name", "node__name", "index")
-    )
-    fleets: dict[str, list[placement.Gpu]] = defaultdict(list)
-    for gpu in gpus:
-        node = gpu.node
-        planned = gpu.planned_layout
-        mig_on = planned["mig"] if planned else gpu.mig_enabled
-        layout = planned["instances"] if planned else gpu.layout
-        held = [(a.slices.lower, a.slices.upper) for a in allocations.get(gpu.pk, ())]
-        whole_taken = any(a.profile == mig.FULL_GPU for a in allocations.get(gpu.pk, ()))
-        model = mig.gpu_model(gpu.model)
-        fleets[node.cluster.name].append(
-            placement.Gpu(
-                id=str(gpu.pk),
-                node=f"{node.cluster.name}/{node.name}",
-                model=gpu.model,
-                mig=mig_on,
-                allocated=whole_taken,
-                instances=tuple(
-                    placement.Slot(i["profile"], i["start"], _overlaps(i, model, held)) for i in layout
-                )
-                if mig_on
-                else (),
-                group=node.group.name if node.group and use_groups[node.cluster_id] else None,
-                cluster=node.cluster.name,
-                schedulable=gpu.schedulable and node.ready,
-                reconfiguring=node.mig_state in ("pending", "rebooting") or planned is not None,
-            )
-        )
-    return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}
 
 
 def _engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
@@ -174,11 +120,17 @@ def recount_allocated(node_ids: set[int]) -> None:
         )
 
 
+def lock_capacity() -> None:
+    """Serialise every change of reserved capacity (admissions, releases, failures) until the
+    transaction ends, so that allocation counts are always recounted from a settled picture."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_LOCK])
+
+
 def admit_waiting() -> list[Admission]:
     """Run the queue once; returns what happened to each waiting request."""
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_LOCK])
+        lock_capacity()
         waiting = list(
             PoolRequest.objects.waiting()
             .select_for_update(of=("self",))
@@ -187,8 +139,7 @@ def admit_waiting() -> list[Admission]:
         )
         if not waiting:
             return []
-        clusters = list(Cluster.objects.filter(status=Cluster.Status.READY).order_by("name"))
-        grouped = {c.pk: c.pk in set(GpuGroup.objects.values_list("cluster_id", flat=True)) for c in clusters}
+        clusters, grouped = ready_clusters()
         fleets = fleet_snapshot(clusters, grouped)
         now = timezone.now()
         grace = timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS)
@@ -253,8 +204,7 @@ def _wait(request: PoolRequest, reason: Reason) -> Admission:
 
 def preview(request: PoolRequest) -> str:
     """Whether a request would be admitted now and where, in words, without reserving anything."""
-    clusters = list(Cluster.objects.filter(status=Cluster.Status.READY).order_by("name"))
-    grouped = {c.pk: c.pk in set(GpuGroup.objects.values_list("cluster_id", flat=True)) for c in clusters}
+    clusters, grouped = ready_clusters()
     fleets = fleet_snapshot(clusters, grouped)
     plan, cluster = _place(request, [], clusters, grouped, fleets)
     if plan is None:
