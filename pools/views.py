@@ -14,6 +14,7 @@ from pools.forms import PoolRequestForm
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
 from portal.errors import PortalError
+from portal.permissions import require_pool_requester
 
 
 def _require_capacity_viewer(request: HttpRequest) -> None:
@@ -46,6 +47,11 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpResponse:
     project = tenancy.visible_project(user=request.user, tenant_slug=tenant_slug, slug=slug)
+    try:
+        require_pool_requester(user=request.user, tenant_id=project.tenant_id)
+    except PortalError as error:
+        context = {"project": project, "tenant": project.tenant, "reason": error.message}
+        return render(request, "pools/request_forbidden.html", context, status=error.status_code)
     offered = selectors.spec_availability()
     form = PoolRequestForm(request.POST if request.method == "POST" else None, specs=[s for s, _n in offered])
     status = 200

@@ -1,14 +1,19 @@
 """Django admin of tenancy: tenants, projects, memberships and invitations."""
 
-from django.contrib import admin
+from allauth.account.decorators import secure_admin_login
+from django.contrib import admin, messages
 from django.db.models import Count
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
-from portal.models import Invitation, Membership, Preferences, Project, Tenant
+from portal import tokens
+from portal.models import ApiToken, Invitation, Membership, Preferences, Project, Tenant
 
 admin.site.site_header = _("GPU Portal administration")
 admin.site.site_title = _("GPU Portal")
 admin.site.index_title = _("Platform")
+# The admin signs in through the portal's own sign-in, so two-factor and the lock-out apply there too.
+admin.site.login = secure_admin_login(admin.site.login)
 
 
 class MembershipInline(admin.TabularInline):
@@ -21,7 +26,11 @@ class ProjectInline(admin.TabularInline):
     model = Project
     extra = 0
     fields = ["slug", "name", "namespace"]
+    readonly_fields = ["slug", "namespace"]
     show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # projects are added on their own page, where the namespace rules are checked
 
 
 @admin.register(Tenant)
@@ -30,6 +39,10 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ["name", "slug"]
     readonly_fields = ["created_at"]
     inlines = [ProjectInline, MembershipInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Namespaces start with the short name: it cannot change under existing projects.
+        return [*self.readonly_fields, "slug"] if obj is not None else self.readonly_fields
 
     def get_queryset(self, request):
         return (
@@ -58,6 +71,10 @@ class ProjectAdmin(admin.ModelAdmin):
     search_fields = ["name", "slug", "namespace", "tenant__name", "tenant__slug"]
     readonly_fields = ["created_at", "created_by"]
     autocomplete_fields = ["tenant"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A project's pools live in its namespace: neither it nor the tenant changes afterwards.
+        return [*self.readonly_fields, "tenant", "namespace"] if obj is not None else self.readonly_fields
 
 
 @admin.register(Membership)
@@ -110,3 +127,43 @@ class PreferencesAdmin(admin.ModelAdmin):
     list_filter = ["pool_emails"]
     list_select_related = ["user"]
     search_fields = ["user__username", "user__email"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Platform staff see everyone's API tokens (never their keys) and can revoke them."""
+
+    list_display = ["prefix", "name", "user", "status_label", "created_at", "last_used_at", "expires_at"]
+    list_filter = ["revoked_reason", "created_at"]
+    list_select_related = ["user"]
+    search_fields = ["prefix", "name", "user__username", "user__email"]
+    fields = [
+        "user",
+        "name",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+        "revoked_reason",
+    ]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # a token is issued to its owner, who alone sees the key once
+
+    @admin.display(description=_("status"))
+    def status_label(self, token: ApiToken) -> str:
+        return token.status.label
+
+    @admin.action(description=_("Revoke the selected tokens"), permissions=["change"])
+    def revoke(self, request, queryset):
+        for token in queryset:
+            tokens.revoke_token(token=token, actor=request.user)
+        count = len(queryset)
+        self.message_user(
+            request,
+            ngettext("%(count)d token revoked.", "%(count)d tokens revoked.", count) % {"count": count},
+            messages.SUCCESS,
+        )

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from allauth.mfa.models import Authenticator
-from allauth.mfa.totp.internal.auth import TOTP
-from django.contrib.auth import authenticate, get_user_model
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.authtoken.models import Token
-from rest_framework.permissions import AllowAny
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from portal import selectors, services
+from portal import selectors, services, signin, tokens
+from portal.adapters import login_attempts_key
+from portal.authentication import TokenAuthentication
 from portal.models import (
     NAMESPACE_MAX_LENGTH,
     SLUG_MAX_LENGTH,
@@ -31,47 +29,85 @@ class TokenRequestSerializer(serializers.Serializer):
     code = serializers.CharField(
         max_length=16, required=False, help_text=_("Current two-factor code, for users who turned it on.")
     )
+    name = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text=_("A label for the token, e.g. ci-runner."),
+    )
 
-    def validate(self, attrs):
-        login = attrs["username"]
-        if "@" in login:
-            match = get_user_model().objects.filter(email__iexact=login).first()
-            login = match.get_username() if match else login
-        user = authenticate(self.context["request"], username=login, password=attrs["password"])
-        if user is None:
-            raise serializers.ValidationError(
-                _("Unable to sign in with these credentials."), code="authorization"
-            )
-        totp = Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).first()
-        if totp is not None:
-            code = attrs.get("code")
-            if not code:
-                raise serializers.ValidationError(
-                    {"code": _("This account uses two-factor authentication: send the current code.")}
-                )
-            if not TOTP(totp).validate_code(code):
-                raise serializers.ValidationError({"code": _("The two-factor code is not valid.")})
-        attrs["user"] = user
-        return attrs
+
+class TokenResponseSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text=_("The key: send it as `Authorization: Token <key>`."))
+    name = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class ClientAddressThrottle(SimpleRateThrottle):
+    """Sign-in attempts per client address (REMOTE_ADDR, or X-Forwarded-For behind trusted proxies)."""
+
+    scope = "auth"
+
+    def get_cache_key(self, request, view) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+
+class AccountThrottle(SimpleRateThrottle):
+    """Sign-in attempts per account named, from anywhere: rotating addresses does not help."""
+
+    scope = "auth-account"
+
+    def get_cache_key(self, request, view) -> str | None:
+        login = request.data.get("username") if hasattr(request.data, "get") else None
+        if not isinstance(login, str) or not login.strip() or len(login) > 254:
+            return None  # the serializer refuses it before any password is checked
+        return self.cache_format % {"scope": self.scope, "ident": login_attempts_key(login)}
 
 
 class TokenView(APIView):
-    """Exchange a user name (or e-mail) and password for an API token."""
+    """Exchange a user name (or e-mail) and password for a new API token; DELETE revokes the caller's.
 
-    permission_classes = [AllowAny]
-    authentication_classes = []
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "auth"
+    Failed tries count into the same per-account lock-out as the sign-in form, and
+    attempts are throttled per client address and per account.
+    """
+
+    def _method(self) -> str | None:
+        return getattr(self.request, "method", None)  # None while the OpenAPI schema is generated
+
+    def get_authenticators(self):
+        return [TokenAuthentication()] if self._method() != "POST" else []
+
+    def get_permissions(self):
+        return [IsAuthenticated()] if self._method() == "DELETE" else [AllowAny()]
+
+    def get_throttles(self):
+        return [ClientAddressThrottle(), AccountThrottle()] if self._method() == "POST" else []
 
     @extend_schema(
         request=TokenRequestSerializer,
-        responses={200: inline_serializer("TokenResponse", {"token": serializers.CharField()})},
+        responses={
+            200: TokenResponseSerializer,
+            400: OpenApiResponse(),
+            403: OpenApiResponse(),
+            429: OpenApiResponse(),
+        },
     )
     def post(self, request):
-        serializer = TokenRequestSerializer(data=request.data, context={"request": request})
+        serializer = TokenRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, _created = Token.objects.get_or_create(user=serializer.validated_data["user"])
-        return Response({"token": token.key})
+        data = serializer.validated_data
+        user = signin.check_credentials(
+            request._request, login=data["username"], password=data["password"], code=data.get("code", "")
+        )
+        issued = tokens.issue_token(user=user, name=data.get("name", ""))
+        return Response(
+            {"token": issued.key, "name": issued.token.name, "expires_at": issued.token.expires_at}
+        )
+
+    @extend_schema(request=None, responses={204: None, 401: OpenApiResponse()})
+    def delete(self, request):
+        tokens.revoke_token(token=request.auth, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class TenantSerializer(serializers.ModelSerializer):

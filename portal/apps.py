@@ -7,3 +7,11 @@ from django.utils.translation import gettext_lazy as _
 class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = _("Tenancy")
+
+    def ready(self) -> None:
+        from allauth.mfa import signals
+
+        from portal.tokens import end_tokens_on_second_factor_change
+
+        for signal in (signals.authenticator_added, signals.authenticator_removed):
+            signal.connect(end_tokens_on_second_factor_change, dispatch_uid=f"portal-tokens-{id(signal)}")

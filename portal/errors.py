@@ -7,9 +7,14 @@ message. Anything under /api/ answers JSON even for 404 and 500.
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, JsonResponse
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.views import defaults
+from django.views.csrf import csrf_failure as django_csrf_failure
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler
 
@@ -60,6 +65,24 @@ def page_not_found(request: HttpRequest, exception: Exception | None = None):
     return defaults.page_not_found(request, exception)
 
 
+# Unknown API addresses: a JSON 404 whatever the method, never the CSRF page of a form.
+api_not_found = csrf_exempt(page_not_found)
+
+
+def bad_input(request: HttpRequest, reason: str) -> HttpResponse:
+    """A 400 that says what was wrong: JSON under /api/, the error page elsewhere."""
+    if _is_api(request):
+        return JsonResponse({"detail": reason}, status=400)
+    return render(request, "400.html", {"reason": reason}, status=400)
+
+
+def csrf_failure(request: HttpRequest, reason: str = ""):
+    if _is_api(request):
+        message = _("CSRF check failed: send the X-CSRFToken header with a session, or use a token.")
+        return JsonResponse({"detail": message}, status=403)
+    return django_csrf_failure(request, reason)
+
+
 def permission_denied(request: HttpRequest, exception: Exception | None = None):
     if _is_api(request):
         return JsonResponse({"detail": _("You do not have permission to do this.")}, status=403)
@@ -67,9 +90,19 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None):
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None):
-    if _is_api(request):
+    if isinstance(exception, RequestDataTooBig):
+        reason = _("The request body is larger than %(max)s bytes.") % {
+            "max": settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        }
+    elif isinstance(exception, TooManyFieldsSent):
+        reason = _("The request has more than %(max)s fields.") % {
+            "max": settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        }
+    elif _is_api(request):
         return JsonResponse({"detail": _("Bad request.")}, status=400)
-    return defaults.bad_request(request, exception)
+    else:
+        return defaults.bad_request(request, exception)
+    return bad_input(request, reason)
 
 
 def server_error(request: HttpRequest):

@@ -6,6 +6,8 @@
 - Membership: a user's role in a tenant (admin, member, viewer).
 - Invitation: a pending membership, sent by e-mail to someone who may not have
   an account yet.
+- ApiToken: a key a person (or their script) sends as `Authorization: Token <key>`;
+  only its SHA-256 digest is stored, and it dies with a password change.
 
 Every queryset a tenant user can reach starts from `visible_to(user)`, which is
 built on `visible_tenant_ids` — the one place where tenancy is enforced.
@@ -13,6 +15,7 @@ built on `visible_tenant_ids` — the one place where tenancy is enforced.
 
 from __future__ import annotations
 
+import fnmatch
 import secrets
 from datetime import timedelta
 
@@ -34,12 +37,19 @@ dns_label_validator = RegexValidator(
 )
 SLUG_MAX_LENGTH = 30  # two slugs and a hyphen still fit in a 63-character namespace
 NAMESPACE_MAX_LENGTH = 63
-RESERVED_NAMESPACE_PREFIXES = ("kube-", "openshift-", "gpu-operator", "nvidia-")
-RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
+
+
+def reserved_namespace_patterns() -> list[str]:
+    """Namespaces no project may have: the cluster's own, its add-ons', and the portal's."""
+    return [*settings.RESERVED_NAMESPACES, settings.PORTAL_NAMESPACE]
+
+
+def reserved_pattern_of(namespace: str) -> str | None:
+    return next((p for p in reserved_namespace_patterns() if fnmatch.fnmatchcase(namespace, p)), None)
 
 
 def validate_namespace_not_reserved(namespace: str) -> None:
-    if namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIXES):
+    if reserved_pattern_of(namespace):
         raise ValidationError(
             _("The namespace %(ns)s is reserved for the cluster."), code="reserved", params={"ns": namespace}
         )
@@ -96,6 +106,37 @@ class Tenant(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """A new short name must leave room for namespaces and not reach into another tenant's."""
+        if not self.slug or not self._state.adding:
+            return
+        pattern = reserved_pattern_of(f"{self.slug}-x")
+        if pattern:
+            message = _("Namespaces matching %(pattern)s are reserved; choose another short name.")
+            raise ValidationError({"slug": ValidationError(message, params={"pattern": pattern})})
+        if Project.objects.filter(namespace__startswith=f"{self.slug}-").exists():
+            message = _("Existing namespaces start with %(prefix)s; choose another short name.")
+            raise ValidationError({"slug": ValidationError(message, params={"prefix": f"{self.slug}-"})})
+
+
+def validate_project_namespace(namespace: str, tenant: Tenant) -> None:
+    """A project's namespace is `<tenant short name>-<suffix>`, and the suffix may not make it
+    another tenant's: with tenants `acme` and `acme-labs`, `acme-labs-x` is only acme-labs'."""
+    prefix = f"{tenant.slug}-"
+    if not namespace.startswith(prefix) or len(namespace) == len(prefix):
+        message = _("The namespace must start with %(prefix)s (the tenant's short name and a hyphen).")
+        raise ValidationError(
+            {"namespace": ValidationError(message, code="tenant_prefix", params={"prefix": prefix})}
+        )
+    parts = namespace.split("-")
+    own = len(tenant.slug.split("-"))
+    longer = ["-".join(parts[:n]) for n in range(own + 1, len(parts) + 1)]
+    if Tenant.objects.filter(slug__in=longer).exclude(pk=tenant.pk).exists():
+        message = _("The namespace %(ns)s is reserved for another tenant.")
+        raise ValidationError(
+            {"namespace": ValidationError(message, code="other_tenant", params={"ns": namespace})}
+        )
+
 
 class TenantOwnedQuerySet(models.QuerySet):
     """Rows that belong to a tenant through a `tenant` foreign key."""
@@ -151,6 +192,11 @@ class Project(models.Model):
     @staticmethod
     def default_namespace(tenant_slug: str, project_slug: str) -> str:
         return f"{tenant_slug}-{project_slug}"
+
+    def clean(self) -> None:
+        # Checked when a project is made: a namespace never changes afterwards (its pools live there).
+        if self._state.adding and self.tenant_id and self.namespace:
+            validate_project_namespace(self.namespace, self.tenant)
 
 
 class Membership(models.Model):
@@ -287,3 +333,71 @@ class Preferences(models.Model):
     def wants_pool_emails(cls, user) -> bool:
         found = cls.objects.filter(user=user).values_list("pool_emails", flat=True).first()
         return True if found is None else found
+
+
+class TokenRevocation(models.TextChoices):
+    """Why a token stopped working."""
+
+    BY_OWNER = "owner", _("revoked by its owner")
+    BY_STAFF = "staff", _("revoked by platform staff")
+    TWO_FACTOR = "two-factor", _("two-factor authentication changed")
+    REPLACED = "replaced", _("replaced by newer tokens")
+
+
+class TokenStatus(models.TextChoices):
+    ACTIVE = "active", _("active")
+    EXPIRED = "expired", _("expired")
+    REVOKED = "revoked", _("revoked")
+    PASSWORD_CHANGED = "password-changed", _("password changed")
+
+
+class ApiToken(models.Model):
+    """An API key. The key itself is shown once, when issued; the portal keeps only its digest.
+
+    `credential_stamp` is the owner's session hash at issue time (an HMAC of the
+    password hash), so a password change, wherever it happens, ends every token.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens", verbose_name=_("user")
+    )
+    name = models.CharField(_("name"), max_length=100)
+    prefix = models.CharField(_("key starts with"), max_length=8, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    credential_stamp = models.CharField(max_length=128, editable=False)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+    revoked_reason = models.CharField(
+        _("why revoked"), max_length=16, choices=TokenRevocation.choices, blank=True
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(revoked_at__isnull=True, revoked_reason="")
+                | models.Q(revoked_at__isnull=False, revoked_reason__in=TokenRevocation.values),
+                name="api_token_revocation_has_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+    def status_for(self, current_stamp: str) -> TokenStatus:
+        """The token's state, given its owner's current credential stamp."""
+        if self.revoked_at:
+            return TokenStatus.REVOKED
+        if not secrets.compare_digest(self.credential_stamp, current_stamp):
+            return TokenStatus.PASSWORD_CHANGED
+        if self.expires_at and self.expires_at <= timezone.now():
+            return TokenStatus.EXPIRED
+        return TokenStatus.ACTIVE
+
+    @property
+    def status(self) -> TokenStatus:
+        return self.status_for(self.user.get_session_auth_hash())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 
-from portal.models import Invitation, Membership, Project, Tenant
+from portal.models import ApiToken, Invitation, Membership, Project, Tenant
 
 
 def my_memberships(*, user) -> QuerySet[Membership]:
@@ -51,3 +51,8 @@ def visible_project(*, user, tenant_slug: str, slug: str) -> Project:
 
 def visible_projects(*, user) -> QuerySet[Project]:
     return Project.objects.visible_to(user).select_related("tenant").order_by("tenant__name", "name")
+
+
+def my_tokens(*, user) -> QuerySet[ApiToken]:
+    """The person's own API tokens, newest first; keys are never stored, so none can be shown."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at", "-pk")

@@ -7,6 +7,7 @@ turns into a 4xx.
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -121,17 +122,41 @@ def revoke_invitation(*, invitation: Invitation, actor: AbstractBaseUser) -> Inv
     return invitation
 
 
-def user_emails(user: AbstractBaseUser) -> set[str]:
+def verified_emails(user: AbstractBaseUser) -> set[str]:
+    """The addresses the user has proved to hold; an address merely typed in proves nothing."""
     from allauth.account.models import EmailAddress
 
-    emails = {e.lower() for e in EmailAddress.objects.filter(user=user).values_list("email", flat=True)}
-    if user.email:
-        emails.add(user.email.lower())
-    return emails
+    return {
+        e.lower()
+        for e in EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)
+    }
+
+
+def verified_owner_exists(*, email: str) -> bool:
+    from allauth.account.models import EmailAddress
+
+    return EmailAddress.objects.filter(email__iexact=email, verified=True).exists()
+
+
+def release_unverified_claims(*, email: str) -> int:
+    """Drop every unverified claim on an address whose holder has just proved it (an invitation link).
+
+    Anyone can type someone else's address into their account; until it is verified
+    that claim must not keep the real holder from signing up.
+    """
+    from allauth.account.models import EmailAddress
+
+    User = get_user_model()
+    with transaction.atomic():
+        dropped, _kinds = EmailAddress.objects.filter(email__iexact=email, verified=False).delete()
+        User.objects.filter(email__iexact=email).exclude(
+            pk__in=EmailAddress.objects.filter(email__iexact=email, verified=True).values("user_id")
+        ).update(email="")
+    return dropped
 
 
 def accept_invitation(*, token: str, user: AbstractBaseUser) -> Membership:
-    """Turn a pending invitation into a membership of the user who holds its e-mail address."""
+    """Turn a pending invitation into a membership of the user who has verified its address."""
     with transaction.atomic():
         invitation = (
             Invitation.objects.select_for_update().select_related("tenant").filter(token=token).first()
@@ -140,9 +165,12 @@ def accept_invitation(*, token: str, user: AbstractBaseUser) -> Membership:
             raise InvalidInput(_("This invitation link is not valid."))
         if not invitation.is_pending:
             raise Conflict(_("This invitation is %(status)s.") % {"status": invitation.status.label})
-        if invitation.email.lower() not in user_emails(user):
+        if invitation.email.lower() not in verified_emails(user):
             raise NotAllowed(
-                _("This invitation was sent to %(email)s. Sign in with that address to accept it.")
+                _(
+                    "This invitation was sent to %(email)s. Sign in with an account that has verified "
+                    "that address (Account → E-mail addresses) to accept it."
+                )
                 % {"email": invitation.email}
             )
         membership, _created = Membership.objects.get_or_create(

@@ -49,7 +49,6 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.mfa",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "portal",
@@ -60,7 +59,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "portal.middleware.BadInputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -69,6 +70,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "portal.middleware.StaffTwoFactorMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -193,21 +195,75 @@ INVITATION_VALID_DAYS = env.int("INVITATION_VALID_DAYS", default=14)
 
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = env.str("MFA_TOTP_ISSUER", default="GPU Portal")
+# Platform staff (approvers, operators, finance, superusers) must turn on TOTP before anything
+# else; the demo (DEBUG) lets them in without it.
+STAFF_REQUIRE_TOTP = env.bool("STAFF_REQUIRE_TOTP", default=not DEBUG)
+
+# How many proxies in front of the portal append to X-Forwarded-For; 0 trusts the header not at
+# all. Throttles and the sign-in lock-out key on the client address this yields.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+ALLAUTH_TRUSTED_PROXY_COUNT = TRUSTED_PROXY_COUNT
+# Failed sign-ins, counted per account across the sign-in form, the admin and the token API:
+# after LOGIN_FAILURES_LIMIT within LOGIN_LOCKOUT_SECONDS the account is locked for the rest of
+# that window; 10 failures a minute from one address lock that address.
+LOGIN_FAILURES_LIMIT = env.int("LOGIN_FAILURES_LIMIT", default=5)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=300)
+ACCOUNT_RATE_LIMITS = {"login_failed": f"10/m/ip,{LOGIN_FAILURES_LIMIT}/{LOGIN_LOCKOUT_SECONDS}s/key"}
+ACCOUNT_FORMS = {"signup": "portal.forms.SignupForm"}
+
+# API tokens: days a new token lives (0: until revoked), and how many live tokens one person keeps
+# (issuing one more revokes the oldest).
+API_TOKEN_TTL_DAYS = env.int("API_TOKEN_TTL_DAYS", default=0)
+API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=20)
+
+# --- Namespaces ---------------------------------------------------------------
+
+# A project's namespace is always `<tenant>-<suffix>`; these (shell-style patterns) are never given
+# out. The portal's own namespace is added to them.
+RESERVED_NAMESPACES = env.list(
+    "RESERVED_NAMESPACES",
+    default=[
+        "default",
+        "kube-*",
+        "gpu-operator",
+        "gpu-operator-*",
+        "nvidia-*",
+        "monitoring",
+        "cert-manager",
+        "ingress-*",
+        "openshift",
+        "openshift-*",
+    ],
+)
+PORTAL_NAMESPACE = env.str("PORTAL_NAMESPACE", default="gpu-portal")
 
 # --- API ----------------------------------------------------------------------
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Lists are plain JSON arrays; `?limit=&offset=` pages them on demand.
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.pagination.LimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.errors.api_exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"auth": env.str("AUTH_THROTTLE_RATE", default="30/minute")},
+    # JSON only: the browsable API's HTML pages are for development, where DEBUG shows them.
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
+    + (["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),
+    "DEFAULT_THROTTLE_RATES": {
+        "auth": env.str("AUTH_THROTTLE_RATE", default="30/minute"),
+        "auth-account": env.str("AUTH_ACCOUNT_THROTTLE_RATE", default="10/minute"),
+    },
+    # The client address is REMOTE_ADDR unless trusted proxies in front add X-Forwarded-For.
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
@@ -249,7 +305,31 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
 if env.bool("BEHIND_TLS_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
+# A failed CSRF check under /api/ answers JSON like every other API error.
+CSRF_FAILURE_VIEW = "portal.errors.csrf_failure"
 SESSION_COOKIE_HTTPONLY = True
+
+# --- Content-Security-Policy and browser hardening ---
+
+# Every script and style is a file the portal serves itself: nothing inline, nothing from
+# another host, so the portal works offline and injected markup cannot run.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],  # the TOTP QR code of two-factor setup is a data: image
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+# Addresses carry tenant and project names and invitation tokens; another site needs none of
+# them, and the portal gains nothing from telling it, so only same-origin requests get a referrer.
+SECURE_REFERRER_POLICY = "same-origin"
 
 LOGGING = {
     "version": 1,

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from pools import api as pools_api
@@ -36,14 +36,17 @@ urlpatterns = [
     path("invitations/<slug:token>/", views.invitation, name="invitation"),  # token_urlsafe alphabet
     path("", include("pools.urls")),
     path("accounts/notifications/", views.preferences, name="preferences"),
+    path("accounts/tokens/", views.api_tokens, name="api-tokens"),
+    path("accounts/tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # The split view serves its start-up script from a URL: the CSP allows no inline script.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     # Unknown API addresses answer JSON, in DEBUG too.
-    re_path(r"^api/", errors.page_not_found),
+    re_path(r"^api/", errors.api_not_found),
 ]
 
 handler400 = "portal.errors.bad_request"

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal import selectors, services
+from portal import selectors, services, tokens
 from portal.adapters import INVITATION_SESSION_KEY
 from portal.errors import InvalidInput, PortalError
-from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, ProjectForm
+from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, ProjectForm, TokenForm
 from portal.models import Invitation, Preferences, Role
+
+TOKENS_PER_PAGE = 20
 
 
 @login_required
@@ -157,13 +160,17 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
         request.session[INVITATION_SESSION_KEY] = token
         get_adapter(request).stash_verified_email(request, found.email)
         return render(request, "portal/invitation.html", {"invitation": found})
+    context = {
+        "invitation": found,
+        "address_verified": found.email.lower() in services.verified_emails(request.user),
+    }
     if request.method == "GET":
-        return render(request, "portal/invitation.html", {"invitation": found})
+        return render(request, "portal/invitation.html", context)
     try:
         services.accept_invitation(token=token, user=request.user)
     except PortalError as error:
         messages.error(request, error.message)
-        return render(request, "portal/invitation.html", {"invitation": found}, status=error.status_code)
+        return render(request, "portal/invitation.html", context, status=error.status_code)
     request.session.pop(INVITATION_SESSION_KEY, None)
     messages.success(request, _("Welcome to %(tenant)s.") % {"tenant": found.tenant.name})
     return redirect("tenant", slug=found.tenant.slug)
@@ -180,3 +187,39 @@ def preferences(request: HttpRequest) -> HttpResponse:
         messages.success(request, _("Your preferences are saved."))
         return redirect("preferences")
     return render(request, "portal/preferences.html", {"form": form})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """A person's API tokens: make one (its key is shown this once), see when each was used, revoke."""
+    form = TokenForm(request.POST if request.method == "POST" else None)
+    issued = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                issued = tokens.issue_token(user=request.user, name=form.cleaned_data["name"])
+            except PortalError as error:
+                form.add_error("name", error.message)
+                status = error.status_code
+            else:
+                form = TokenForm()
+        else:
+            status = 400
+    stamp = request.user.get_session_auth_hash()
+    page = Paginator(selectors.my_tokens(user=request.user), TOKENS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    rows = [(token, token.status_for(stamp)) for token in page]
+    context = {"form": form, "issued": issued, "page": page, "rows": rows}
+    return render(request, "portal/tokens.html", context, status=status)
+
+
+@login_required
+@require_POST
+def api_token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(selectors.my_tokens(user=request.user), pk=pk)
+    tokens.revoke_token(token=token, actor=request.user)
+    messages.success(request, _("Token %(name)s revoked.") % {"name": token.name})
+    return redirect("api-tokens")

@@ -27,8 +27,9 @@ TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
 
 @pytest.fixture(scope="session", autouse=True)
 def _test_settings(tmp_path_factory, django_test_environment):
-    """Fast password hashing; tasks sent to a queue of this session only; static files collected
-    once, as production does, so that templates resolve them through the manifest."""
+    """Fast password hashing; TOTP codes valid across a period boundary; tasks sent to a queue of
+    this session only; static files collected once, as production does, so that templates resolve
+    them through the manifest."""
     from django.conf import settings
 
     from portal.celery import app
@@ -36,6 +37,8 @@ def _test_settings(tmp_path_factory, django_test_environment):
     app.conf.task_default_queue = TASK_QUEUE
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # A code computed by a test just before a 30-second period ends still counts after it.
+    settings.MFA_TOTP_TOLERANCE = 1
     settings.STATIC_ROOT = tmp_path_factory.mktemp("static")
     call_command("collectstatic", interactive=False, verbosity=0)
 

@@ -23,6 +23,45 @@ class UserFactory(factory.django.DjangoModelFactory):
         if create:
             obj.save()
 
+    @factory.post_generation
+    def verified_email(obj, create, extracted, **kwargs):
+        """`verified_email=True`: the person has proved their address, as allauth records it."""
+        if create and extracted:
+            from allauth.account.models import EmailAddress
+
+            EmailAddress.objects.update_or_create(
+                user=obj, email=obj.email.lower(), defaults={"verified": True, "primary": True}
+            )
+
+    @factory.post_generation
+    def totp(obj, create, extracted, **kwargs):
+        """Platform staff have TOTP on, as the portal requires; `totp=False` makes one who has not."""
+        from allauth.mfa.models import Authenticator
+
+        wanted = extracted if extracted is not None else (obj.is_staff or obj.is_superuser)
+        if create and wanted and not Authenticator.objects.filter(user=obj, type="totp").exists():
+            enable_totp(obj)
+
+
+def enable_totp(user) -> str:
+    """Turn TOTP on for `user`, as the set-up page would; returns the secret."""
+    from allauth.mfa.totp.internal.auth import TOTP, generate_totp_secret
+
+    secret = generate_totp_secret()
+    TOTP.activate(user, secret)
+    return secret
+
+
+def totp_code(secret: str, *, periods_ago: int = 0) -> str:
+    """The code an authenticator app shows now (or that many periods ago) for `secret`."""
+    import time
+
+    from allauth.mfa import app_settings
+    from allauth.mfa.totp.internal.auth import format_hotp_value, hotp_value
+
+    counter = int(time.time()) // app_settings.TOTP_PERIOD - periods_ago
+    return format_hotp_value(hotp_value(secret, counter))
+
 
 class TenantFactory(factory.django.DjangoModelFactory):
     class Meta:

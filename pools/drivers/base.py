@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from django.utils.translation import gettext as _
+
 if TYPE_CHECKING:
     from pools.models import Cluster
 
@@ -28,6 +30,24 @@ class ClusterUnreachable(DriverError):
 
 class ClusterUnauthorised(DriverError):
     pass
+
+
+class NamespaceNotManaged(DriverError):
+    """A namespace of that name exists and the portal did not create it; it is never taken over.
+
+    Labelling it and putting a GPU quota on it would hand a tenant (or at least the tenant's
+    quota) a namespace that belongs to someone else, e.g. `monitoring` or `kube-system`.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            _(
+                "Namespace %(namespace)s already exists in the cluster and was not created by the "
+                "portal, so the portal will not take it over. An operator must delete it, or the "
+                "project must use another namespace."
+            )
+            % {"namespace": namespace}
+        )
 
 
 class MigState(StrEnum):
@@ -129,7 +149,13 @@ class ClusterDriver(Protocol):
 
     def mig_state(self, node: str) -> MigStatus: ...
 
-    def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None: ...
+    def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None:
+        """Create the namespace with these labels, or re-label one the portal created before.
+
+        A namespace the portal created carries NAMESPACE_LABELS (`portal_manages`); one that
+        exists without them belongs to someone else and is refused with NamespaceNotManaged,
+        leaving its labels and quotas as they are. Repeating the call is harmless.
+        """
 
     def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
         """Set the GPU ResourceQuota of a namespace to exactly these counts."""
@@ -172,6 +198,13 @@ def wait_for_mig(
 
 QUOTA_NAME = "gpu-portal"
 NAMESPACE_LABELS = {"app.kubernetes.io/managed-by": "gpu-portal"}
+
+
+def portal_manages(labels: Mapping[str, str] | None) -> bool:
+    """Whether a namespace with these labels was created by the portal (and so may be re-labelled)."""
+    found = labels or {}
+    return all(found.get(key) == value for key, value in NAMESPACE_LABELS.items())
+
 
 _REGISTRY: dict[str, Callable[[Cluster], ClusterDriver]] = {}
 

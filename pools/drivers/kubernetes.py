@@ -33,9 +33,11 @@ from pools.drivers.base import (
     MigInstanceInfo,
     MigState,
     MigStatus,
+    NamespaceNotManaged,
     NodeInfo,
     PodInfo,
     ResourceCount,
+    portal_manages,
     register,
 )
 from pools.models import Cluster
@@ -347,12 +349,17 @@ class KubernetesDriver:
             body = client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels=dict(labels)))
             try:
                 self.core.create_namespace(body, _request_timeout=TIMEOUT)
+                return
             except ApiException as error:
                 if error.status != 409:
                     raise
-                self.core.patch_namespace(
-                    namespace, {"metadata": {"labels": dict(labels)}}, _request_timeout=TIMEOUT
-                )
+            # It exists: re-labelling is only for a namespace we created, never for someone else's.
+            existing = self.core.read_namespace(namespace, _request_timeout=TIMEOUT)
+            if not portal_manages(existing.metadata.labels):
+                raise NamespaceNotManaged(namespace)
+            self.core.patch_namespace(
+                namespace, {"metadata": {"labels": dict(labels)}}, _request_timeout=TIMEOUT
+            )
 
     def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
         hard = {f"requests.{name}": str(count) for name, count in sorted(resources.items())}

@@ -31,9 +31,11 @@ from pools.drivers.base import (
     MigInstanceInfo,
     MigState,
     MigStatus,
+    NamespaceNotManaged,
     NodeInfo,
     PodInfo,
     ResourceCount,
+    portal_manages,
     register,
 )
 from pools.models import Cluster, SimulatedClusterState
@@ -171,7 +173,13 @@ class SimulatedDriver:
 
     def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None:
         with self._state(write=True) as state:
-            state["namespaces"].setdefault(namespace, {"labels": {}})["labels"].update(labels)
+            existing = state["namespaces"].get(namespace)
+            if existing is None:
+                state["namespaces"][namespace] = {"labels": dict(labels)}
+            elif portal_manages(existing["labels"]):
+                existing["labels"].update(labels)
+            else:  # the same contract as a real cluster: someone else's namespace is never taken over
+                raise NamespaceNotManaged(namespace)
 
     def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
         with self._state(write=True) as state:

@@ -27,6 +27,7 @@ from pools.notifications import notify_after_commit
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Membership, Project, Role
+from portal.permissions import require_pool_requester
 
 MAX_ITEMS = 20
 MAX_COUNT = 10_000
@@ -116,13 +117,7 @@ def submit_request(
     justification: str = "",
 ) -> PoolRequest:
     """A member (or admin) of the project's tenant asks for GPUs: items are (spec id, count)."""
-    role = (
-        Membership.objects.filter(user=user, tenant_id=project.tenant_id)
-        .values_list("role", flat=True)
-        .first()
-    )
-    if role not in (Role.ADMIN, Role.MEMBER):
-        raise NotAllowed(_("Viewers cannot request GPUs; ask an admin of your tenant for the member role."))
+    require_pool_requester(user=user, tenant_id=project.tenant_id)
     if len(justification) > 4000:
         raise InvalidInput(_("The justification has at most 4000 characters."))
     checked = _check_items(items, cluster)

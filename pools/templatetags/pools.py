@@ -3,6 +3,7 @@
 from django import template
 
 from pools import selectors
+from portal.permissions import can_request_pools
 
 register = template.Library()
 
@@ -15,6 +16,7 @@ def project_pools(context, project):
         "pools": selectors.project_pools(project=project),
         "positions": selectors.queue_positions(),
         "user": context["user"],
+        "can_request": can_request_pools(user=context["user"], tenant_id=project.tenant_id),
     }
 
 

@@ -1,7 +1,7 @@
 """A small Kubernetes API server (core v1, JSON over real HTTP) for tests and benchmarks of the portal.
 
 The official `kubernetes` client talks to it through a kubeconfig the server writes; tests arrange the
-cluster through the Python control API (`add_gpu_node`, `set_mig_outcome`, `fail_requests`, ...) and
+cluster through the Python control API (`add_gpu_node`, `add_namespace`, `set_mig_outcome`, ...) and
 assert on stored objects with `get` and `objects`. Node MIG reconfiguration follows the GPU Operator's
 MIG manager (mig_manager.py); the REST verbs are in rest.py, the store in store.py.
 """
@@ -125,6 +125,11 @@ class KubeApiServer:
     def add_node(self, name: str, *, labels: dict[str, str] | None = None) -> dict:
         with self.lock:
             return deepcopy(self.store.insert("Node", build.plain_node(name, labels=labels)))
+
+    def add_namespace(self, name: str, *, labels: dict[str, str] | None = None) -> dict:
+        """A namespace that exists before the portal comes, made by whoever runs the cluster."""
+        with self.lock:
+            return deepcopy(self.store.insert("Namespace", build.namespace(name, labels)))
 
     def add_pod(
         self,

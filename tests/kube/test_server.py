@@ -322,6 +322,17 @@ def test_gpu_operator_namespace_exists_from_the_start(core):
     assert core.read_namespace("gpu-operator").status.phase == "Active"
 
 
+def test_a_namespace_made_before_the_portal_came_is_there_with_its_labels(kube, core):
+    kube.add_namespace("monitoring", labels={"team": "observability"})
+
+    read = core.read_namespace("monitoring")
+    with pytest.raises(ApiException) as raised:
+        core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name="monitoring")))
+
+    assert read.metadata.labels == {"team": "observability", "kubernetes.io/metadata.name": "monitoring"}
+    assert raised.value.status == 409
+
+
 def quota(name: str, gpus: str, resource_version: str | None = None) -> V1ResourceQuota:
     return V1ResourceQuota(
         metadata=V1ObjectMeta(name=name, resource_version=resource_version),

@@ -127,7 +127,7 @@ def test_dashboard_draws_layouts_and_flags(synced, staff_user, client):
     client.force_login(staff_user("operator"))
     body = client.get("/capacity/").content.decode()
     assert body.count('class="gpu ') == 24
-    assert "grid-column: 5 / span 4" in body  # the second 3g.71gb starts at memory slice 4 and spans 4
+    assert "at-5 span-4" in body  # the second 3g.71gb starts at memory slice 4 and spans 4
     assert body.count("seg-1g") == 14  # two nodes with a GPU of 7 × 1g.18gb
     assert 'class="node drained"' in body
     assert reverse("capacity-dashboard") in client.get("/").content.decode()  # linked in the menu

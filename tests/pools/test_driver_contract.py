@@ -8,6 +8,7 @@ once per driver through a small "world" adapter that sets the scene and reads th
 import pytest
 
 from pools.drivers.base import (
+    NAMESPACE_LABELS,
     ClusterUnauthorised,
     ClusterUnreachable,
     DriverError,
@@ -16,6 +17,7 @@ from pools.drivers.base import (
     MigChangeTimedOut,
     MigInstanceInfo,
     MigState,
+    NamespaceNotManaged,
     driver_for,
     wait_for_mig,
 )
@@ -45,6 +47,11 @@ class SimulatedWorld:
         state["pods"].append(
             {"namespace": namespace, "name": name, "node": node, "phase": "Running", "resources": resources}
         )
+        self.cluster.simulation.save()
+
+    def add_namespace(self, namespace, labels):
+        self.cluster.simulation.refresh_from_db()
+        self.cluster.simulation.state["namespaces"][namespace] = {"labels": dict(labels)}
         self.cluster.simulation.save()
 
     def quota(self, namespace):
@@ -81,6 +88,9 @@ class KubeWorld:
 
     def add_pod(self, namespace, name, node, resources):
         self.server.add_pod(namespace, name, node=node, resources=resources)
+
+    def add_namespace(self, namespace, labels):
+        self.server.add_namespace(namespace, labels=labels)
 
     def quota(self, namespace):
         found = self.server.get("ResourceQuota", "gpu-portal", namespace)
@@ -249,6 +259,34 @@ def test_namespaces_and_quotas(world):
     d.remove_quota("acme-vision")
     assert world.quota("acme-vision") is None
     d.remove_quota("acme-vision")  # twice is fine
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{}, {"team": "observability"}, {"app.kubernetes.io/managed-by": "Helm"}],
+    ids=["unlabelled", "other-labels", "managed-by-someone-else"],
+)
+def test_a_namespace_made_outside_the_portal_is_never_taken_over(labels, world):
+    world.add_namespace("monitoring", labels)
+    before = world.namespace_labels("monitoring")
+    with pytest.raises(NamespaceNotManaged) as refused:
+        driver(world).ensure_namespace("monitoring", NAMESPACE_LABELS)
+    assert isinstance(refused.value, DriverError)  # provisioning fails the pool with this message
+    assert "monitoring already exists" in str(refused.value)
+    assert "not created by the portal" in str(refused.value)
+    assert world.namespace_labels("monitoring") == before
+    assert world.quota("monitoring") is None
+
+
+def test_a_namespace_the_portal_made_before_is_ensured_again(world):
+    world.add_namespace("acme-vision", {**NAMESPACE_LABELS, "team": "vision"})  # e.g. by another worker
+    d = driver(world)
+    d.ensure_namespace("acme-vision", NAMESPACE_LABELS)
+    d.ensure_namespace("acme-vision", NAMESPACE_LABELS)
+    labels = world.namespace_labels("acme-vision")
+    assert labels["app.kubernetes.io/managed-by"] == "gpu-portal" and labels["team"] == "vision"
+    d.apply_quota("acme-vision", {"nvidia.com/gpu": 1})
+    assert world.quota("acme-vision") == {"nvidia.com/gpu": 1}
 
 
 def test_a_quota_needs_its_namespace(world):

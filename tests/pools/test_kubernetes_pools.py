@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from pools.models import Cluster, Pool, PoolState
+from pools.models import Cluster, Pool, PoolState, SpecAndCount
 from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
 from pools.services.provisioning import DONE
 from pools.sync import sync_cluster
@@ -84,3 +84,31 @@ def test_an_api_error_during_provisioning_fails_the_pool_cleanly(kube_cluster, t
     pool.refresh_from_db()
     assert pool.state == PoolState.FAILED and "422" in pool.failure_reason
     assert not pool.allocations.filter(released_at=None).exists()
+
+
+def test_a_pool_whose_namespace_belongs_to_someone_else_fails_and_gives_its_capacity_back(
+    kube_cluster, tenancy, staff_user, api_for
+):
+    server, _cluster = kube_cluster
+    server.add_namespace("acme-vision", labels={"team": "platform"})  # made outside the portal
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 2)])
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    admit_waiting()
+    pool = Pool.objects.get(request=request)
+    assert SpecAndCount.objects.get(resource_name="nvidia.com/gpu").allocated == 2
+
+    assert provision_step(pool_id=pool.pk) == "failed"
+    pool.refresh_from_db()
+    assert pool.state == PoolState.FAILED
+    assert "acme-vision already exists" in pool.failure_reason
+    assert "not created by the portal" in pool.failure_reason
+    assert not pool.allocations.filter(released_at=None).exists()
+    assert SpecAndCount.objects.get(resource_name="nvidia.com/gpu").allocated == 0
+    assert server.get("Namespace", "acme-vision")["metadata"]["labels"] == {
+        "team": "platform",
+        "kubernetes.io/metadata.name": "acme-vision",
+    }
+    assert server.get("ResourceQuota", "gpu-portal", "acme-vision") is None
+    assert pool.events.get(to_state="failed").reason == pool.failure_reason
+    shown = api_for(tenancy.acme_member).get(f"/api/v1/pools/{pool.pk}/").json()  # what the tenant sees
+    assert shown["state"] == "failed" and shown["failure_reason"] == pool.failure_reason

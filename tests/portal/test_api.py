@@ -6,7 +6,7 @@ from allauth.mfa.totp.internal.auth import TOTP, format_hotp_value, generate_tot
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal.models import Project
+from portal.models import ApiToken, Project
 from tests.factories import PASSWORD, MembershipFactory, ProjectFactory, TenantFactory, UserFactory
 
 
@@ -34,9 +34,7 @@ def test_bad_credentials_get_400_and_no_token(body, field, tenancy, api_client):
     response = api_client.post("/api/v1/auth/token/", body, format="json")
     assert response.status_code == 400
     assert field in response.json()
-    from rest_framework.authtoken.models import Token
-
-    assert not Token.objects.exists()
+    assert not ApiToken.objects.exists()
 
 
 def test_two_factor_users_must_send_a_code(tenancy, api_client):
@@ -100,11 +98,12 @@ def test_duplicate_project_slug_or_namespace_is_a_conflict(tenancy, api_for):
     )
     taken_ns = client.post(
         "/api/v1/projects/",
-        {"tenant": "acme", "slug": "other", "name": "O", "namespace": tenancy.recsys.namespace},
+        {"tenant": "acme", "slug": "other", "name": "O", "namespace": tenancy.vision.namespace},
         format="json",
     )
     assert (same_slug.status_code, taken_ns.status_code) == (409, 409)
     assert "already" in same_slug.json()["detail"]
+    assert "already taken" in taken_ns.json()["detail"]
     assert tenancy.acme.projects.count() == 1
 
 

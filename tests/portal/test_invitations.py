@@ -74,7 +74,7 @@ def test_signup_is_closed_without_an_invitation(client, db):
 
 
 def test_existing_user_accepts_when_signed_in(tenancy, client):
-    user = UserFactory(username="carla", email="carla@example.com")
+    user = UserFactory(username="carla", email="carla@example.com", verified_email=True)
     invitation = InvitationFactory(
         tenant=tenancy.acme, email="Carla@Example.com", invited_by=tenancy.acme_admin
     )
@@ -85,7 +85,7 @@ def test_existing_user_accepts_when_signed_in(tenancy, client):
 
 
 def test_existing_user_signs_in_from_the_invitation(tenancy, client):
-    user = UserFactory(username="carla", email="carla@example.com")
+    user = UserFactory(username="carla", email="carla@example.com", verified_email=True)
     invitation = InvitationFactory(
         tenant=tenancy.acme, email="carla@example.com", invited_by=tenancy.acme_admin
     )
@@ -170,3 +170,80 @@ def test_sending_twice_sends_one_mail(tenancy):
     assert send_invitation(invitation.pk) == "sent"
     assert send_invitation(invitation.pk) == "already sent"
     assert len(mail.outbox) == 1
+
+
+def sign_up(client, email, username="newcomer", password="a-long-Pass-phrase-77"):
+    return client.post(
+        reverse("account_signup"),
+        {"email": email, "username": username, "password1": password, "password2": password},
+    )
+
+
+def open_link(client, invitation):
+    return client.get(reverse("invitation", kwargs={"token": invitation.token}))
+
+
+def test_an_unverified_matching_address_does_not_accept(tenancy, client):
+    """Anyone can type an address into their account; only a verified one accepts an invitation."""
+    invitation = InvitationFactory(
+        tenant=tenancy.acme, email="victim@example.com", role=Role.ADMIN, invited_by=tenancy.acme_admin
+    )
+    client.force_login(tenancy.globex_member)
+    added = client.post(reverse("account_email"), {"action_add": "", "email": "victim@example.com"})
+    assert added.status_code == 302
+    assert tenancy.globex_member.emailaddress_set.filter(email="victim@example.com", verified=False).exists()
+
+    page = open_link(client, invitation)
+    assert "has not verified victim@example.com" in page.content.decode()
+    refused = client.post(reverse("invitation", kwargs={"token": invitation.token}))
+    assert refused.status_code == 403
+    assert not Membership.objects.filter(user=tenancy.globex_member, tenant=tenancy.acme).exists()
+    invitation.refresh_from_db()
+    assert invitation.is_pending
+
+
+def test_an_unverified_claim_does_not_keep_the_invitee_from_signing_up(tenancy, client):
+    invitation = InvitationFactory(
+        tenant=tenancy.acme, email="victim@example.com", invited_by=tenancy.acme_admin
+    )
+    squatter = UserFactory(username="squatter", email="victim@example.com")  # typed in, never verified
+    squatter.emailaddress_set.create(email="victim@example.com", verified=False, primary=True)
+
+    open_link(client, invitation)
+    assert sign_up(client, "victim@example.com", username="victim").status_code == 302
+    victim = Membership.objects.get(tenant=tenancy.acme, user__username="victim").user
+    assert victim.emailaddress_set.get().verified
+    squatter.refresh_from_db()
+    assert squatter.email == "" and not squatter.emailaddress_set.exists()
+
+
+def test_sign_up_through_an_invitation_only_with_the_invited_address(tenancy, client):
+    invitation = InvitationFactory(
+        tenant=tenancy.acme, email="newcomer@example.com", invited_by=tenancy.acme_admin
+    )
+    open_link(client, invitation)
+    other = sign_up(client, "someone-else@example.com", username="intruder")
+    assert other.status_code == 200
+    assert "This invitation is for newcomer@example.com" in other.content.decode()
+    from django.contrib.auth import get_user_model
+
+    assert not get_user_model().objects.filter(username="intruder").exists()
+    invitation.refresh_from_db()
+    assert invitation.is_pending
+    assert sign_up(client, "newcomer@example.com").status_code == 302  # the invitee still can
+
+
+def test_an_invitation_link_opens_sign_up_once(tenancy, client):
+    invitation = InvitationFactory(
+        tenant=tenancy.acme, email="newcomer@example.com", invited_by=tenancy.acme_admin
+    )
+    open_link(client, invitation)
+    assert sign_up(client, "newcomer@example.com").status_code == 302
+    client.logout()
+
+    assert open_link(client, invitation).status_code == 410
+    again = sign_up(client, "newcomer@example.com", username="second")
+    assert "closed" in again.content.decode().lower()
+    from django.contrib.auth import get_user_model
+
+    assert not get_user_model().objects.filter(username="second").exists()

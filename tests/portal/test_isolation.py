@@ -162,6 +162,8 @@ NOT_TENANT_SCOPED = {
     "invitation": "addressed by a secret token, checked against the signed-in user's e-mail",
     "v1:api-token": "signs a user in; returns only their own token",
     "preferences": "the signed-in person's own settings",
+    "api-tokens": "the signed-in person's own tokens",
+    "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
     "v1:specs": "the catalogue of what can be requested, shared by all tenants",

@@ -1,0 +1,88 @@
+"""Request guards of the whole site: bad input stops here, and staff without two-factor go set it up.
+
+`BadInputMiddleware` is the one place that refuses what no view can use: a NUL
+character anywhere in the address, the query or a form (PostgreSQL cannot store
+one, so it would end as a server error deep in a query), an over-long query
+value, or an unreadable form body. JSON bodies get the same rules in
+`portal.parsers`.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from portal.errors import bad_input
+from portal.signin import staff_without_two_factor
+
+# Longest value one query parameter may have; filters, searches and `next` addresses fit easily.
+MAX_QUERY_VALUE_LENGTH = 2048
+FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def input_problem(request: HttpRequest) -> str | None:
+    """Why this request's address, query or form cannot be used, or None when it can."""
+    if "\x00" in request.path:
+        return _("The address contains a NUL character.")
+    for name, values in request.GET.lists():
+        if "\x00" in name or any("\x00" in value for value in values):
+            return _("The query parameter %(name)s contains a NUL character.") % {"name": name.strip("\x00")}
+        if any(len(value) > MAX_QUERY_VALUE_LENGTH for value in values):
+            return _("The query parameter %(name)s is longer than %(max)s characters.") % {
+                "name": name,
+                "max": MAX_QUERY_VALUE_LENGTH,
+            }
+    if request.method in ("POST", "PUT", "PATCH") and request.content_type in FORM_CONTENT_TYPES:
+        try:
+            fields = list(request.POST.lists())
+        except MultiPartParserError:
+            return _("The form data could not be read.")
+        for name, values in fields:
+            if "\x00" in name or any("\x00" in value for value in values):
+                return _("The form field %(name)s contains a NUL character.") % {"name": name.strip("\x00")}
+    return None
+
+
+class BadInputMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        problem = input_problem(request)
+        if problem is not None:
+            return bad_input(request, problem)
+        return self.get_response(request)
+
+
+class StaffTwoFactorMiddleware:
+    """With `STAFF_REQUIRE_TOTP`, a staff session reaches nothing but the two-factor set-up (and
+    sign-out, language, static files) until TOTP is on."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self._open_prefixes: tuple[str, ...] | None = None
+
+    def open_prefixes(self) -> tuple[str, ...]:
+        if self._open_prefixes is None:  # resolved on first use: URLs are not loaded at start-up
+            self._open_prefixes = (
+                reverse("mfa_index"),
+                reverse("account_reauthenticate"),
+                reverse("account_logout"),
+                reverse("set_language"),
+                "/" + settings.STATIC_URL.lstrip("/"),
+            )
+        return self._open_prefixes
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith(self.open_prefixes()) and staff_without_two_factor(request.user):
+            message = _("Platform staff must turn on two-factor authentication before using the portal.")
+            if request.path.startswith("/api/"):
+                return JsonResponse({"detail": message}, status=403)
+            messages.warning(request, message)
+            return redirect("mfa_activate_totp")
+        return self.get_response(request)

@@ -1,0 +1,39 @@
+"""Paging of API lists: `?limit=` (at most 500) and `?offset=`; a value that is not a whole number
+in range is a 400 that says so, never silently replaced by a default."""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+from rest_framework import exceptions, pagination
+
+MAX_LIMIT = 500
+# Beyond any table's size, and far inside PostgreSQL's bigint: larger offsets are refused, not sent.
+MAX_OFFSET = 10**12
+
+
+def _whole_number(request, name: str, *, low: int, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > len(str(high)) or not low <= int(raw) <= high:
+        raise exceptions.ValidationError(
+            {name: [_("Must be a whole number from %(low)s to %(high)s.") % {"low": low, "high": high}]}
+        )
+    return int(raw)
+
+
+class LimitOffsetPagination(pagination.LimitOffsetPagination):
+    max_limit = MAX_LIMIT
+
+    def get_limit(self, request) -> int | None:
+        limit = _whole_number(request, self.limit_query_param, low=1, high=self.max_limit)
+        return self.default_limit if limit is None else limit
+
+    def get_offset(self, request) -> int:
+        return _whole_number(request, self.offset_query_param, low=0, high=MAX_OFFSET) or 0
+
+    def paginate_queryset(self, queryset, request, view=None):
+        # An offset without a limit pages nothing, but a bad one is still a mistake worth saying.
+        self.get_offset(request)
+        return super().paginate_queryset(queryset, request, view)

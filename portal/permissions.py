@@ -1,0 +1,29 @@
+"""Who may do what in a tenant: the role checks pages, the API and services share."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils.translation import gettext as _
+
+from portal.errors import NotAllowed
+from portal.models import Membership, Role
+
+# Roles that may ask for GPUs (and so see the request form); viewers only look.
+REQUESTING_ROLES = (Role.ADMIN, Role.MEMBER)
+
+
+def tenant_role(*, user: AbstractBaseUser, tenant_id: int) -> Role | None:
+    """The user's role in the tenant, or None when they are not a member."""
+    if not user.is_authenticated:
+        return None
+    role = Membership.objects.filter(user=user, tenant_id=tenant_id).values_list("role", flat=True).first()
+    return Role(role) if role else None
+
+
+def can_request_pools(*, user: AbstractBaseUser, tenant_id: int) -> bool:
+    return tenant_role(user=user, tenant_id=tenant_id) in REQUESTING_ROLES
+
+
+def require_pool_requester(*, user: AbstractBaseUser, tenant_id: int) -> None:
+    if not can_request_pools(user=user, tenant_id=tenant_id):
+        raise NotAllowed(_("Viewers cannot request GPUs; ask an admin of your tenant for the member role."))

@@ -1,0 +1,39 @@
+// The cost estimate of the GPU request form, following the form as it is filled.
+"use strict";
+
+(function () {
+  const form = document.getElementById("request-form");
+  const out = document.getElementById("estimate");
+  if (!form || !out) {
+    return;
+  }
+  // Hourly prices come from the table of what can be requested (data-spec, data-price).
+  const prices = {};
+  document.querySelectorAll("tr[data-spec]").forEach(function (row) {
+    prices[row.dataset.spec] = row.dataset.price;
+  });
+
+  // Sum of price × count over the chosen GPUs; unknown as soon as one has no price yet.
+  function update() {
+    let total = 0;
+    let known = true;
+    let any = false;
+    for (let n = 0; form.elements["spec_" + n]; n++) {
+      const spec = form.elements["spec_" + n].value;
+      if (!spec) {
+        continue;
+      }
+      any = true;
+      const count = parseInt(form.elements["count_" + n].value || "1", 10);
+      if (!prices[spec]) {
+        known = false;
+        continue;
+      }
+      total += parseFloat(prices[spec]) * count;
+    }
+    out.textContent = !any ? "—" : known ? total.toFixed(2) + " / h" : out.dataset.unknown;
+  }
+
+  form.addEventListener("input", update);
+  update();
+})();
