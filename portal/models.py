@@ -138,6 +138,16 @@ def validate_project_namespace(namespace: str, tenant: Tenant) -> None:
         )
 
 
+def namespace_problem(project: Project) -> str | None:
+    """Why a project's namespace may not be used (one made before these rules, say), or None."""
+    try:
+        validate_namespace_not_reserved(project.namespace)
+        validate_project_namespace(project.namespace, project.tenant)
+    except ValidationError as error:
+        return " ".join(error.messages)
+    return None
+
+
 class TenantOwnedQuerySet(models.QuerySet):
     """Rows that belong to a tenant through a `tenant` foreign key."""
 

@@ -8,6 +8,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal import selectors, services, tokens
@@ -189,6 +190,7 @@ def preferences(request: HttpRequest) -> HttpResponse:
     return render(request, "portal/preferences.html", {"form": form})
 
 
+@never_cache  # the page may carry a new key: no cache keeps it
 @login_required
 @require_http_methods(["GET", "POST"])
 def api_tokens(request: HttpRequest) -> HttpResponse:

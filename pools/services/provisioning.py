@@ -34,6 +34,7 @@ from pools.services.queue import lock_capacity, recount_allocated
 from pools.services.requests import asked_or_administers
 from pools.sync import sync_cluster
 from portal.errors import Conflict, InvalidInput, NotAllowed
+from portal.models import namespace_problem
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def project_quota(project_id: int, cluster_id: int) -> dict[str, int]:
 
 def provision_step(*, pool_id: int) -> str:
     """One step of provisioning a pool; returns done, waiting or failed."""
-    pool = Pool.objects.select_related("cluster", "project").filter(pk=pool_id).first()
+    pool = Pool.objects.select_related("cluster", "project__tenant").filter(pk=pool_id).first()
     if pool is None or pool.state != PoolState.PROVISIONING:  # gone, or a duplicate delivery after the end
         return DONE if pool and pool.state == PoolState.ACTIVE else FAILED
     driver = driver_for(pool.cluster)
@@ -93,6 +94,10 @@ def provision_step(*, pool_id: int) -> str:
             return WAITING
         sync_cluster(cluster=pool.cluster)  # learn the new instances and their UUIDs
         _bind_instances(pool)
+        problem = namespace_problem(pool.project)
+        if problem:  # a namespace made before the rules: never label or limit it
+            fail_pool(pool_id=pool.pk, reason=problem)
+            return FAILED
         driver.ensure_namespace(pool.project.namespace, NAMESPACE_LABELS)
         driver.apply_quota(pool.project.namespace, project_quota(pool.project_id, pool.cluster_id))
     except ClusterUnreachable:

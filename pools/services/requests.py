@@ -26,7 +26,7 @@ from pools.models import (
 from pools.notifications import notify_after_commit
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
-from portal.models import Membership, Project, Role
+from portal.models import Membership, Project, Role, namespace_problem
 from portal.permissions import require_pool_requester
 
 MAX_ITEMS = 20
@@ -118,6 +118,12 @@ def submit_request(
 ) -> PoolRequest:
     """A member (or admin) of the project's tenant asks for GPUs: items are (spec id, count)."""
     require_pool_requester(user=user, tenant_id=project.tenant_id)
+    problem = namespace_problem(project)
+    if problem:
+        raise InvalidInput(
+            _("GPUs cannot go to this project's namespace: %(why)s Ask for them in a new project.")
+            % {"why": problem}
+        )
     if len(justification) > 4000:
         raise InvalidInput(_("The justification has at most 4000 characters."))
     checked = _check_items(items, cluster)

@@ -7,6 +7,8 @@ from pools.models import Allocation, GpuCapacity, Pool, PoolState, SpecAndCount
 from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
 from pools.services.provisioning import DONE, FAILED, WAITING
 from pools.sync import sync_cluster
+from portal.errors import InvalidInput
+from portal.models import Project
 
 
 @pytest.fixture
@@ -148,3 +150,19 @@ def test_late_or_duplicate_deliveries_are_harmless(fleet, tenancy, staff_user):
     assert provision_pool.apply(args=[pool.pk]).get() == DONE
     assert provision_pool.apply(args=[pool.pk]).get() == DONE  # delivered twice
     assert Pool.objects.get(pk=pool.pk).events.filter(to_state="active").count() == 1
+
+
+def test_a_namespace_made_before_the_rules_gets_no_gpus(fleet, tenancy, staff_user):
+    """A project whose namespace breaks the rules (kept from before them) is neither asked for GPUs
+    nor provisioned: the namespace is never labelled or given a quota."""
+    pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.full", 1)])
+    Project.objects.filter(pk=tenancy.vision.pk).update(namespace="monitoring")
+    assert provision_step(pool_id=pool.pk) == FAILED
+    pool.refresh_from_db()
+    assert pool.state == PoolState.FAILED and "reserved" in pool.failure_reason
+    assert "monitoring" not in simulated(fleet)["namespaces"]
+    assert not Allocation.objects.filter(pool=pool, released_at=None).exists()
+
+    tenancy.vision.refresh_from_db()
+    with pytest.raises(InvalidInput, match="cannot go to this project's namespace"):
+        submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.full", 1)])

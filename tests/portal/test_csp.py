@@ -9,7 +9,7 @@ from django.contrib.staticfiles import storage  # not its lazy `staticfiles_stor
 from django.urls import reverse
 from django.utils import translation
 
-from tests.factories import PASSWORD, ClusterFactory, InvitationFactory, UserFactory
+from tests.factories import PASSWORD, ClusterFactory, InvitationFactory, UserFactory, enable_totp
 
 POLICY = {
     "default-src": ["'self'"],
@@ -126,16 +126,6 @@ def pool_and_request(fleet, tenancy, staff_user):
     return pool, waiting
 
 
-def _with_totp(user):
-    """The person with two-factor authentication on, as the portal asks of platform staff."""
-    from allauth.mfa.models import Authenticator
-    from allauth.mfa.totp.internal.auth import TOTP, generate_totp_secret
-
-    if not Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).exists():
-        TOTP.activate(user, generate_totp_secret())
-    return user
-
-
 def _login(client, username: str):
     """Signs in through allauth's forms and confirms the password, so that pages asking for a
     recent sign-in (two-factor setup) open."""
@@ -198,7 +188,7 @@ def test_the_member_removal_asks_in_the_reader_s_language(tenancy, client_for):
 
 
 def test_the_capacity_dashboard_places_slices_with_classes(pool_and_request, staff_user, client_for):
-    response = client_for(_with_totp(staff_user("operator"))).get(reverse("capacity-dashboard"))
+    response = client_for(staff_user("operator")).get(reverse("capacity-dashboard"))
     assert_hardened(response)
     body = response.content.decode()
     assert "at-5 span-4" in body  # the second 3g.71gb starts at memory slice 4 and spans 4
@@ -243,7 +233,8 @@ def test_two_factor_pages_are_hardened(tenancy, client):
     from allauth.mfa.recovery_codes.internal.auth import RecoveryCodes
 
     _login(client, "alice")
-    RecoveryCodes.activate(_with_totp(tenancy.acme_member))
+    enable_totp(tenancy.acme_member)
+    RecoveryCodes.activate(tenancy.acme_member)
     for name in [
         "mfa_index",
         "mfa_deactivate_totp",
@@ -265,7 +256,7 @@ def test_setting_a_new_password_from_the_mailed_link_is_hardened(tenancy, client
 
 @pytest.fixture
 def superuser(db):
-    return _with_totp(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return UserFactory(username="root", is_staff=True, is_superuser=True)  # with TOTP, as staff are
 
 
 def test_the_admin_index_and_a_change_form_are_hardened(tenancy, superuser, client_for):

@@ -133,6 +133,7 @@ def test_the_account_page_makes_lists_and_revokes_tokens(tenancy, client_for, ap
     assert made.status_code == 200
     key = made.context["issued"].key
     assert key in made.content.decode()  # shown this once
+    assert "no-store" in made["Cache-Control"]
     assert calls_with(api_client, key) == 200
 
     listed = client.get(reverse("api-tokens")).content.decode()
