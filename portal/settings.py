@@ -245,14 +245,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # Lists are plain JSON arrays; `?limit=&offset=` pages them on demand.
+    # Every list is paged: `?limit=` (50 unless given, at most 500) and `?offset=`, in an envelope
+    # {count, next, previous, results}.
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.LimitOffsetPagination",
     "DEFAULT_PARSER_CLASSES": [
         "portal.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "PAGE_SIZE": None,
+    "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.errors.api_exception_handler",
     # JSON only: the browsable API's HTML pages are for development, where DEBUG shows them.

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import permissions, serializers, viewsets
-from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework import generics, permissions, serializers, viewsets
 
 from pools import selectors
 from pools.models import Cluster, GpuCapacity, NodeCapacity, SpecAndCount
@@ -162,11 +160,11 @@ class SummarySerializer(serializers.Serializer):
     compute_stranded = serializers.IntegerField()
 
 
-class CapacitySummaryView(APIView):
+class CapacitySummaryView(generics.ListAPIView):
     """Per cluster and GPU model: GPUs (MIG / full) and compute slices total, allocated, free, stranded."""
 
     permission_classes = [CanViewCapacity]
+    serializer_class = SummarySerializer
 
-    @extend_schema(responses=SummarySerializer(many=True))
-    def get(self, request):
-        return Response(SummarySerializer(selectors.capacity_summary(), many=True).data)
+    def get_queryset(self) -> list:
+        return selectors.capacity_summary()

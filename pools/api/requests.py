@@ -5,10 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import generics, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from pools import selectors, services
 from pools.models import Cluster, PoolRequest
@@ -187,11 +186,12 @@ class SpecSerializer(serializers.Serializer):
     available = serializers.IntegerField(help_text=_("How many one request could get now, on one cluster."))
 
 
-class SpecListView(APIView):
+class SpecListView(generics.ListAPIView):
     """What can be requested, with live availability and the hourly price."""
 
-    @extend_schema(responses=SpecSerializer(many=True))
-    def get(self, request):
+    serializer_class = SpecSerializer
+
+    def get_queryset(self) -> list[dict]:
         rows = []
         for spec, available in selectors.spec_availability():
             price = hourly_price(spec)
@@ -207,4 +207,4 @@ class SpecListView(APIView):
                     "available": available,
                 }
             )
-        return Response(SpecSerializer(rows, many=True).data)
+        return rows

@@ -45,12 +45,12 @@ def test_everyone_sees_cluster_names_but_never_connection_details(synced, tenanc
     synced.save()
     response = api_for(tenancy.acme_member).get("/api/v1/clusters/")
     assert response.status_code == 200
-    assert response.json() == [
+    assert response.json()["results"] == [
         {
             "name": "sim",
             "driver": "simulated",
             "status": "ready",
-            "last_sync_at": response.json()[0]["last_sync_at"],
+            "last_sync_at": response.json()["results"][0]["last_sync_at"],
         }
     ]
     assert b"s3cr3t" not in response.content
@@ -58,7 +58,7 @@ def test_everyone_sees_cluster_names_but_never_connection_details(synced, tenanc
 
 
 def test_summary_counts_compute_slices(synced, staff_user, api_for):
-    rows = api_for(staff_user("operator")).get("/api/v1/capacity/summary/").json()
+    rows = api_for(staff_user("operator")).get("/api/v1/capacity/summary/").json()["results"]
     by_model = {row["model"]: row for row in rows}
     h200 = by_model["H200-141GB"]
     # two H200 nodes: per node one GPU of 7 × 1g (no stranding), one of 2 × 3g (1 stranded), six full
@@ -68,9 +68,10 @@ def test_summary_counts_compute_slices(synced, staff_user, api_for):
     SpecAndCount.objects.filter(node__name="h200-1", resource_name="nvidia.com/mig-3g.71gb").update(
         allocated=2
     )
-    h200 = {r["model"]: r for r in api_for(staff_user("operator")).get("/api/v1/capacity/summary/").json()}[
-        "H200-141GB"
-    ]
+    h200 = {
+        r["model"]: r
+        for r in api_for(staff_user("operator")).get("/api/v1/capacity/summary/").json()["results"]
+    }["H200-141GB"]
     assert (h200["compute_allocated"], h200["compute_free"]) == (6, 104)
 
 
@@ -79,18 +80,18 @@ def test_drained_and_unhealthy_gpus_are_unschedulable(synced, staff_user, api_fo
     sync_cluster(cluster=synced)
     GpuCapacity.objects.filter(node__name="h100-1", index=1).update(drained=True)
     client = api_for(staff_user("operator"))
-    gpus = client.get("/api/v1/capacity/gpus/?node=h100-1").json()
+    gpus = client.get("/api/v1/capacity/gpus/?node=h100-1").json()["results"]
     assert [g["schedulable"] for g in gpus[:3]] == [False, False, True]
-    row = {r["model"]: r for r in client.get("/api/v1/capacity/summary/").json()}["H100-80GB"]
+    row = {r["model"]: r for r in client.get("/api/v1/capacity/summary/").json()["results"]}["H100-80GB"]
     assert row["unschedulable_gpus"] == 2
 
 
 def test_node_and_gpu_lists_filter_and_name_their_cluster(synced, staff_user, api_for):
     client = api_for(staff_user("operator"))
-    nodes = client.get("/api/v1/capacity/nodes/?model=H100-80GB").json()
+    nodes = client.get("/api/v1/capacity/nodes/?model=H100-80GB").json()["results"]
     assert [(n["cluster"], n["name"]) for n in nodes] == [("sim", "h100-1")]
     assert {s["profile"] for s in nodes[0]["specs"]} == {"full"}
-    gpus = client.get("/api/v1/capacity/gpus/?cluster=sim&node=h200-1").json()
+    gpus = client.get("/api/v1/capacity/gpus/?cluster=sim&node=h200-1").json()["results"]
     assert len(gpus) == 8 and gpus[0]["model"] == "H200-141GB"
     assert gpus[1]["layout"] == [
         {"profile": "3g.71gb", "start": 0, "uuid": gpus[1]["layout"][0]["uuid"]},

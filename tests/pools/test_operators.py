@@ -68,7 +68,7 @@ def test_a_node_joins_one_group_of_its_own_cluster(synced, staff_user, client):
     client.force_login(staff_user("operator"))
     page = client.get(reverse("admin:pools_nodecapacity_change", args=[node.pk])).content.decode()
     assert f'value="{training.pk}"' in page and f'value="{elsewhere.pk}"' not in page
-    api = client.get("/api/v1/capacity/nodes/?group=training").json()
+    api = client.get("/api/v1/capacity/nodes/?group=training").json()["results"]
     assert [n["name"] for n in api] == ["h100-1"]
 
 

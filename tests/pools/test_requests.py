@@ -151,7 +151,7 @@ def test_foreign_requests_answer_404(submitted, tenancy, api_for):
     client = api_for(tenancy.globex_member)
     assert client.get(f"{URL}{submitted}/").status_code == 404
     assert client.post(f"{URL}{submitted}/cancel/", {}, format="json").status_code == 404
-    assert client.get(URL).json() == []
+    assert client.get(URL).json()["results"] == []
     assert PoolRequest.objects.get(pk=submitted).state == RequestState.SUBMITTED
 
 
@@ -162,7 +162,7 @@ def test_queue_positions_follow_priority_then_approval_time(fleet, tenancy, staf
     client.post(f"{URL}{ids[0]}/approve/", {}, format="json")
     client.post(f"{URL}{ids[1]}/approve/", {}, format="json")
     client.post(f"{URL}{ids[2]}/approve/", {"priority": 10}, format="json")
-    positions = {r["id"]: r["queue_position"] for r in client.get(URL).json()}
+    positions = {r["id"]: r["queue_position"] for r in client.get(URL).json()["results"]}
     assert positions == {ids[2]: 1, ids[0]: 2, ids[1]: 3}
 
 
@@ -210,7 +210,7 @@ def test_specs_list_what_can_be_requested_with_live_availability(fleet, tenancy,
     from pools.services import admit_waiting
 
     client = api_for(tenancy.acme_member)
-    specs = {s["id"]: s for s in client.get("/api/v1/specs/").json()}
+    specs = {s["id"]: s for s in client.get("/api/v1/specs/").json()["results"]}
     full = specs["h100-80gb.full"]
     assert full == {
         "id": "h100-80gb.full",
@@ -228,4 +228,6 @@ def test_specs_list_what_can_be_requested_with_live_availability(fleet, tenancy,
     request = submit(client, tenancy, items=[{"spec": "h100-80gb.full", "count": 3}]).json()["id"]
     api_for(staff_user("approver")).post(f"{URL}{request}/approve/", {}, format="json")
     admit_waiting()
-    assert {s["id"]: s for s in client.get("/api/v1/specs/").json()}["h100-80gb.full"]["available"] == 5
+    assert {s["id"]: s for s in client.get("/api/v1/specs/").json()["results"]}["h100-80gb.full"][
+        "available"
+    ] == 5

@@ -18,7 +18,7 @@ def test_token_by_username_or_email_then_use_it(tenancy, api_client):
         assert response.status_code == 200, response.content
     token = response.json()["token"]
     api_client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    assert [p["slug"] for p in api_client.get("/api/v1/projects/").json()] == ["vision"]
+    assert [p["slug"] for p in api_client.get("/api/v1/projects/").json()["results"]] == ["vision"]
 
 
 @pytest.mark.parametrize(
@@ -116,12 +116,18 @@ def test_project_namespace_defaults_to_tenant_and_slug(tenancy, api_for):
     assert set(response.json()) >= {"id", "slug", "name", "tenant", "namespace"}
 
 
-def test_project_list_pages_on_demand(tenancy, api_for):
+def test_project_lists_are_paged(tenancy, api_for, settings):
     ProjectFactory.create_batch(3, tenant=tenancy.acme)
     client = api_for(tenancy.acme_member)
-    assert len(client.get("/api/v1/projects/").json()) == 4
-    page = client.get("/api/v1/projects/?limit=2").json()
+    first = client.get("/api/v1/projects/").json()
+    assert (first["count"], len(first["results"]), first["next"], first["previous"]) == (4, 4, None, None)
+    page = client.get("/api/v1/projects/?limit=2&offset=1").json()
     assert page["count"] == 4 and len(page["results"]) == 2
+    assert "limit=2" in page["next"] and page["previous"]
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "PAGE_SIZE": 50}
+    ProjectFactory.create_batch(60, tenant=tenancy.acme)
+    default = client.get("/api/v1/projects/").json()
+    assert (default["count"], len(default["results"])) == (64, 50)  # 50 unless asked
 
 
 def _queries(client, url):
@@ -133,7 +139,7 @@ def _queries(client, url):
 @pytest.mark.parametrize("url", ["/api/v1/projects/", "/api/v1/tenants/"])
 def test_list_queries_do_not_grow_with_rows(url, db, api_for):
     user = UserFactory()
-    MembershipFactory(user=user, tenant=TenantFactory())
+    ProjectFactory(tenant=MembershipFactory(user=user, tenant=TenantFactory()).tenant)
     client = api_for(user)
     few = _queries(client, url)
     for _ in range(15):
