@@ -1,5 +1,5 @@
-"""Paging of API lists: `?limit=` (at most 500) and `?offset=`; a value that is not a whole number
-in range is a 400 that says so, never silently replaced by a default."""
+"""Paging of API lists: `?limit=` (PAGE_SIZE unless given, at most 500) and `?offset=`; a value that
+is not a whole number in range is a 400 that says so, never silently replaced by a default."""
 
 from __future__ import annotations
 
@@ -32,8 +32,3 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
 
     def get_offset(self, request) -> int:
         return _whole_number(request, self.offset_query_param, low=0, high=MAX_OFFSET) or 0
-
-    def paginate_queryset(self, queryset, request, view=None):
-        # An offset without a limit pages nothing, but a bad one is still a mistake worth saying.
-        self.get_offset(request)
-        return super().paginate_queryset(queryset, request, view)

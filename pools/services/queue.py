@@ -5,8 +5,12 @@ time. Each is placed whole or not at all, on one cluster, by the placement engin
 which sees the rest of the queue. A request that fits is admitted at once, even
 behind one that does not (backfill), with one exception that keeps a large request
 from starving: once a blocked request has waited QUEUE_BACKFILL_GRACE_SECONDS, no
-request of the same or lower priority behind it is admitted until it is, so freed
-capacity collects for it.
+request of the same or lower priority behind it that competes for what it waits for
+is admitted until it is, so freed capacity collects for it. Two requests compete
+when they could land on the same GPUs: they ask for a common GPU model, on a
+common cluster, in the same GPU group there (a request without a purpose, or a
+cluster without groups, reaches every group). A request that competes for nothing
+the blocked one needs is still admitted: holding it back would free nothing for it.
 
 Admission and reservation are one transaction, run one at a time under a database
 advisory lock; the allocation exclusion constraint makes over-commit impossible even
@@ -45,6 +49,40 @@ from pools.services.requests import move
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
 BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
 NO_CLUSTER = gettext_noop("no cluster is ready")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a starving request waits for: GPU models, on some clusters, in a group there."""
+
+    priority: int
+    cluster_ids: frozenset[int]
+    models: frozenset[str]
+    purpose: str
+
+    @classmethod
+    def of(cls, request: PoolRequest, clusters: list[Cluster]) -> Claim:
+        return cls(
+            priority=request.priority,
+            cluster_ids=frozenset(_candidate_ids(request, clusters)),
+            models=frozenset(item.gpu_model for item in request.items.all()),
+            purpose=request.purpose,
+        )
+
+    def held_back(self, request: PoolRequest, clusters: list[Cluster], grouped: dict[int, bool]) -> bool:
+        """Whether admitting `request` could take capacity this claim waits for."""
+        if request.priority > self.priority:
+            return False
+        if not self.models & {item.gpu_model for item in request.items.all()}:
+            return False
+        shared = self.cluster_ids & _candidate_ids(request, clusters)
+        if not request.purpose or not self.purpose or request.purpose == self.purpose:
+            return bool(shared)
+        return any(not grouped[cluster_id] for cluster_id in shared)  # groups only part them where they exist
+
+
+def _candidate_ids(request: PoolRequest, clusters: list[Cluster]) -> set[int]:
+    return {c.pk for c in clusters if request.cluster_id in (None, c.pk)}
 
 
 @dataclass
@@ -106,18 +144,28 @@ def recount_allocated(node_ids: set[int]) -> None:
         .annotate(n=Count("id"))
     )
     wanted = {(row["gpu__node_id"], row["resource_name"]): row["n"] for row in counts}
-    for spec in SpecAndCount.objects.filter(node_id__in=node_ids):
+    # Key order, as the sync writes them: two writers of the same rows wait instead of deadlocking.
+    for spec in SpecAndCount.objects.filter(node_id__in=node_ids).order_by("node_id", "resource_name"):
         n = wanted.pop((spec.node_id, spec.resource_name), 0)
         if spec.allocated != n:
             spec.allocated = n
             spec.save(update_fields=["allocated", "last_change_at"])
-    for (node_id, resource), n in wanted.items():  # a profile the cluster does not advertise yet
-        SpecAndCount.objects.create(
-            node_id=node_id,
-            resource_name=resource,
-            profile=mig.profile_from_resource(resource) or resource,
-            allocated=n,
-        )
+    # A profile the cluster does not advertise yet. A sync (it runs outside the capacity lock) may
+    # insert the same row meanwhile: then only the count is ours to set, the rest is what it saw.
+    SpecAndCount.objects.bulk_create(
+        [
+            SpecAndCount(
+                node_id=node_id,
+                resource_name=resource,
+                profile=mig.profile_from_resource(resource) or resource,
+                allocated=n,
+            )
+            for (node_id, resource), n in sorted(wanted.items())
+        ],
+        update_conflicts=True,
+        unique_fields=["node", "resource_name"],
+        update_fields=["allocated", "last_change_at"],
+    )
 
 
 def lock_capacity() -> None:
@@ -143,10 +191,10 @@ def admit_waiting() -> list[Admission]:
         fleets = fleet_snapshot(clusters, grouped)
         now = timezone.now()
         grace = timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS)
-        blocked_priority: int | None = None
+        starving: list[Claim] = []
         results = []
         for position, request in enumerate(waiting):
-            if blocked_priority is not None and request.priority <= blocked_priority:
+            if any(claim.held_back(request, clusters, grouped) for claim in starving):
                 results.append(_wait(request, Reason(BEHIND_OLDER)))
                 continue
             plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets)
@@ -163,8 +211,8 @@ def admit_waiting() -> list[Admission]:
             if not isinstance(reason, Reason):  # a request the engine finds malformed
                 reason = Reason("%(text)s", text=str(reason))
             results.append(_wait(request, reason))
-            if request.approved_at and now - request.approved_at >= grace and blocked_priority is None:
-                blocked_priority = request.priority
+            if request.approved_at and now - request.approved_at >= grace:
+                starving.append(Claim.of(request, clusters))
         return results
 
 

@@ -144,6 +144,60 @@ def test_priority_then_approval_time_and_a_starving_request_stops_backfill(
     assert late.state == RequestState.QUEUED and "older request" in late.waiting_reason
     assert urgent.state == RequestState.FULFILLED  # higher priority is not held back
 
+    elsewhere = ask(tenancy, [("h200-141gb.mig-1g.18gb", 1)])  # same priority, another GPU model
+    approve(elsewhere, approver)
+    admit_waiting()
+    elsewhere.refresh_from_db()
+    assert elsewhere.state == RequestState.FULFILLED  # it competes for nothing the big one waits for
+
+
+def test_a_starving_request_holds_back_only_what_competes_for_its_gpus(db, tenancy, staff_user, settings):
+    """Same model, same cluster, same group: held back. Another cluster, or another group of a
+    cluster with groups: admitted, since it takes nothing the starving request could use."""
+    from pools.models import GpuGroup, NodeCapacity
+
+    settings.QUEUE_BACKFILL_GRACE_SECONDS = 60
+    full = [None] * 8
+    a = ClusterFactory(name="a", fleet=[("n", 1, "H100-80GB", full)])
+    b = ClusterFactory(name="b", fleet=[("train", 1, "H100-80GB", full), ("serve", 1, "H100-80GB", full)])
+    for cluster in (a, b):
+        sync_cluster(cluster=cluster)
+    for name, node in (("training", "train-1"), ("inference", "serve-1")):
+        group = GpuGroup.objects.create(cluster=b, name=name)
+        NodeCapacity.objects.filter(cluster=b, name=node).update(group=group)
+    approver = staff_user("approver")
+
+    def asked(count, **where):
+        request = ask(tenancy, [("h100-80gb.full", count)], **where)
+        approve(request, approver)
+        return request
+
+    asked(1, cluster=b, purpose="training")
+    admit_waiting()  # one of training's 8 GPUs is taken
+    starving = asked(8, cluster=b, purpose="training")  # waits until that one comes back
+    admit_waiting()
+    PoolRequest.objects.filter(pk=starving.pk).update(approved_at=timezone.now() - timedelta(hours=1))
+    same_group = asked(1, cluster=b, purpose="training")
+    any_group = asked(1, cluster=b)
+    other_group = asked(1, cluster=b, purpose="inference")
+    other_cluster = asked(1, cluster=a)
+    admit_waiting()
+    states = {
+        name: PoolRequest.objects.get(pk=r.pk).state
+        for name, r in [
+            ("same group", same_group),
+            ("any group", any_group),
+            ("other group", other_group),
+            ("other cluster", other_cluster),
+        ]
+    }
+    assert states == {
+        "same group": RequestState.QUEUED,
+        "any group": RequestState.QUEUED,
+        "other group": RequestState.FULFILLED,
+        "other cluster": RequestState.FULFILLED,
+    }
+
 
 def test_requests_for_a_cluster_and_a_group_land_there(db, tenancy, staff_user):
     from pools.models import GpuGroup, NodeCapacity
