@@ -18,6 +18,7 @@ reasons in pools/placement_reasons.py, and the JSON trace of `manage.py place` i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -25,7 +26,8 @@ from itertools import islice
 from pools.mig import FULL_GPU, Instance, UnknownGpuModel, UnknownProfile, gpu_model, validate_layout
 from pools.placement_index import FleetIndex, has_allocation
 from pools.placement_layouts import RECENT_WEIGHT, evidence_weight
-from pools.placement_plan import QUEUE_WINDOW, plan_request
+from pools.placement_plan import QUEUE_WINDOW, plan_request, wanted_by_model
+from pools.placement_reasons import shortfall as cluster_shortfall
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,18 @@ def _place(
         assignments=tuple(
             Assignment(gpus[position].id, profile, start) for position, profile, start in plan.assignments
         ),
+    )
+
+
+def shortfall(fleet: Fleet, request: Request) -> int:
+    """Compute slices of a valid request that the fleet's closest cluster cannot give now (0 when one
+    might); ranks where a request that does not fit comes nearest, e.g. to name that cluster."""
+    if validate_request(request, fleet):
+        return sys.maxsize  # malformed here: no cluster of this fleet comes close
+    index = fleet_index(fleet)
+    wanted = wanted_by_model(request)
+    return min(
+        cluster_shortfall(index, cluster, request.group, wanted) for cluster in index.clusters() or [""]
     )
 
 

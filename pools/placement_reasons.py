@@ -7,6 +7,7 @@ that the portal can show it in the reader's language; the templates are marked w
 
 from __future__ import annotations
 
+from pools.mig import COMPUTE_SLICES
 from pools.placement_index import Bucket, FleetIndex
 from pools.placement_layouts import catalogue
 
@@ -69,6 +70,25 @@ def unplaced_reason(index: FleetIndex, group: str | None, wanted: Wanted, failed
         for cluster, reason in reasons
     ]
     return Reason(gettext_noop("no single cluster can take the whole request: %(listed)s"), listed=listed)
+
+
+def shortfall(index: FleetIndex, cluster: str, group: str | None, wanted: Wanted) -> int:
+    """Compute slices of the request that one cluster cannot give now, counted as the reasons count:
+    free MIG-disabled and wholly free GPUs go to full GPUs first, the rest to instances, with the free
+    instances of GPUs in use. An estimate that ranks clusters by how close they come, not a promise."""
+    missing = 0
+    for model, (full, mig) in wanted.items():
+        buckets = index.buckets_for(cluster, model, group)
+        blank = _count(buckets, "off") + _count(buckets, "whole")
+        missing += max(0, full - blank) * COMPUTE_SLICES
+        blank = max(0, blank - full)
+        cat = catalogue(model)
+        for profile, count in mig.items():
+            position = cat.names.index(profile)
+            in_use = sum(sum(b.partial.get(profile, {}).values()) for b in buckets)
+            placeable = in_use + blank * cat.most[position]
+            missing += max(0, count - placeable) * cat.compute[position]
+    return missing
 
 
 def _no_gpu(model: str, group: str | None) -> Reason:

@@ -19,7 +19,7 @@ if two portals disagreed about the lock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -49,6 +49,7 @@ from pools.services.requests import move
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
 BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
 NO_CLUSTER = gettext_noop("no cluster is ready")
+CLOSEST = gettext_noop("closest on cluster %(cluster)s: %(reason)s")
 
 
 @dataclass(frozen=True)
@@ -201,15 +202,13 @@ def admit_waiting() -> list[Admission]:
             if plan is not None and plan.placed:
                 fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
                 move(request, RequestState.FULFILLED)
-                request.waiting_reason = ""
-                request.save(update_fields=["state", "waiting_reason"])
+                request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
+                request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
                 pool = _reserve(request, cluster, plan, now)
                 transaction.on_commit(lambda pool_id=pool.pk: _provision_later(pool_id))
                 results.append(Admission(request.pk, True, pool.pk))
                 continue
-            reason = plan.reason if plan is not None else Reason(NO_CLUSTER)
-            if not isinstance(reason, Reason):  # a request the engine finds malformed
-                reason = Reason("%(text)s", text=str(reason))
+            reason = _as_reason(plan.reason) if plan is not None else Reason(NO_CLUSTER)
             results.append(_wait(request, reason))
             if request.approved_at and now - request.approved_at >= grace:
                 starving.append(Claim.of(request, clusters))
@@ -223,8 +222,11 @@ def _provision_later(pool_id: int) -> None:
 
 
 def _place(request, upcoming, clusters, grouped, fleets):
+    """The first candidate cluster's plan that places the request; else the failed plan of the cluster
+    that comes closest (fewest compute slices missing), its reason naming that cluster when there
+    were several."""
     candidates = [c for c in clusters if request.cluster_id in (None, c.pk)]
-    best = None
+    failures = []
     for cluster in candidates:
         fleet = fleets.get(cluster.name)
         if fleet is None:
@@ -234,8 +236,18 @@ def _place(request, upcoming, clusters, grouped, fleets):
         plan = placement.place(fleet, engine_request, upcoming=later)
         if plan.placed:
             return plan, cluster
-        best = best or (plan, cluster)
-    return best if best else (None, None)
+        failures.append((placement.shortfall(fleet, engine_request), plan, cluster))
+    if not failures:
+        return None, None
+    _missing, plan, cluster = min(failures, key=lambda failure: failure[0])  # the first of equals
+    if len(failures) > 1:
+        plan = replace(plan, reason=Reason(CLOSEST, cluster=cluster.name, reason=_as_reason(plan.reason)))
+    return plan, cluster
+
+
+def _as_reason(reason: str) -> Reason:
+    """The engine's reasons keep their templates; a plain message (a malformed request) is wrapped."""
+    return reason if isinstance(reason, Reason) else Reason("%(text)s", text=str(reason))
 
 
 def _wait(request: PoolRequest, reason: Reason) -> Admission:

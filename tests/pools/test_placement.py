@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pools.mig import (
+    COMPUTE_SLICES,
     FULL_GPU,
     Instance,
     gpu_model,
@@ -29,6 +30,7 @@ from pools.placement import (
     fleet_index,
     place,
     place_all,
+    shortfall,
     validate_request,
 )
 from pools.placement_index import FleetIndex
@@ -494,3 +496,33 @@ def test_an_unplaced_request_changes_nothing(f, request):
     result = place(f, request)
     if not result.placed:
         assert apply(f, result) is f and result.reason
+
+
+@PROPERTY
+@given(gpus_(), requests_())
+def test_the_shortfall_is_nothing_where_a_request_fits_and_all_of_it_where_nothing_does(f, request):
+    """The shortfall ranks clusters by how close they come: never above zero for one that takes the
+    request, and the whole request's compute slices on a fleet without its GPUs."""
+    if place(f, request).placed:
+        assert shortfall(f, request) == 0
+    elif validate_request(request, f):
+        return
+    empty = Fleet(tuple(g for g in f.gpus if g.model not in {i.model for i in request.items}))
+    whole = sum(
+        i.count
+        * (COMPUTE_SLICES if i.profile == FULL_GPU else gpu_model(i.model).profile(i.profile).compute_slices)
+        for i in request.items
+    )
+    if not validate_request(request, empty):
+        assert shortfall(empty, request) == whole
+    assert shortfall(f, request) <= whole
+
+
+def test_the_shortfall_counts_what_the_closest_cluster_lacks():
+    f = fleet(
+        *[gpu(f"a{n}", off=True, cluster="a", node="na") for n in range(2)],
+        *[gpu(f"b{n}", off=True, busy=n < 6, model=H200, cluster="b", node="nb") for n in range(8)],
+    )
+    assert shortfall(f, ask((4, "full", H200))) == 2 * COMPUTE_SLICES  # b has 2 of 4; a has no H200
+    assert shortfall(f, ask((16, "1g.18gb", H200))) == 2  # 2 free GPUs hold 7 each: 2 short of 16
+    assert shortfall(f, ask((2, "full"))) == 0

@@ -8,7 +8,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.utils import timezone
 
-from pools.models import Allocation, GpuCapacity, Pool, PoolRequest, RequestState, SpecAndCount
+from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, RequestState, SpecAndCount
 from pools.services import admit_waiting, approve_request, submit_request
 from pools.sync import sync_cluster
 from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, UserFactory
@@ -388,3 +388,34 @@ def test_the_reason_a_request_waits_is_shown_in_the_readers_language(
     assert "H100-80GB 전체 GPU 2개가 필요하지만 0개만 비어 있습니다" in page
     shown = api_for(tenancy.acme_member).get(f"/api/v1/pool-requests/{waiting.pk}/").json()
     assert shown["waiting_reason"] == "needs 2 × full H100-80GB; 0 free"
+
+
+def test_a_waiting_request_names_the_closest_cluster_and_fulfilment_clears_it(db, tenancy, staff_user):
+    """Any cluster: the reason comes from the cluster that comes nearest (here the second, which has
+    H200s), not from the first one tried (which has none); once admitted, nothing says it waits."""
+    from pools.services.provisioning import fail_pool
+    from pools.services.queue import preview
+
+    full = [None] * 8
+    ClusterFactory(name="a-busan", fleet=[("h100", 1, "H100-80GB", full)])
+    ClusterFactory(name="b-seoul", fleet=[("h200", 1, "H200-141GB", full)])
+    for cluster in Cluster.objects.all():
+        sync_cluster(cluster=cluster)
+    approver = staff_user("approver")
+    hog = ask(tenancy, [("h200-141gb.full", 6)])
+    approve(hog, approver)
+    admit_waiting()
+    request = ask(tenancy, [("h200-141gb.full", 4)])
+    approve(request, approver)
+    admit_waiting()
+    request.refresh_from_db()
+    assert request.state == RequestState.QUEUED
+    assert request.waiting_reason == "closest on cluster b-seoul: needs 4 × full H200-141GB; 2 free"
+    assert request.waiting_reason_data["params"]["cluster"] == "b-seoul"
+    assert "b-seoul" in preview(request)
+
+    fail_pool(pool_id=Pool.objects.get(request=hog).pk, reason="gone")  # its GPUs come back
+    admit_waiting()
+    request.refresh_from_db()
+    assert request.state == RequestState.FULFILLED
+    assert (request.waiting_reason, request.waiting_reason_data) == ("", None)
