@@ -14,6 +14,7 @@ class PoolRequestForm(forms.Form):
     cluster = forms.ModelChoiceField(
         label=_("Cluster"),
         queryset=Cluster.objects.order_by("name"),
+        to_field_name="name",  # the value the specs API filters by
         required=False,
         empty_label=_("any cluster"),
     )

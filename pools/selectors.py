@@ -13,6 +13,7 @@ from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 
 from pools import mig, placement
+from pools import placement_availability as availability
 from pools.mig import profile_from_resource
 from pools.models import (
     Allocation,
@@ -242,35 +243,79 @@ def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
 # --- what can be requested ----------------------------------------------------------------------
 
 
-def spec_availability() -> list[tuple[Spec, int]]:
-    """Every spec of the GPU models in ready clusters, with how many one request could get now.
+@dataclass(frozen=True)
+class ClusterOffer:
+    cluster: str
+    available: int  # how many one request could get there now
+    total: int  # the most one request could ever get there
 
-    A request lands on one cluster, so availability is the best cluster's: free provisioned
-    instances of the profile on GPUs in use, plus what wholly free GPUs would hold if cut for it.
-    """
-    clusters, _grouped = ready_clusters()
-    fleets = fleet_snapshot(clusters, {c.pk: False for c in clusters})
-    per_cluster: dict[tuple[str, str, str], int] = defaultdict(int)  # (cluster, model, profile) → count
-    models: set[str] = set()
-    for cluster, fleet in fleets.items():
-        for gpu in fleet.gpus:
-            models.add(gpu.model)
-            if not gpu.schedulable or gpu.allocated:
-                continue
-            wholly_free = not any(slot.allocated for slot in gpu.instances)
-            catalogue = mig.gpu_model(gpu.model)
-            if wholly_free:
-                per_cluster[(cluster, gpu.model, mig.FULL_GPU)] += 1
-                for name, profile in catalogue.profiles.items():
-                    per_cluster[(cluster, gpu.model, name)] += profile.max_count
-            else:
-                for slot in gpu.instances:
-                    if not slot.allocated:
-                        per_cluster[(cluster, gpu.model, slot.profile)] += 1
-    best: dict[tuple[str, str], int] = defaultdict(int)
-    for (_cluster, model, profile), count in per_cluster.items():
-        best[(model, profile)] = max(best[(model, profile)], count)
-    return [(spec, best[(spec.gpu_model, spec.profile)]) for spec in specs_of(sorted(models))]
+
+@dataclass(frozen=True)
+class SpecOffer:
+    spec: Spec
+    available: int
+    total: int
+    by_cluster: tuple[ClusterOffer, ...]
+
+
+@dataclass(frozen=True)
+class CapacityPicture:
+    """Every cluster with GPUs, which are ready and which place work by group, and what each offers."""
+
+    clusters: list[Cluster]
+    ready: set[int]
+    group_names: dict[int, set[str]]  # per cluster id, its GPU groups (empty: it places by no group)
+    fleets: dict[str, placement.Fleet]
+    found: dict[availability.Key, availability.Availability]
+
+    def group_for(self, cluster: Cluster, purpose: str) -> str | None:
+        """The GPU group a request of this purpose lands in on that cluster (None: any of its GPUs),
+        as the queue places it."""
+        return (purpose or None) if self.group_names[cluster.pk] else None
+
+    def groups(self, clusters: list[Cluster]) -> set[str]:
+        return {name for c in clusters for name in self.group_names[c.pk]}
+
+    def offer(self, cluster: Cluster, purpose: str, spec: Spec) -> availability.Availability | None:
+        """What one request of the spec could get on the cluster now and ever; None where it cannot
+        land at all (no such GPU in the purpose's group). A cluster that is not ready offers nothing now."""
+        found = self.found.get((cluster.name, self.group_for(cluster, purpose), spec.gpu_model, spec.profile))
+        if found is None or cluster.pk in self.ready:
+            return found
+        return availability.Availability(now=0, ever=found.ever)
+
+
+def capacity_picture() -> CapacityPicture:
+    """The fleet as placement sees it, with availability per cluster, group and spec."""
+    clusters = list(Cluster.objects.order_by("name"))
+    group_names: dict[int, set[str]] = {c.pk: set() for c in clusters}
+    for cluster_id, name in GpuGroup.objects.values_list("cluster_id", "name"):
+        group_names[cluster_id].add(name)
+    fleets = fleet_snapshot(clusters, {pk: bool(names) for pk, names in group_names.items()})
+    found = availability.availability(gpu for fleet in fleets.values() for gpu in fleet.gpus)
+    ready = {c.pk for c in clusters if c.status == Cluster.Status.READY}
+    return CapacityPicture(clusters, ready, group_names, fleets, found)
+
+
+def spec_offers(
+    *, purpose: str = "", cluster: Cluster | None = None, picture: CapacityPicture | None = None
+) -> list[SpecOffer]:
+    """Every spec one request could ever get, within the purpose's GPU group and the cluster when
+    given: how many now, the most ever, on the best cluster and on each."""
+    picture = picture or capacity_picture()
+    candidates = [c for c in picture.clusters if cluster is None or c.pk == cluster.pk]
+    models = {model for (name, _g, model, _p) in picture.found if name in {c.name for c in candidates}}
+    offers = []
+    for spec in specs_of(sorted(models)):
+        by_cluster = tuple(
+            ClusterOffer(c.name, found.now, found.ever)
+            for c in candidates
+            if (found := picture.offer(c, purpose, spec)) is not None and found.ever > 0
+        )
+        if by_cluster:
+            available = max(o.available for o in by_cluster)
+            offers.append(SpecOffer(spec, available, max(o.total for o in by_cluster), by_cluster))
+    return offers
 
 
 # --- a project's requests and pools -------------------------------------------------------------

@@ -52,8 +52,10 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
     except PortalError as error:
         context = {"project": project, "tenant": project.tenant, "reason": error.message}
         return render(request, "pools/request_forbidden.html", context, status=error.status_code)
-    offered = selectors.spec_availability()
-    form = PoolRequestForm(request.POST if request.method == "POST" else None, specs=[s for s, _n in offered])
+    offered = selectors.spec_offers()
+    form = PoolRequestForm(
+        request.POST if request.method == "POST" else None, specs=[o.spec for o in offered]
+    )
     status = 200
     if request.method == "POST":
         status = 400
@@ -75,7 +77,7 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
                     request, _("Request #%(id)s submitted; an approver decides next.") % {"id": created.pk}
                 )
                 return redirect("pool-request", tenant_slug=tenant_slug, pk=created.pk)
-    rows = [(spec, available, hourly_price(spec)) for spec, available in offered]
+    rows = [(offer, hourly_price(offer.spec)) for offer in offered]
     context = {"project": project, "tenant": project.tenant, "form": form, "specs": rows}
     return render(request, "pools/request_new.html", context, status=status)
 

@@ -175,36 +175,50 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
         return self._answer(target)
 
 
+class ClusterOfferSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    available = serializers.IntegerField()
+    total = serializers.IntegerField()
+
+
 class SpecSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    gpu_model = serializers.CharField()
-    profile = serializers.CharField(help_text=_("full, or a MIG profile"))
-    memory_gb = serializers.FloatField()
-    compute_slices = serializers.IntegerField()
-    hourly_price = serializers.CharField(allow_null=True, help_text=_("Null until a price list exists."))
-    currency = serializers.CharField()
+    id = serializers.CharField(source="spec.id")
+    gpu_model = serializers.CharField(source="spec.gpu_model")
+    profile = serializers.CharField(source="spec.profile", help_text=_("full, or a MIG profile"))
+    memory_gb = serializers.FloatField(source="spec.memory_gb")
+    compute_slices = serializers.IntegerField(source="spec.compute_slices")
+    hourly_price = serializers.SerializerMethodField(help_text=_("Null until a price list exists."))
+    currency = serializers.SerializerMethodField()
     available = serializers.IntegerField(help_text=_("How many one request could get now, on one cluster."))
+    total = serializers.IntegerField(help_text=_("The most one request could ever get, on one cluster."))
+    by_cluster = ClusterOfferSerializer(many=True)
+
+    def get_hourly_price(self, offer) -> str | None:
+        price = hourly_price(offer.spec)
+        return None if price is None else str(price)
+
+    def get_currency(self, offer) -> str:
+        return settings.BILLING_CURRENCY
 
 
+class SpecFilterSerializer(serializers.Serializer):
+    purpose = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    cluster = serializers.SlugRelatedField(
+        slug_field="name", queryset=Cluster.objects.all(), required=False, allow_null=True, default=None
+    )
+
+
+@extend_schema(parameters=[SpecFilterSerializer])
 class SpecListView(generics.ListAPIView):
-    """What can be requested, with live availability and the hourly price."""
+    """What can be requested: per spec, how many one request could get now and the most ever, within the
+    purpose's GPU group and the cluster when given, with the hourly price."""
 
     serializer_class = SpecSerializer
 
-    def get_queryset(self) -> list[dict]:
-        rows = []
-        for spec, available in selectors.spec_availability():
-            price = hourly_price(spec)
-            rows.append(
-                {
-                    "id": spec.id,
-                    "gpu_model": spec.gpu_model,
-                    "profile": spec.profile,
-                    "memory_gb": spec.memory_gb,
-                    "compute_slices": spec.compute_slices,
-                    "hourly_price": None if price is None else str(price),
-                    "currency": settings.BILLING_CURRENCY,
-                    "available": available,
-                }
-            )
-        return rows
+    def get_queryset(self) -> list:
+        filters = SpecFilterSerializer(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        purpose, cluster = filters.validated_data["purpose"], filters.validated_data["cluster"]
+        picture = selectors.capacity_picture()
+        services.check_purpose(picture, purpose, cluster)
+        return selectors.spec_offers(picture=picture, purpose=purpose, cluster=cluster)

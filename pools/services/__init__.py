@@ -16,6 +16,7 @@ from pools.services.queue import admit_waiting
 from pools.services.requests import (
     approve_request,
     cancel_request,
+    check_purpose,
     reject_request,
     set_priority,
     submit_request,
@@ -26,6 +27,7 @@ __all__ = [
     "approve_request",
     "cancel_request",
     "check_kubeconfig",
+    "check_purpose",
     "fail_pool",
     "finish_release",
     "provision_step",

@@ -9,27 +9,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.db import transaction
-from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 
+from pools import placement
+from pools import placement_availability as availability
 from pools.models import (
     REQUEST_TRANSITIONS,
     Cluster,
-    GpuCapacity,
-    GpuGroup,
     PoolEvent,
     PoolRequest,
     RequestItem,
     RequestState,
 )
 from pools.notifications import notify_after_commit
+from pools.selectors import CapacityPicture, capacity_picture
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Membership, Project, Role, namespace_problem
 from portal.permissions import require_pool_requester
 
 MAX_ITEMS = 20
+TOO_MANY = _lazy(
+    "%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s); it is in: %(places)s."
+)
 MAX_COUNT = 10_000
 
 
@@ -54,20 +58,41 @@ def _locked(request_id: int) -> PoolRequest:
     return request
 
 
-def _largest_holding(spec: Spec, cluster: Cluster | None) -> int:
-    """The most units of a spec one cluster could ever hold (every GPU of the model cut for it)."""
-    gpus = GpuCapacity.objects.filter(present=True, node__present=True, model=spec.gpu_model)
-    if cluster is not None:
-        gpus = gpus.filter(node__cluster=cluster)
-    per_cluster = gpus.values("node__cluster").annotate(n=Count("id")).values_list("n", flat=True)
-    return max(per_cluster, default=0) * spec.max_per_gpu()
+def check_purpose(picture: CapacityPicture, purpose: str, cluster: Cluster | None) -> None:
+    """A purpose names a GPU group of the clusters it may land on, when any of them has groups."""
+    if len(purpose) > 40:
+        raise InvalidInput(_("The purpose has at most 40 characters."))
+    candidates = [c for c in picture.clusters if cluster is None or c.pk == cluster.pk]
+    groups = picture.groups(candidates)
+    if purpose and groups and purpose not in groups:
+        where = cluster.name if cluster else _("The portal")
+        raise InvalidInput(
+            _("%(where)s places work by GPU group; choose a purpose among: %(groups)s.")
+            % {"where": where, "groups": ", ".join(sorted(groups))}
+        )
 
 
-def _check_items(items: Sequence[tuple[str, int]], cluster: Cluster | None) -> list[tuple[Spec, int]]:
+def _where_it_exists(picture: CapacityPicture, spec: Spec) -> str:
+    """Each cluster (any workload type) and GPU group holding the spec, with the most one request
+    could get there."""
+    places = [
+        f"{cluster}/{group} ({found.ever})" if group else f"{cluster} ({found.ever})"
+        for (cluster, group, model, profile), found in sorted(
+            picture.found.items(), key=lambda entry: (entry[0][0], entry[0][1] or "")
+        )
+        if model == spec.gpu_model and profile == spec.profile and found.ever
+    ]
+    return ", ".join(places) or _("no cluster")
+
+
+def _check_items(
+    items: Sequence[tuple[str, int]], cluster: Cluster | None, purpose: str, picture: CapacityPicture
+) -> list[tuple[Spec, int]]:
     if not items:
         raise InvalidInput(_("A request needs at least one item."))
     if len(items) > MAX_ITEMS:
         raise InvalidInput(_("A request has at most %(n)s items.") % {"n": MAX_ITEMS})
+    candidates = [c for c in picture.clusters if cluster is None or c.pk == cluster.pk]
     checked, seen = [], set()
     for spec_id, count in items:
         try:
@@ -83,28 +108,48 @@ def _check_items(items: Sequence[tuple[str, int]], cluster: Cluster | None) -> l
             raise InvalidInput(
                 _("The count of %(spec)s must be a whole number above zero.") % {"spec": spec.id}
             )
-        ceiling = _largest_holding(spec, cluster)
+        offers = [picture.offer(c, purpose, spec) for c in candidates]
+        ceiling = max((found.ever for found in offers if found is not None), default=0)
         if count > ceiling:
             where = cluster.name if cluster else _("any cluster")
+            if purpose:
+                where = _("%(where)s in group %(group)s") % {"where": where, "group": purpose}
             raise InvalidInput(
-                _("%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s).")
-                % {"count": count, "spec": spec.id, "where": where, "ceiling": ceiling}
+                str(TOO_MANY)
+                % {
+                    "count": count,
+                    "spec": spec.id,
+                    "where": where,
+                    "ceiling": ceiling,
+                    "places": _where_it_exists(picture, spec),
+                }
             )
         checked.append((spec, count))
+    _check_placeable_together(checked, candidates, purpose, picture)
     return checked
 
 
-def _check_purpose(purpose: str, cluster: Cluster | None) -> None:
-    if len(purpose) > 40:
-        raise InvalidInput(_("The purpose has at most 40 characters."))
-    if not purpose or cluster is None:
-        return
-    groups = list(GpuGroup.objects.filter(cluster=cluster).values_list("name", flat=True))
-    if groups and purpose not in groups:
-        raise InvalidInput(
-            _("%(cluster)s places work by GPU group; choose a purpose among: %(groups)s.")
-            % {"cluster": cluster.name, "groups": ", ".join(sorted(groups))}
+def _check_placeable_together(
+    checked: list[tuple[Spec, int]], candidates: list[Cluster], purpose: str, picture: CapacityPicture
+) -> None:
+    """A request lands whole on one cluster: some cluster must hold all its items at once, were it free."""
+    for candidate in candidates:
+        fleet = picture.fleets.get(candidate.name)
+        if fleet is None:
+            continue
+        request = placement.Request(
+            id="check",
+            items=tuple(placement.Item(spec.gpu_model, spec.profile, count) for spec, count in checked),
+            group=picture.group_for(candidate, purpose),
         )
+        if placement.place(availability.emptied(fleet), request).placed:
+            return
+    raise InvalidInput(
+        _(
+            "These items fit one by one but not together on any one cluster, even when it is free; "
+            "ask for them in separate requests."
+        )
+    )
 
 
 def submit_request(
@@ -126,8 +171,9 @@ def submit_request(
         )
     if len(justification) > 4000:
         raise InvalidInput(_("The justification has at most 4000 characters."))
-    checked = _check_items(items, cluster)
-    _check_purpose(purpose, cluster)
+    picture = capacity_picture()
+    check_purpose(picture, purpose, cluster)
+    checked = _check_items(items, cluster, purpose, picture)
     with transaction.atomic():
         request = PoolRequest.objects.create(
             project=project, cluster=cluster, purpose=purpose, justification=justification, submitted_by=user

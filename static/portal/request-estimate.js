@@ -37,3 +37,48 @@
   form.addEventListener("input", update);
   update();
 })();
+
+// What can be requested follows the chosen workload type and cluster: the same availability the
+// queue admits by, fetched from the specs API.
+(function () {
+  const form = document.getElementById("request-form");
+  const offers = document.getElementById("offers");
+  if (!form || !offers || !window.fetch) {
+    return;
+  }
+  function refresh() {
+    const query = new URLSearchParams({ limit: "500" });
+    ["purpose", "cluster"].forEach(function (name) {
+      if (form.elements[name] && form.elements[name].value) {
+        query.set(name, form.elements[name].value);
+      }
+    });
+    fetch(offers.dataset.source + "?" + query.toString(), {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    })
+      .then(function (response) {
+        return response.ok ? response.json() : null;
+      })
+      .then(function (page) {
+        if (!page) {
+          return;
+        }
+        const byId = {};
+        page.results.forEach(function (offer) {
+          byId[offer.id] = offer;
+        });
+        offers.querySelectorAll("tr[data-spec]").forEach(function (row) {
+          const offer = byId[row.dataset.spec];
+          row.classList.toggle("muted", !offer);
+          row.querySelector('[data-field="available"]').textContent = offer ? offer.available : 0;
+          row.querySelector('[data-field="total"]').textContent = offer ? offer.total : 0;
+        });
+      });
+  }
+  ["purpose", "cluster"].forEach(function (name) {
+    if (form.elements[name]) {
+      form.elements[name].addEventListener("change", refresh);
+    }
+  });
+})();

@@ -33,6 +33,7 @@ from pools.placement import (
     shortfall,
     validate_request,
 )
+from pools.placement_availability import Availability, availability
 from pools.placement_index import FleetIndex
 
 H100, A100, H200 = "H100-80GB", "A100-40GB", "H200-141GB"
@@ -526,3 +527,52 @@ def test_the_shortfall_counts_what_the_closest_cluster_lacks():
     assert shortfall(f, ask((4, "full", H200))) == 2 * COMPUTE_SLICES  # b has 2 of 4; a has no H200
     assert shortfall(f, ask((16, "1g.18gb", H200))) == 2  # 2 free GPUs hold 7 each: 2 short of 16
     assert shortfall(f, ask((2, "full"))) == 0
+
+
+def blanked(f: Fleet) -> Fleet:
+    """The fleet with nothing allocated and every GPU schedulable: what could ever be had."""
+    return Fleet(
+        tuple(
+            replace(
+                g,
+                allocated=False,
+                schedulable=True,
+                instances=tuple(replace(s, allocated=False) for s in g.instances),
+            )
+            for g in f.gpus
+        )
+    )
+
+
+@PROPERTY
+@given(gpus_())
+def test_availability_is_exactly_what_one_request_of_a_spec_gets(f):
+    """What availability offers of a spec, in a cluster and group, a request of it is given there at
+    once, and one more is not: the offer and the queue agree. Ever is the same on the blanked fleet."""
+    for (cluster, group, model, profile), offer in availability(f.gpus).items():
+        here = Fleet(tuple(g for g in f.gpus if g.cluster == cluster))
+        for count, fleet_, expected in [
+            (offer.now, here, True),
+            (offer.now + 1, here, False),
+            (offer.ever, blanked(here), True),
+            (offer.ever + 1, blanked(here), False),
+        ]:
+            if count == 0:
+                continue
+            result = place(fleet_, Request("r", (Item(model, profile, count),), group))
+            assert result.placed == expected, (cluster, group, model, profile, count, result.reason)
+
+
+def test_availability_counts_a_group_and_the_whole_cluster():
+    f = fleet(
+        gpu("t0", "1g.10gb@0* 1g.10gb@1", cluster="a", node="t", group="training"),
+        gpu("t1", off=True, cluster="a", node="t", group="training"),
+        gpu("s0", off=True, busy=True, cluster="a", node="s", group="inference"),
+        gpu("s1", off=True, cluster="a", node="s", group="inference", schedulable=False),
+    )
+    found = availability(f.gpus)
+    assert found[("a", "training", H100, "full")] == Availability(now=1, ever=2)
+    assert found[("a", "training", H100, "1g.10gb")] == Availability(now=1 + 7, ever=14)
+    assert found[("a", "inference", H100, "full")] == Availability(now=0, ever=2)
+    assert found[("a", None, H100, "full")] == Availability(now=1, ever=4)
+    assert ("a", "development", H100, "full") not in found

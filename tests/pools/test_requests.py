@@ -85,10 +85,51 @@ def test_viewers_cannot_request(fleet, tenancy, api_for):
 
 
 def test_purpose_must_name_a_group_where_the_cluster_has_groups(fleet, tenancy, api_for):
-    GpuGroup.objects.create(cluster=fleet, name="training")
-    response = submit(api_for(tenancy.acme_member), tenancy, cluster="sim", purpose="inference")
+    training = GpuGroup.objects.create(cluster=fleet, name="training")
+    fleet.nodes.update(group=training)
+    client = api_for(tenancy.acme_member)
+    response = submit(client, tenancy, cluster="sim", purpose="inference")
     assert response.status_code == 400 and "training" in response.json()["detail"]
-    assert submit(api_for(tenancy.acme_member), tenancy, cluster="sim", purpose="training").status_code == 201
+    assert submit(client, tenancy, purpose="no-such-group").status_code == 400  # any cluster: the same
+    assert submit(client, tenancy, cluster="sim", purpose="training").status_code == 201
+
+
+def test_what_no_cluster_could_ever_give_in_the_group_is_refused_and_says_where_it_is(
+    fleet, tenancy, api_for
+):
+    """The H100 node is in group inference, the H200 nodes in training: H100s for training can never
+    be placed, however long they wait."""
+    for name, prefix in (("training", "h200"), ("inference", "h100")):
+        group = GpuGroup.objects.create(cluster=fleet, name=name)
+        fleet.nodes.filter(name__startswith=prefix).update(group=group)
+    client = api_for(tenancy.acme_member)
+    items = [{"spec": "h100-80gb.full", "count": 1}]
+    response = submit(client, tenancy, items=items, purpose="training")
+    assert response.status_code == 400
+    assert response.json()["detail"] == (
+        "1 × h100-80gb.full is more than any cluster in group training could ever hold (0); "
+        "it is in: sim (8), sim/inference (8)."
+    )
+    assert not PoolRequest.objects.exists()
+    assert submit(client, tenancy, items=items, purpose="inference").status_code == 201
+    offers = {s["id"]: s for s in client.get("/api/v1/specs/?purpose=training").json()["results"]}
+    assert "h100-80gb.full" not in offers and offers["h200-141gb.full"]["total"] == 16
+
+
+def test_items_that_fit_alone_but_never_together_are_refused(fleet, tenancy, api_for):
+    items = [{"spec": "h100-80gb.full", "count": 5}, {"spec": "h100-80gb.mig-7g.80gb", "count": 4}]
+    response = submit(api_for(tenancy.acme_member), tenancy, items=items, purpose="")
+    assert response.status_code == 400 and "not together" in response.json()["detail"]
+
+
+def test_the_specs_api_filters_by_purpose_and_cluster(fleet, tenancy, api_for):
+    client = api_for(tenancy.acme_member)
+    assert client.get("/api/v1/specs/?cluster=nope").status_code == 400
+    assert client.get("/api/v1/specs/?cluster=sim&purpose=p%00").status_code == 400
+    GpuGroup.objects.create(cluster=fleet, name="training")
+    unknown = client.get("/api/v1/specs/?purpose=inference")
+    assert unknown.status_code == 400 and "training" in unknown.json()["detail"]
+    assert client.get("/api/v1/specs/?cluster=sim&purpose=training").json()["count"] == 0  # no node in it
 
 
 def test_malformed_json_is_a_400(fleet, tenancy, api_for):
@@ -221,6 +262,8 @@ def test_specs_list_what_can_be_requested_with_live_availability(fleet, tenancy,
         "hourly_price": None,
         "currency": "KRW",
         "available": 8,
+        "total": 8,
+        "by_cluster": [{"cluster": "sim", "available": 8, "total": 8}],
     }
     assert specs["h200-141gb.mig-1g.18gb"]["available"] == 16 * 7  # every H200 holds nothing yet
     assert specs["h200-141gb.mig-3g.71gb"]["compute_slices"] == 3
