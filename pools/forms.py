@@ -1,9 +1,13 @@
 """Forms of the tenant pages of pools; they only parse input, services decide."""
 
+from collections.abc import Mapping
+
 from django import forms
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Cluster, GpuGroup
+from portal.models import Project
 
 ITEM_ROWS = 4
 
@@ -42,3 +46,31 @@ class PoolRequestForm(forms.Form):
         return [
             (data[f"spec_{n}"], data[f"count_{n}"] or 1) for n in range(ITEM_ROWS) if data.get(f"spec_{n}")
         ]
+
+
+class ListFilterForm(forms.Form):
+    """The filters of a tenant's list of requests or pools, read from the address: a state, a project.
+
+    Projects are the tenant's own, so another tenant's project is an unknown choice, like a made-up one.
+    """
+
+    state = forms.ChoiceField(label=_("State"), required=False)
+    project = forms.ModelChoiceField(
+        label=_("Project"),
+        queryset=Project.objects.none(),
+        to_field_name="slug",  # the address names a project as its pages do
+        required=False,
+        empty_label=_("any"),
+    )
+
+    def __init__(
+        self, data: Mapping[str, str] | None, *, projects: QuerySet[Project], states: list[tuple[str, str]]
+    ):
+        super().__init__(data)
+        self.fields["project"].queryset = projects
+        self.fields["project"].label_from_instance = lambda project: project.name
+        self.fields["state"].choices = [("", _("any")), *states]
+
+    def filters(self) -> dict:
+        """The cleaned filters, as the list selectors take them."""
+        return {"state": self.cleaned_data["state"], "project": self.cleaned_data["project"]}

@@ -6,13 +6,16 @@ a full GPU counts as all seven compute slices.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from django.db.models import Prefetch, QuerySet
+from django.conf import settings
+from django.db.models import Case, Prefetch, QuerySet, Value, When
 from django.shortcuts import get_object_or_404
 
-from pools import mig, placement
+from pools import capacity_version, mig, placement
 from pools import placement_availability as availability
 from pools.mig import profile_from_resource
 from pools.models import (
@@ -23,10 +26,14 @@ from pools.models import (
     NodeCapacity,
     Pool,
     PoolRequest,
+    PoolState,
     SpecAndCount,
     WorkloadProfile,
 )
 from pools.specs import Spec, specs_of
+
+if TYPE_CHECKING:
+    from portal.models import Project, Tenant
 
 
 def clusters() -> QuerySet[Cluster]:
@@ -285,8 +292,23 @@ class CapacityPicture:
         return availability.Availability(now=0, ever=found.ever)
 
 
+_held_picture: tuple[int, float, CapacityPicture] | None = None  # this process's: version, built at, picture
+
+
 def capacity_picture() -> CapacityPicture:
-    """The fleet as placement sees it, with availability per cluster, group and spec."""
+    """The fleet as placement sees it, with availability per cluster, group and spec; kept while the
+    capacity version holds, for at most CAPACITY_PICTURE_SECONDS."""
+    global _held_picture
+    version = capacity_version.current()  # read before the data: a later change bumps it again
+    held = _held_picture
+    if held and held[0] == version and time.monotonic() - held[1] < settings.CAPACITY_PICTURE_SECONDS:
+        return held[2]
+    picture = _build_picture()
+    _held_picture = (version, time.monotonic(), picture)
+    return picture
+
+
+def _build_picture() -> CapacityPicture:
     clusters = list(Cluster.objects.order_by("name"))
     group_names: dict[int, set[str]] = {c.pk: set() for c in clusters}
     for cluster_id, name in GpuGroup.objects.values_list("cluster_id", "name"):
@@ -321,20 +343,58 @@ def spec_offers(
 # --- a project's requests and pools -------------------------------------------------------------
 
 
-def project_requests(*, project) -> QuerySet[PoolRequest]:
+# Pools that still hold (or are about to hold, or give back) capacity: the project page lists them first.
+LIVE_POOL_STATES = (PoolState.PROVISIONING, PoolState.ACTIVE, PoolState.RELEASING)
+
+
+def _request_rows(queryset: QuerySet[PoolRequest]) -> QuerySet[PoolRequest]:
+    """Requests as lists show them, newest first: a fixed number of queries however many rows."""
     return (
-        project.pool_requests.select_related("submitted_by")
+        queryset.select_related("project", "submitted_by")
         .prefetch_related("items")
-        .order_by("-submitted_at")
+        .order_by("-submitted_at", "-pk")
     )
 
 
-def project_pools(*, project) -> QuerySet[Pool]:
+def _pool_rows(queryset: QuerySet[Pool]) -> QuerySet[Pool]:
+    """Pools as lists show them, newest first: a fixed number of queries however many rows."""
     return (
-        project.pools.select_related("cluster", "request")
+        queryset.select_related("project", "cluster", "request")
         .prefetch_related("request__items")
-        .order_by("-reserved_at")
+        .order_by("-reserved_at", "-pk")
     )
+
+
+def project_requests(*, project: Project) -> QuerySet[PoolRequest]:
+    return _request_rows(project.pool_requests.all())
+
+
+def project_pools(*, project: Project) -> QuerySet[Pool]:
+    """The project's pools, live ones first: those are what its people come to the page for."""
+    live_first = Case(When(state__in=LIVE_POOL_STATES, then=Value(0)), default=Value(1))
+    return _pool_rows(project.pools.all()).alias(gone=live_first).order_by("gone", "-reserved_at", "-pk")
+
+
+def tenant_requests(
+    *, user, tenant: Tenant, state: str = "", project: Project | None = None
+) -> QuerySet[PoolRequest]:
+    """The tenant's pool requests that the user may see, newest first; of one state or project if given."""
+    queryset = PoolRequest.objects.visible_to(user).filter(project__tenant=tenant)
+    if state:
+        queryset = queryset.filter(state=state)
+    if project is not None:
+        queryset = queryset.filter(project=project)
+    return _request_rows(queryset)
+
+
+def tenant_pools(*, user, tenant: Tenant, state: str = "", project: Project | None = None) -> QuerySet[Pool]:
+    """The tenant's pools that the user may see, newest first; of one state or project if given."""
+    queryset = Pool.objects.visible_to(user).filter(project__tenant=tenant)
+    if state:
+        queryset = queryset.filter(state=state)
+    if project is not None:
+        queryset = queryset.filter(project=project)
+    return _pool_rows(queryset)
 
 
 def queue_positions() -> dict[int, int]:

@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from pools import capacity_version
 from pools.drivers.base import (
     ClusterUnauthorised,
     ClusterUnreachable,
@@ -86,13 +87,18 @@ def sync_cluster(*, cluster: Cluster, now: datetime | None = None) -> SyncReport
         nodes = driver.inventory()
         pods = driver.workloads()
     except (DriverError, SecretUnreadable) as error:
+        if cluster.status == Cluster.Status.READY:
+            capacity_version.changed()  # a ready cluster stops offering anything now
         _record_failure(cluster, error, now)
         report.ok, report.error = False, str(error)
         return report
+    was_ready = cluster.status == Cluster.Status.READY
     with transaction.atomic():
         _sync_nodes(cluster, nodes, now, report)
         _sync_workloads(cluster, pods, now, report)
         _record_success(cluster, now, report)
+        if report.changed or not was_ready:
+            capacity_version.changed()
     log.info("sync %s", report.summary())
     return report
 
@@ -167,21 +173,45 @@ def _record_success(cluster: Cluster, now: datetime, report: SyncReport) -> None
 # --- nodes, GPUs, specs ------------------------------------------------------------------
 
 
-def _apply(model, rows: dict, wanted: dict, fields: tuple[str, ...], now: datetime, make) -> tuple[int, int]:
-    """Create missing rows and update changed ones; returns (created, updated)."""
-    to_create, to_update = [], []
+def _apply(
+    model,
+    rows: dict,
+    wanted: dict,
+    fields: tuple[str, ...],
+    now: datetime,
+    make,
+    unique_fields: tuple[str, ...] = (),
+) -> tuple[int, int]:
+    """Create missing rows and update changed ones; returns (created, updated).
+
+    With `unique_fields`, a row that another transaction inserted meanwhile (it committed after
+    this sync read the table) is updated instead of failing on the unique constraint.
+    """
+    to_create, to_update = {}, []
     for key, values in wanted.items():
         row = rows.get(key)
         if row is None:
             row = make(key, values)
-            to_create.append(row)
+            to_create[key] = row
             rows[key] = row
         elif any(getattr(row, name) != value for name, value in values.items()):
             for name, value in values.items():
                 setattr(row, name, value)
             row.last_change_at = now
             to_update.append(row)
-    model.objects.bulk_create(to_create, batch_size=BATCH)
+    if unique_fields and to_create:
+        # INSERT … ON CONFLICT DO UPDATE of the synced fields only: what the other writer owns
+        # (the allocated count, recounted under the capacity lock) stays as it wrote it. Rows go
+        # in key order so that two such inserts wait for each other instead of deadlocking.
+        model.objects.bulk_create(
+            [to_create[key] for key in sorted(to_create)],
+            batch_size=BATCH,
+            update_conflicts=True,
+            unique_fields=unique_fields,
+            update_fields=[*fields, "last_change_at"],
+        )
+    else:
+        model.objects.bulk_create(to_create.values(), batch_size=BATCH)
     if to_update:
         model.objects.bulk_update(to_update, [*fields, "last_change_at"], batch_size=BATCH)
     return len(to_create), len(to_update)
@@ -306,6 +336,8 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
         SPEC_FIELDS,
         now,
         lambda key, values: SpecAndCount(node_id=key[0], resource_name=key[1], **values),
+        # Provisioning syncs too, and admission may insert a row for a profile not advertised yet.
+        unique_fields=("node", "resource_name"),
     )
     report.created["specs"], report.updated["specs"] = created, updated
 

@@ -43,18 +43,17 @@ def admit_waiting_requests() -> str:
 
 @shared_task(bind=True, max_retries=None)
 def provision_pool(self, pool_id: int) -> str:
-    """Repeat provisioning steps until the pool is active or failed; an unreachable cluster is retried
-    with back-off, and after SYNC_BACKOFF_MAX_SECONDS of it the pool fails."""
-    from pools.drivers.base import ClusterUnreachable
-    from pools.services.provisioning import WAITING, fail_pool, provision_step
+    """Repeat provisioning steps until the pool is active or failed. A transient error (cluster or
+    database not answering) is retried with back-off; after SYNC_BACKOFF_MAX_SECONDS of retries the
+    step's last try fails the pool. Any other error fails it at once (the service decides)."""
+    from pools.services.provisioning import TRANSIENT, WAITING, provision_step
 
+    retries = self.request.retries
+    last_try = retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS
     try:
-        outcome = provision_step(pool_id=pool_id)
-    except ClusterUnreachable as error:
-        delay = min(settings.PROVISION_POLL_SECONDS * 2**self.request.retries, 300)
-        if self.request.retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS:
-            fail_pool(pool_id=pool_id, reason=str(error))
-            return "failed"
+        outcome = provision_step(pool_id=pool_id, last_try=last_try)
+    except TRANSIENT as error:
+        delay = min(settings.PROVISION_POLL_SECONDS * 2 ** min(retries, 10), 300)
         raise self.retry(countdown=delay) from error
     if outcome == WAITING:
         raise self.retry(countdown=settings.PROVISION_POLL_SECONDS)
@@ -63,14 +62,24 @@ def provision_pool(self, pool_id: int) -> str:
 
 @shared_task(bind=True, max_retries=20)
 def finish_pool_release(self, pool_id: int) -> str:
-    from pools.drivers.base import DriverError
-    from pools.services.provisioning import finish_release
+    """Shrink the quota of a released pool; retried with back-off, and on the last try the release
+    is closed even if the quota could not be shrunk (the service records why)."""
+    from pools.services.provisioning import RELEASE_RETRIED, finish_release
 
     try:
-        pool = finish_release(pool_id=pool_id)
-        return pool.state if pool else "gone"
-    except DriverError as error:
+        pool = finish_release(pool_id=pool_id, last_try=self.request.retries >= self.max_retries)
+    except RELEASE_RETRIED as error:
         raise self.retry(countdown=min(5 * 2**self.request.retries, 600)) from error
+    return pool.state if pool else "gone"
+
+
+@shared_task
+def sweep_stuck_pools() -> str:
+    """Beat: re-drive pools in provisioning or releasing past their first deadline, end them past
+    the second (POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS)."""
+    from pools.services.provisioning import sweep_stuck_pools as sweep
+
+    return sweep().summary()
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)

@@ -7,8 +7,10 @@ from pools import views
 urlpatterns = [
     path("capacity/", views.dashboard, name="capacity-dashboard"),
     path("t/<slug:tenant_slug>/p/<slug:slug>/request/", views.request_new, name="pool-request-new"),
+    path("t/<slug:tenant_slug>/requests/", views.tenant_requests, name="tenant-requests"),
     path("t/<slug:tenant_slug>/requests/<int:pk>/", views.request_detail, name="pool-request"),
     path("t/<slug:tenant_slug>/requests/<int:pk>/cancel/", views.request_cancel, name="pool-request-cancel"),
+    path("t/<slug:tenant_slug>/pools/", views.tenant_pools, name="tenant-pools"),
     path("t/<slug:tenant_slug>/pools/<int:pk>/", views.pool_detail, name="pool"),
     path("t/<slug:tenant_slug>/pools/<int:pk>/release/", views.pool_release, name="pool-release"),
 ]

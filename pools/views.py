@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from pools import mig, selectors, services
-from pools.forms import PoolRequestForm
+from pools.forms import ListFilterForm, PoolRequestForm
+from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
 from portal.errors import PortalError
 from portal.permissions import require_pool_requester
+
+LIST_PAGE_SIZE = 50
 
 
 def _require_capacity_viewer(request: HttpRequest) -> None:
@@ -145,3 +152,38 @@ def pool_release(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespons
         _("Pool #%(id)s is being released.") % {"id": pool.pk},
         redirect("pool", tenant_slug=tenant_slug, pk=pool.pk),
     )
+
+
+def _tenant_list(
+    request: HttpRequest, tenant_slug: str, *, rows: Callable[..., QuerySet], states: list[tuple[str, str]]
+) -> tuple[dict, int]:
+    """The context of a tenant's list of requests or pools, filtered by the address and paged, and
+    its status: filters that do not hold (an unknown state, a project that is not the tenant's)
+    answer 400, the form saying why, and no rows."""
+    tenant = tenancy.visible_tenant(user=request.user, slug=tenant_slug)
+    form = ListFilterForm(request.GET, projects=tenancy.tenant_projects(tenant=tenant), states=states)
+    context = {"tenant": tenant, "form": form, "page": None, "filtered": False}
+    if not form.is_valid():
+        return context, 400
+    filters = form.filters()
+    found = rows(user=request.user, tenant=tenant, **filters)
+    context["page"] = Paginator(found, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    context["filtered"] = any(filters.values())
+    return context, 200
+
+
+@login_required
+def tenant_requests(request: HttpRequest, tenant_slug: str) -> HttpResponse:
+    context, status = _tenant_list(
+        request, tenant_slug, rows=selectors.tenant_requests, states=RequestState.choices
+    )
+    context["positions"] = selectors.queue_positions() if context["page"] is not None else {}
+    return render(request, "pools/tenant_requests.html", context, status=status)
+
+
+@login_required
+def tenant_pools(request: HttpRequest, tenant_slug: str) -> HttpResponse:
+    context, status = _tenant_list(
+        request, tenant_slug, rows=selectors.tenant_pools, states=PoolState.choices
+    )
+    return render(request, "pools/tenant_pools.html", context, status=status)

@@ -131,6 +131,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "pools.tasks.admit_waiting_requests",
         "schedule": env.int("QUEUE_RUN_SECONDS", default=60),
     },
+    "sweep-stuck-pools": {  # POOL_REDRIVE_SECONDS and POOL_STUCK_SECONDS, under Capacity
+        "task": "pools.tasks.sweep_stuck_pools",
+        "schedule": env.int("POOL_SWEEP_SECONDS", default=60),
+    },
     "clear-expired-sessions": {
         "task": "portal.tasks.clear_expired_sessions",
         "schedule": crontab(minute=17, hour=3),
@@ -158,8 +162,20 @@ SYNC_BACKOFF_MAX_SECONDS = env.int("SYNC_BACKOFF_MAX_SECONDS", default=1800)
 PROVISION_POLL_SECONDS = env.float("PROVISION_POLL_SECONDS", default=5.0)
 # How long a node may stay in MIG state "pending" before a change counts as failed.
 MIG_PENDING_TIMEOUT_SECONDS = env.int("MIG_PENDING_TIMEOUT_SECONDS", default=600)
+# Deadlines of a pool in `provisioning` (counted from its reservation) or `releasing` (from the
+# release): past POOL_REDRIVE_SECONDS the sweeper enqueues its task again (at most once per that
+# period; the task is safe to repeat); past POOL_STUCK_SECONDS it fails the pool (capacity
+# returned, tenant told) or closes the release (released, quota change given up), saying why.
+# The first comes after MIG_PENDING_TIMEOUT_SECONDS, so a slow MIG change is failed by its own
+# deadline first; the sweeper runs every POOL_SWEEP_SECONDS.
+POOL_REDRIVE_SECONDS = env.int("POOL_REDRIVE_SECONDS", default=MIG_PENDING_TIMEOUT_SECONDS + 300)
+POOL_STUCK_SECONDS = env.int("POOL_STUCK_SECONDS", default=2 * POOL_REDRIVE_SECONDS)
+POOL_SWEEP_SECONDS = env.int("POOL_SWEEP_SECONDS", default=60)
 # A blocked request that has waited this long stops smaller ones behind it from backfilling.
 QUEUE_BACKFILL_GRACE_SECONDS = env.int("QUEUE_BACKFILL_GRACE_SECONDS", default=1800)
+# How long a process may reuse its picture of the fleet (availability for the request form and the
+# specs API) while no change of capacity has been seen; 0 rebuilds it on every read.
+CAPACITY_PICTURE_SECONDS = env.int("CAPACITY_PICTURE_SECONDS", default=30)
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 

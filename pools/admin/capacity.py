@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from pools import services
+from pools import capacity_version, services
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
 from pools.sync import sync_cluster, sync_lock
 from portal.errors import PortalError
@@ -52,6 +52,9 @@ class ClusterForm(forms.ModelForm):
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    # Long tables stay quick: 50 rows a page, and one COUNT (the filtered one), not a second of them all.
+    list_per_page = 50
+    show_full_result_count = False
     form = ClusterForm
     list_display = ["name", "driver", "status", "node_count", "last_sync_at", "last_change_at", "short_error"]
     list_filter = ["driver", "status"]
@@ -103,6 +106,8 @@ class ClusterAdmin(admin.ModelAdmin):
 
 @admin.register(GpuGroup)
 class GpuGroupAdmin(admin.ModelAdmin):
+    list_per_page = 50
+    show_full_result_count = False
     list_display = ["name", "cluster", "description", "node_count"]
     list_filter = ["cluster"]
     search_fields = ["name", "description", "cluster__name"]
@@ -115,6 +120,19 @@ class GpuGroupAdmin(admin.ModelAdmin):
     @admin.display(description=_("nodes"), ordering="node_count")
     def node_count(self, group):
         return group.node_count
+
+    # Groups decide where work lands: availability computed before a change no longer holds.
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        capacity_version.changed()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        capacity_version.changed()
+
+    def delete_queryset(self, request, queryset):
+        super().delete_queryset(request, queryset)
+        capacity_version.changed()
 
 
 class SpecInline(admin.TabularInline):
@@ -154,6 +172,8 @@ class DrainActions:
 
 @admin.register(NodeCapacity)
 class NodeCapacityAdmin(DrainActions, admin.ModelAdmin):
+    list_per_page = 50
+    show_full_result_count = False
     list_display = [
         "name",
         "cluster",
@@ -211,6 +231,8 @@ class NodeCapacityAdmin(DrainActions, admin.ModelAdmin):
 
 @admin.register(GpuCapacity)
 class GpuCapacityAdmin(DrainActions, admin.ModelAdmin):
+    list_per_page = 50
+    show_full_result_count = False
     list_display = ["__str__", "model", "uuid", "mig_enabled", "health", "drained", "present"]
     list_filter = ["node__cluster", "model", "mig_enabled", "health", "drained", "present"]
     list_select_related = ["node__cluster"]
@@ -257,6 +279,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(SpecAndCount)
 class SpecAndCountAdmin(ReadOnlyAdmin):
+    list_per_page = 50
+    show_full_result_count = False
     list_display = ["node", "resource_name", "profile", "capacity", "allocatable", "allocated"]
     list_filter = ["node__cluster", "profile"]
     list_select_related = ["node__cluster"]
@@ -265,6 +289,8 @@ class SpecAndCountAdmin(ReadOnlyAdmin):
 
 @admin.register(WorkloadProfile)
 class WorkloadProfileAdmin(ReadOnlyAdmin):
+    list_per_page = 50
+    show_full_result_count = False
     list_display = [
         "pod_name",
         "namespace",

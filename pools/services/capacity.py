@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from pools import capacity_version
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
@@ -183,6 +184,7 @@ def set_gpu_drained(*, gpu: GpuCapacity, drained: bool) -> GpuCapacity:
         if gpu.drained != drained:
             gpu.drained = drained
             gpu.save(update_fields=["drained", "last_change_at"])
+            capacity_version.changed()
             _run_queue_if_undrained(drained)
     return gpu
 
@@ -193,6 +195,7 @@ def set_node_drained(*, node: NodeCapacity, drained: bool) -> NodeCapacity:
         if node.drained != drained:
             node.drained = drained
             node.save(update_fields=["drained", "last_change_at"])
+            capacity_version.changed()
             _run_queue_if_undrained(drained)
     return node
 
@@ -208,4 +211,5 @@ def set_node_group(*, node: NodeCapacity, group: GpuGroup | None) -> NodeCapacit
         node = NodeCapacity.objects.select_for_update().get(pk=node.pk)
         node.group = group
         node.save(update_fields=["group", "last_change_at"])
+        capacity_version.changed()
     return node

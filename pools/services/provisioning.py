@@ -5,22 +5,37 @@ polled again, or failed; the Celery task repeats it. Every external call is safe
 repeat: a MIG change is asked for once per node (the config name is remembered on the
 pool), namespaces and quotas are set to an absolute value. On a final failure the
 pool's capacity goes back to the queue and nothing it reserved stays behind.
+
+Errors. A transient one (the cluster or the database does not answer, a concurrent
+writer's row appeared) is raised for the task to retry the step. A driver error fails
+the pool with the driver's words; anything else fails it too, naming only the kind of
+error for the tenant while the log keeps the traceback. A release retries, and when it
+cannot shrink the namespace's quota in the end it is still closed (`close_release`):
+its capacity was free from the moment it was asked.
+
+Deadlines. Nothing stays `provisioning` or `releasing` forever: `sweep_stuck_pools`
+(beat) enqueues the step of a pool again past POOL_REDRIVE_SECONDS, and past
+POOL_STUCK_SECONDS fails it (provisioning) or closes its release (releasing).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count
+from django.core.cache import cache
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db.models import Case, Count, DateTimeField, F, Max, OuterRef, Subquery, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from pools.drivers.base import (
     NAMESPACE_LABELS,
+    ClusterDriver,
     ClusterUnreachable,
     DriverError,
     GpuLayout,
@@ -39,6 +54,12 @@ from portal.models import namespace_problem
 log = logging.getLogger(__name__)
 
 DONE, WAITING, FAILED = "done", "waiting", "failed"
+
+# Errors a repeated step gets past: the cluster or the database answers again, or the row a
+# concurrent writer inserted is there to be read. The tasks retry them; the sweeper bounds that.
+TRANSIENT = (ClusterUnreachable, OperationalError, InterfaceError, IntegrityError)
+# A release has nothing to lose by waiting, so it retries every driver error too.
+RELEASE_RETRIED = (DriverError, *TRANSIENT)
 
 
 def move_pool(pool: Pool, to: str, *, actor=None, reason: str = "") -> None:
@@ -82,13 +103,19 @@ def project_quota(project_id: int, cluster_id: int) -> dict[str, int]:
     return {row["resource_name"]: row["n"] for row in rows}
 
 
-def provision_step(*, pool_id: int) -> str:
-    """One step of provisioning a pool; returns done, waiting or failed."""
+def provision_step(*, pool_id: int, last_try: bool = False) -> str:
+    """One step of provisioning a pool; returns done, waiting or failed.
+
+    A transient error is raised for the task to retry, unless this is its last try: then the
+    pool fails. Any other error fails the pool: capacity returned, tenant told, reason recorded.
+    """
     pool = Pool.objects.select_related("cluster", "project__tenant").filter(pk=pool_id).first()
     if pool is None or pool.state != PoolState.PROVISIONING:  # gone, or a duplicate delivery after the end
         return DONE if pool and pool.state == PoolState.ACTIVE else FAILED
-    driver = driver_for(pool.cluster)
+    driver = None
+    quota_touched = False  # from here on a failure must shrink the namespace's quota again
     try:
+        driver = driver_for(pool.cluster)
         pending = _mig_changes(pool, driver)
         if pending:
             return WAITING
@@ -99,20 +126,61 @@ def provision_step(*, pool_id: int) -> str:
             fail_pool(pool_id=pool.pk, reason=problem)
             return FAILED
         driver.ensure_namespace(pool.project.namespace, NAMESPACE_LABELS)
+        quota_touched = True
         driver.apply_quota(pool.project.namespace, project_quota(pool.project_id, pool.cluster_id))
-    except ClusterUnreachable:
-        raise  # transient: the task retries with back-off
+        with transaction.atomic():
+            pool = Pool.objects.select_for_update().get(pk=pool.pk)
+            if pool.state == PoolState.PROVISIONING:
+                move_pool(pool, PoolState.ACTIVE)
+                pool.active_at = timezone.now()
+                pool.save(update_fields=["state", "active_at"])
+                return DONE
+        # Failed meanwhile (the sweeper, past its deadline): the quota just set still counted it.
+        if pool.state == PoolState.FAILED:
+            _settle_quota(pool, driver)
+        return DONE if pool.state == PoolState.ACTIVE else FAILED
+    except TRANSIENT as error:
+        if not last_try:
+            raise
+        log.warning("pool %s: giving up provisioning after retries: %r", pool.pk, error)
+        reason = _error_text(error)
     except DriverError as error:
-        fail_pool(pool_id=pool.pk, reason=str(error))
-        return FAILED
-    with transaction.atomic():
-        pool = Pool.objects.select_for_update().get(pk=pool.pk)
-        if pool.state != PoolState.PROVISIONING:
-            return DONE if pool.state == PoolState.ACTIVE else FAILED
-        move_pool(pool, PoolState.ACTIVE)
-        pool.active_at = timezone.now()
-        pool.save(update_fields=["state", "active_at"])
-    return DONE
+        reason = str(error)
+    except Exception as error:
+        log.exception("pool %s: provisioning stopped on an unexpected error", pool.pk)
+        reason = _error_text(error)
+    fail_pool(pool_id=pool.pk, reason=reason)
+    if quota_touched:
+        _settle_quota(pool, driver)
+    return FAILED
+
+
+def _error_text(error: Exception) -> str:
+    """What a tenant may read about an error: a driver's own words, or else only its kind (the
+    log has the rest; a database error can quote rows of other tenants)."""
+    if isinstance(error, DriverError):
+        return str(error)
+    return _(
+        "Provisioning stopped on an unexpected error (%(error)s); the platform team has the details."
+    ) % {"error": type(error).__name__}
+
+
+def _settle_quota(pool: Pool, driver: ClusterDriver) -> None:
+    """Best effort: shrink the quota of a pool that failed after its quota was set; a quota left
+    too large would let the namespace take GPUs that went back to the fleet."""
+    try:
+        _apply_project_quota(pool, driver)
+    except Exception:
+        log.warning("pool %s failed; its namespace quota could not be shrunk", pool.pk, exc_info=True)
+
+
+def _apply_project_quota(pool: Pool, driver: ClusterDriver) -> None:
+    """Set the namespace's quota to the project's live pools in this cluster, or remove it."""
+    quota = project_quota(pool.project_id, pool.cluster_id)
+    if quota:
+        driver.apply_quota(pool.project.namespace, quota)
+    else:
+        driver.remove_quota(pool.project.namespace)
 
 
 def _mig_changes(pool: Pool, driver) -> bool:
@@ -217,21 +285,145 @@ def _finish_later(pool_id: int) -> None:
     finish_pool_release.delay(pool_id)
 
 
-def finish_release(*, pool_id: int) -> Pool:
-    """Shrink the namespace's quota to the project's remaining pools, then mark the pool released."""
+def finish_release(*, pool_id: int, last_try: bool = False) -> Pool | None:
+    """Shrink the namespace's quota to the project's remaining pools, then mark the pool released.
+
+    A driver or transient error is raised for the task to retry, unless this is its last try; any
+    other error, or the last try's, closes the release without the quota change (close_release).
+    """
     pool = Pool.objects.select_related("project", "cluster").filter(pk=pool_id).first()
     if pool is None or pool.state != PoolState.RELEASING:
         return pool
-    driver = driver_for(pool.cluster)
-    quota = project_quota(pool.project_id, pool.cluster_id)
-    if quota:
-        driver.apply_quota(pool.project.namespace, quota)
-    else:
-        driver.remove_quota(pool.project.namespace)
+    try:
+        _apply_project_quota(pool, driver_for(pool.cluster))
+    except RELEASE_RETRIED as error:
+        if not last_try:
+            raise
+        log.warning("pool %s: giving up shrinking its quota after retries: %r", pool.pk, error)
+        return close_release(pool_id=pool.pk, reason=_unfinished_release_text(error))
+    except Exception as error:
+        log.exception("pool %s: its release stopped on an unexpected error", pool.pk)
+        return close_release(pool_id=pool.pk, reason=_unfinished_release_text(error))
+    return _mark_released(pool_id=pool.pk, reason="")
+
+
+def _unfinished_release_text(error: Exception) -> str:
+    """The reason a release closed without its quota change, in words a tenant may read."""
+    detail = str(error) if isinstance(error, DriverError) else type(error).__name__
+    return _(
+        "The pool is released, but the quota of its namespace could not be shrunk (%(error)s); "
+        "the platform team has the details."
+    ) % {"error": detail}
+
+
+def close_release(*, pool_id: int, reason: str) -> Pool | None:
+    """End a release whose quota change keeps failing: the pool is released anyway, with the
+    reason on its event for the tenant and the operators. Its capacity has been free since the
+    release was asked (release_pool); only the namespace's quota may still count it."""
+    return _mark_released(pool_id=pool_id, reason=reason)
+
+
+def _mark_released(*, pool_id: int, reason: str) -> Pool | None:
     with transaction.atomic():
-        pool = Pool.objects.select_for_update().get(pk=pool_id)
-        if pool.state == PoolState.RELEASING:
-            move_pool(pool, PoolState.RELEASED)
-            pool.released_at = timezone.now()
-            pool.save(update_fields=["state", "released_at"])
+        pool = Pool.objects.select_for_update().filter(pk=pool_id).first()
+        if pool is None or pool.state != PoolState.RELEASING:
+            return pool
+        if Allocation.objects.filter(pool=pool, released_at__isnull=True).exists():
+            _free(pool)  # release_pool freed them already; never leave one live behind a released pool
+        move_pool(pool, PoolState.RELEASED, reason=reason)
+        # Billing stops when the capacity was given back, not when the quota caught up with it.
+        freed = Allocation.objects.filter(pool=pool).aggregate(at=Max("released_at"))["at"]
+        pool.released_at = freed or timezone.now()
+        pool.save(update_fields=["state", "released_at"])
+    if reason:
+        log.warning("pool %s released without its quota change: %s", pool.pk, reason)
     return pool
+
+
+# --- deadlines ------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    redriven: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.redriven)} re-driven, {len(self.failed)} failed, "
+            f"{len(self.released)} released as stuck"
+        )
+
+
+def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
+    """Re-drive pools in provisioning or releasing past POOL_REDRIVE_SECONDS, end them past
+    POOL_STUCK_SECONDS. Safe to run twice at once: ending rechecks the state under the pool's row
+    lock, and a pool is re-driven at most once per POOL_REDRIVE_SECONDS."""
+    now = now or timezone.now()
+    redrive_at = now - timedelta(seconds=settings.POOL_REDRIVE_SECONDS)
+    stuck_at = now - timedelta(seconds=settings.POOL_STUCK_SECONDS)
+    report = SweepReport()
+    for pool in _in_flight_since(max(redrive_at, stuck_at)):  # a stuck deadline set first still counts
+        minutes = int((now - pool.since).total_seconds() // 60)
+        try:
+            if pool.since > stuck_at:
+                if cache.add(f"pools:redrive:{pool.pk}", "1", timeout=settings.POOL_REDRIVE_SECONDS):
+                    log.warning(
+                        "pool %s still %s after %s minutes: enqueued again", pool.pk, pool.state, minutes
+                    )
+                    _drive_later(pool.pk, pool.state)
+                    report.redriven.append(pool.pk)
+            elif _end_stuck(pool, minutes):
+                (report.failed if pool.state == PoolState.PROVISIONING else report.released).append(pool.pk)
+        except Exception:  # one pool that cannot be ended must not keep the others in flight
+            log.exception("pool %s: the sweeper could not handle it", pool.pk)
+    return report
+
+
+def _end_stuck(pool: Pool, minutes: int) -> bool:
+    """Fail a stuck provisioning or close a stuck release; False if someone else holds or moved it."""
+    with transaction.atomic():
+        # Skip a pool whose row another sweeper or its own task holds: they settle it, or the next
+        # sweep does. The state is read again under the lock.
+        held = Pool.objects.select_for_update(skip_locked=True).filter(pk=pool.pk, state=pool.state)
+        if held.values_list("pk", flat=True).first() is None:
+            return False
+        if pool.state == PoolState.PROVISIONING:
+            reason = _("Provisioning did not finish within %(minutes)s minutes.") % {"minutes": minutes}
+            fail_pool(pool_id=pool.pk, reason=reason)
+        else:
+            reason = _(
+                "The release did not finish within %(minutes)s minutes; the pool is released, "
+                "but the quota of its namespace may still count it."
+            ) % {"minutes": minutes}
+            close_release(pool_id=pool.pk, reason=reason)
+    return True
+
+
+def _in_flight_since(before: datetime) -> list[Pool]:
+    """Pools in provisioning or releasing that entered that state before `before`, with `since`."""
+    entered_releasing = Subquery(
+        PoolEvent.objects.filter(pool=OuterRef("pk"), to_state=PoolState.RELEASING)
+        .order_by("-at")
+        .values("at")[:1]
+    )
+    return list(
+        Pool.objects.filter(state__in=[PoolState.PROVISIONING, PoolState.RELEASING])
+        .annotate(
+            since=Case(
+                When(state=PoolState.RELEASING, then=Coalesce(entered_releasing, F("reserved_at"))),
+                default=F("reserved_at"),
+                output_field=DateTimeField(),
+            )
+        )
+        .filter(since__lte=before)
+        .order_by("since", "pk")
+    )
+
+
+def _drive_later(pool_id: int, state: str) -> None:
+    from pools.tasks import finish_pool_release, provision_pool
+
+    task = provision_pool if state == PoolState.PROVISIONING else finish_pool_release
+    transaction.on_commit(lambda: task.delay(pool_id))

@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from pools import mig, placement
+from pools import capacity_version, mig, placement
 from pools.models import (
     Allocation,
     Cluster,
@@ -174,6 +174,7 @@ def lock_capacity() -> None:
     transaction ends, so that allocation counts are always recounted from a settled picture."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_LOCK])
+    capacity_version.changed()
 
 
 def admit_waiting() -> list[Admission]:

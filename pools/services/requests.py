@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 
 from pools import placement
 from pools import placement_availability as availability
@@ -31,7 +31,7 @@ from portal.models import Membership, Project, Role, namespace_problem
 from portal.permissions import require_pool_requester
 
 MAX_ITEMS = 20
-TOO_MANY = _lazy(
+TOO_MANY = gettext_lazy(
     "%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s); it is in: %(places)s."
 )
 MAX_COUNT = 10_000

@@ -159,6 +159,7 @@ def test_operators_add_clusters_in_the_admin(kubeconfig, created, db, staff_user
 
 def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_commit_callbacks):
     from pools.services import set_gpu_drained, set_node_drained
+    from pools.tasks import admit_waiting_requests
 
     gpu = GpuCapacity.objects.first()
     with django_capture_on_commit_callbacks() as drained:
@@ -166,4 +167,8 @@ def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_c
     with django_capture_on_commit_callbacks() as undrained:
         set_gpu_drained(gpu=gpu, drained=False)
         set_node_drained(node=gpu.node, drained=False)  # already undrained: no change, no run
-    assert (len(drained), len(undrained)) == (0, 1)
+
+    def queue_runs(callbacks) -> int:
+        return sum(callback == admit_waiting_requests.delay for callback in callbacks)
+
+    assert (queue_runs(drained), queue_runs(undrained)) == (0, 1)

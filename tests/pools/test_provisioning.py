@@ -166,3 +166,166 @@ def test_a_namespace_made_before_the_rules_gets_no_gpus(fleet, tenancy, staff_us
     tenancy.vision.refresh_from_db()
     with pytest.raises(InvalidInput, match="cannot go to this project's namespace"):
         submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.full", 1)])
+
+
+# --- errors in a step: retried when transient, else the pool ends cleanly --------------------
+
+
+def assert_failed_cleanly(pool: Pool, *words: str) -> None:
+    pool.refresh_from_db()
+    assert pool.state == PoolState.FAILED
+    assert all(word in pool.failure_reason for word in words), pool.failure_reason
+    assert list(pool.events.values_list("to_state", flat=True)) == ["provisioning", "failed"]
+    assert pool.events.get(to_state="failed").reason == pool.failure_reason  # the tenant's e-mail says it
+    assert not Allocation.objects.filter(pool=pool, released_at=None).exists()
+    assert not SpecAndCount.objects.filter(allocated__gt=0).exists()
+    assert not GpuCapacity.objects.exclude(planned_layout=None).exists()
+
+
+def test_an_integrity_error_mid_provisioning_is_retried_and_the_pool_completes(
+    fleet, tenancy, staff_user, monkeypatch
+):
+    """A concurrent writer's row (the unique constraint said no): the step runs again and finds it."""
+    from django.db import IntegrityError
+
+    from pools.services import provisioning
+    from pools.tasks import provision_pool
+
+    pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1)])
+    raised = []
+
+    def sync_meeting_a_concurrent_insert(*, cluster):
+        if not raised:
+            raised.append(cluster)
+            raise IntegrityError('duplicate key value violates unique constraint "spec_unique_on_node"')
+        return sync_cluster(cluster=cluster)
+
+    monkeypatch.setattr(provisioning, "sync_cluster", sync_meeting_a_concurrent_insert)
+    assert provision_step(pool_id=pool.pk) == WAITING  # the MIG change is asked for
+    with pytest.raises(IntegrityError):  # transient: raised for the task to retry
+        provision_step(pool_id=pool.pk)
+    assert Pool.objects.get(pk=pool.pk).state == PoolState.PROVISIONING
+    raised.clear()
+    assert provision_pool.apply(args=[pool.pk]).get() == DONE  # the task's retry gets past it
+    pool.refresh_from_db()
+    assert pool.state == PoolState.ACTIVE and pool.events.filter(to_state="active").count() == 1
+    assert simulated(fleet)["quotas"]["acme-vision"] == {"nvidia.com/mig-4g.71gb": 1}
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        ("inventory", KeyError("layout")),
+        ("ensure_namespace", ValueError("bad")),
+        ("apply_quota", RuntimeError("quota")),
+    ],
+)
+def test_a_crash_in_a_provisioning_step_fails_the_pool_cleanly(
+    call, error, fleet, tenancy, staff_user, monkeypatch, caplog
+):
+    from pools.tasks import provision_pool
+
+    pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1), ("h100-80gb.full", 1)])
+    assert provision_step(pool_id=pool.pk) == WAITING
+    real = getattr(SimulatedDriver, call)
+
+    def crash(self, *args, **kwargs):
+        real(self, *args, **kwargs)  # the call reached the cluster, then the portal broke
+        raise error
+
+    monkeypatch.setattr(SimulatedDriver, call, crash)
+    assert provision_pool.apply(args=[pool.pk]).get() == FAILED
+    assert_failed_cleanly(pool, type(error).__name__, "unexpected")
+    assert "Traceback" in caplog.text and f"pool {pool.pk}" in caplog.text  # the operators' details
+    monkeypatch.undo()
+    assert "acme-vision" not in simulated(fleet)["quotas"]  # a quota set before the crash is taken back
+    assert provision_pool.apply(args=[pool.pk]).get() == FAILED  # a late delivery changes nothing
+    assert pool.events.count() == 2
+
+
+def test_a_lost_database_connection_is_retried_then_fails_the_pool_after_the_back_off(
+    fleet, tenancy, staff_user, monkeypatch, settings
+):
+    from django.db import OperationalError
+
+    from pools.tasks import provision_pool
+
+    pool = admitted(tenancy, staff_user("approver"), [("h100-80gb.full", 1)])
+    failures = []
+
+    def lost(self, namespace, labels):
+        failures.append(namespace)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(SimulatedDriver, "ensure_namespace", lost)
+    with pytest.raises(OperationalError):
+        provision_step(pool_id=pool.pk)
+    assert Pool.objects.get(pk=pool.pk).state == PoolState.PROVISIONING  # to be retried, not failed
+    settings.PROVISION_POLL_SECONDS, settings.SYNC_BACKOFF_MAX_SECONDS = 1, 3
+    assert provision_pool.apply(args=[pool.pk]).get() == FAILED  # tries 1 + 4 retries, then gives up
+    assert len(failures) == 1 + 5
+    assert_failed_cleanly(pool, "OperationalError")
+
+
+# --- errors in a release: retried, and in the end the pool is released anyway -----------------
+
+
+def released_pool(fleet, tenancy, approver) -> Pool:
+    from pools.services import release_pool
+
+    pool = admitted(tenancy, approver, [("h100-80gb.full", 2)])
+    assert provision_step(pool_id=pool.pk) == DONE
+    release_pool(pool_id=pool.pk, user=tenancy.acme_member)
+    return Pool.objects.get(pk=pool.pk)
+
+
+def assert_released_with(pool: Pool, *words: str) -> None:
+    pool.refresh_from_db()
+    assert pool.state == PoolState.RELEASED
+    event = pool.events.get(to_state="released")
+    assert all(word in event.reason for word in words), event.reason
+    assert not Allocation.objects.filter(pool=pool, released_at=None).exists()
+    assert not SpecAndCount.objects.filter(allocated__gt=0).exists()
+    # billing stops when the capacity went back, not when the quota change was given up
+    freed = {a.released_at for a in pool.allocations.all()}
+    assert freed == {pool.released_at}
+
+
+def test_a_crash_in_a_release_step_releases_the_pool_with_the_reason(
+    fleet, tenancy, staff_user, monkeypatch, caplog
+):
+    from pools.tasks import finish_pool_release
+
+    pool = released_pool(fleet, tenancy, staff_user("approver"))
+
+    def crash(self, namespace):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(SimulatedDriver, "remove_quota", crash)
+    assert finish_pool_release.apply(args=[pool.pk]).get() == PoolState.RELEASED
+    assert_released_with(pool, "RuntimeError", "could not be shrunk")
+    assert "boom" not in pool.events.get(to_state="released").reason  # the log has it, not the tenant
+    assert "Traceback" in caplog.text and "boom" in caplog.text
+    assert finish_pool_release.apply(args=[pool.pk]).get() == PoolState.RELEASED  # delivered again
+    assert pool.events.filter(to_state="released").count() == 1
+
+
+def test_a_release_that_keeps_failing_is_retried_then_released(fleet, tenancy, staff_user):
+    from pools.drivers.base import ClusterUnreachable
+    from pools.tasks import finish_pool_release
+
+    pool = released_pool(fleet, tenancy, staff_user("approver"))
+    SimulatedDriver(fleet).set_reachable(False)
+    with pytest.raises(ClusterUnreachable):  # retried by the task
+        finish_release(pool_id=pool.pk)
+    assert Pool.objects.get(pk=pool.pk).state == PoolState.RELEASING
+    assert finish_pool_release.apply(args=[pool.pk]).get() == PoolState.RELEASED  # after its 20 retries
+    assert_released_with(pool, "does not answer", "could not be shrunk")
+    SimulatedDriver(fleet).set_reachable(True)
+    assert simulated(fleet)["quotas"]["acme-vision"] == {"nvidia.com/gpu": 2}  # what the operators check
+
+
+def test_a_finished_release_stops_billing_when_the_capacity_went_back(fleet, tenancy, staff_user):
+    pool = released_pool(fleet, tenancy, staff_user("approver"))
+    assert finish_release(pool_id=pool.pk).state == PoolState.RELEASED
+    assert_released_with(pool)

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -159,3 +159,85 @@ def test_workloads_are_tracked_with_their_project(sim_cluster):
     report = sync_cluster(cluster=sim_cluster)
     assert report.vanished["workloads"] == 3
     assert WorkloadProfile.objects.filter(present=False).count() == 3
+
+
+# --- SpecAndCount rows written by two connections at once ---------------------------------
+
+
+def _hold_uncommitted_spec(node_id: int, resource: str, inserted, outcome: dict) -> None:
+    """Another writer, on its own connection: insert a SpecAndCount row and keep it uncommitted
+    until some other connection waits for it, then commit."""
+    import time
+
+    try:
+        with transaction.atomic():
+            SpecAndCount.objects.create(
+                node_id=node_id, resource_name=resource, profile="other", capacity=5, allocatable=5
+            )
+            inserted.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not outcome.get("waited"):
+                with connection.cursor() as cursor:  # pg_locks is read live, not per transaction
+                    cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                    outcome["waited"] = cursor.fetchone()[0] > 0
+                time.sleep(0.05)
+    except Exception as error:  # reported by the test
+        outcome["error"] = error
+    finally:
+        inserted.set()
+        connection.close()
+
+
+def _racing(node_id: int, resource: str, write) -> dict:
+    import threading
+
+    inserted, outcome = threading.Event(), {}
+    other = threading.Thread(target=_hold_uncommitted_spec, args=(node_id, resource, inserted, outcome))
+    other.start()
+    inserted.wait(10)
+    try:
+        outcome["result"] = write()  # meets the other's insert, waits for its commit, then goes on
+    finally:
+        other.join()
+    return outcome
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_sync_meeting_a_concurrent_insert_of_the_same_spec_row_does_not_raise():
+    from pools.drivers.base import GpuLayout, MigInstanceInfo
+
+    cluster = ClusterFactory(name="race", fleet=SMALL_FLEET)
+    sync_cluster(cluster=cluster)
+    SimulatedDriver(cluster).apply_mig_layout(
+        "h100-1", [GpuLayout(0, True, (MigInstanceInfo("7g.80gb", 0),))]
+    )
+    node = NodeCapacity.objects.get(cluster=cluster, name="h100-1")
+    outcome = _racing(node.pk, "nvidia.com/mig-7g.80gb", lambda: sync_cluster(cluster=cluster))
+    assert outcome["waited"] and "error" not in outcome
+    assert outcome["result"].ok
+    spec = SpecAndCount.objects.get(node=node, resource_name="nvidia.com/mig-7g.80gb")
+    assert (spec.profile, spec.capacity, spec.allocatable) == ("7g.80gb", 1, 1)  # what the cluster says
+    with CaptureQueriesContext(connection) as ctx:
+        assert not sync_cluster(cluster=cluster).changed
+    assert writes(ctx) == []
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_admission_meeting_a_concurrent_insert_of_the_same_spec_row_does_not_raise(tenancy, staff_user):
+    """Admission counts a profile the node does not advertise yet while a sync inserts its row."""
+    from pools.models import Pool
+    from pools.services import admit_waiting, approve_request, submit_request
+
+    cluster = ClusterFactory(name="race", fleet=[("h200", 1, "H200-141GB", FULL)])
+    sync_cluster(cluster=cluster)
+    node = NodeCapacity.objects.get(cluster=cluster)
+    request = submit_request(
+        project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.mig-4g.71gb", 1)]
+    )
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    outcome = _racing(node.pk, "nvidia.com/mig-4g.71gb", admit_waiting)
+    assert outcome["waited"] and "error" not in outcome
+    assert [a.admitted for a in outcome["result"]] == [True]
+    spec = SpecAndCount.objects.get(node=node, resource_name="nvidia.com/mig-4g.71gb")
+    assert (spec.allocated, spec.capacity) == (1, 5)  # our count, the other writer's figures
+    assert Pool.objects.get(request=request).state == "provisioning"

@@ -94,6 +94,8 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
     import subprocess
     import uuid
 
+    from django.db import transaction
+
     from pools.drivers.simulated import SimulatedDriver
     from pools.models import Pool
     from pools.services import admit_waiting, approve_request, submit_request
@@ -105,7 +107,7 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
     cluster = ClusterFactory(name="slow", fleet=SMALL_FLEET)
     sync_cluster(cluster=cluster)
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 2)])
-    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    approver = staff_user("approver")
     SimulatedDriver(cluster).set_latency(1.5)  # every cluster call takes a while: room to die half-way
     queue = f"death-{uuid.uuid4().hex[:8]}"
     # admission sends the provisioning task to this test's own worker, not to the session's
@@ -115,10 +117,14 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
         lambda pool_id: provision_pool.apply_async(args=[pool_id], queue=queue),
     )
     with running_worker(queue, tmp_path, pool="prefork") as worker:
-        admit_waiting()
+        # Admitted in the approval's transaction: the queue run that approval asks for (the
+        # session's worker may be up) finds nothing to admit, so the task goes to this worker.
+        with transaction.atomic():
+            approve_request(request_id=request.pk, approver=approver)
+            admit_waiting()
         pool = Pool.objects.get(request=request)
         deadline = time.monotonic() + 30
-        while "provision_pool" not in worker.log.read_text():
+        while "provision_pool[" not in worker.log.read_text():  # received (the banner lists its name)
             assert time.monotonic() < deadline, worker.log.read_text()
             time.sleep(0.1)
         time.sleep(0.5)  # inside the first slow cluster call
@@ -135,3 +141,51 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
     assert pool.allocations.filter(released_at=None).count() == 2
     cluster.simulation.refresh_from_db()
     assert cluster.simulation.state["quotas"]["acme-vision"] == {"nvidia.com/gpu": 2}
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_crash_in_the_worker_ends_provisioning_and_release_cleanly(celery_worker, tenancy, staff_user):
+    """The cluster answers with something the portal cannot handle (not a driver error): the real
+    worker fails the pool being provisioned, and releases the pool being released, saying why."""
+    from pools.models import Allocation, Pool, PoolState, SpecAndCount
+    from pools.services import admit_waiting, approve_request, release_pool, submit_request
+    from pools.sync import sync_cluster
+
+    cluster = ClusterFactory(name="crash", fleet=SMALL_FLEET)
+    sync_cluster(cluster=cluster)
+    approver = staff_user("approver")
+
+    def pool_of(items):
+        request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items)
+        approve_request(request_id=request.pk, approver=approver)
+        admit_waiting()  # the worker provisions it
+        return Pool.objects.get(request=request)
+
+    def settled(pool, state):
+        deadline = time.monotonic() + 60
+        while Pool.objects.get(pk=pool.pk).state != state:
+            assert time.monotonic() < deadline, celery_worker.log.read_text()
+            time.sleep(0.3)
+        pool.refresh_from_db()
+        return pool
+
+    kept = settled(pool_of([("h100-80gb.full", 1)]), PoolState.ACTIVE)
+
+    def break_quotas():  # the simulated cluster loses its quota table: a KeyError inside the driver
+        cluster.simulation.refresh_from_db()
+        del cluster.simulation.state["quotas"]
+        cluster.simulation.save()
+
+    break_quotas()
+    failed = settled(pool_of([("h100-80gb.full", 2)]), PoolState.FAILED)
+    assert "KeyError" in failed.failure_reason
+    assert list(failed.events.values_list("to_state", flat=True)) == ["provisioning", "failed"]
+    assert not Allocation.objects.filter(pool=failed, released_at=None).exists()
+
+    release_pool(pool_id=kept.pk, user=tenancy.acme_member)
+    released = settled(kept, PoolState.RELEASED)
+    assert "KeyError" in released.events.get(to_state="released").reason
+    assert not Allocation.objects.filter(released_at=None).exists()
+    assert not SpecAndCount.objects.filter(allocated__gt=0).exists()
+    assert "Traceback" in celery_worker.log.read_text()

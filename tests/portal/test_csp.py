@@ -142,6 +142,8 @@ def _login(client, username: str):
         ("acme_member", "tenant", {"slug": "acme"}),
         ("acme_member", "project", {"tenant_slug": "acme", "slug": "vision"}),
         ("acme_member", "pool-request-new", {"tenant_slug": "acme", "slug": "vision"}),
+        ("acme_member", "tenant-requests", {"tenant_slug": "acme"}),
+        ("acme_member", "tenant-pools", {"tenant_slug": "acme"}),
         ("acme_member", "preferences", {}),
         ("acme_member", "swagger-ui", {}),
         ("acme_viewer", "tenant", {"slug": "acme"}),

@@ -128,6 +128,11 @@ ROUTES = [
         lambda t, o: reverse("pool-request-new", kwargs={"tenant_slug": "acme", "slug": "vision"}),
         200,
     ),
+    # A tenant's lists name the tenant in their address: an outsider gets 404, as for its objects.
+    Route(
+        "tenant-requests", "get", lambda t, o: reverse("tenant-requests", kwargs={"tenant_slug": "acme"}), 200
+    ),
+    Route("tenant-pools", "get", lambda t, o: reverse("tenant-pools", kwargs={"tenant_slug": "acme"}), 200),
     Route("pool-request", "get", lambda t, o: page("pool-request", o["request"]), 200),
     Route("pool-request-cancel", "post", lambda t, o: page("pool-request-cancel", o["request"]), 302),
     Route("pool", "get", lambda t, o: page("pool", o["pool"]), 200),
