@@ -7,3 +7,7 @@ from django.utils.translation import gettext_lazy as _
 class PoolsConfig(AppConfig):
     name = "pools"
     verbose_name = _("GPU pools")
+
+    def ready(self) -> None:
+        # Each driver registers its kind on import; importing them here keeps base free of them.
+        from pools.drivers import kubernetes, simulated  # noqa: F401

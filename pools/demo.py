@@ -2,7 +2,7 @@
 
 from pools.drivers.simulated import DEMO_FLEETS, fleet_state, seed
 from pools.models import Cluster, GpuGroup, NodeCapacity, SimulatedClusterState
-from pools.sync import sync_cluster
+from pools.services import sync_inventory
 
 # node name prefix → GPU group of its cluster
 GROUPS = {
@@ -20,7 +20,7 @@ def load(stdout) -> None:
         )
         if not SimulatedClusterState.objects.filter(cluster=cluster).exists():
             seed(cluster, fleet_state(fleet))
-        report = sync_cluster(cluster=cluster)
+        report = sync_inventory(cluster=cluster)
         for prefix, _count, _model, _layouts in fleet:
             group_name, description = GROUPS[prefix]
             group, _ = GpuGroup.objects.get_or_create(
@@ -29,7 +29,7 @@ def load(stdout) -> None:
             NodeCapacity.objects.filter(cluster=cluster, name__startswith=f"{prefix}-", group=None).update(
                 group=group
             )
-        stdout.write(report.summary())
+        stdout.write(report.summary() if report else f"{cluster.name}: a sync is already running")
     _demo_requests()
 
 

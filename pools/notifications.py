@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 
 from pools.models import PoolEvent, PoolState, RequestState
+from pools.services import dispatch
 from portal.models import Preferences
 
 NOTIFIED = {
@@ -29,9 +30,7 @@ NOTIFIED = {
 def notify_after_commit(event: PoolEvent) -> None:
     """Queue the e-mail of an event, if it is one people hear about, once the event is committed."""
     if event.to_state in NOTIFIED and event.from_state != event.to_state:
-        from pools.tasks import send_event_email
-
-        transaction.on_commit(lambda: send_event_email.delay(event.pk))
+        dispatch.after_commit(dispatch.EVENT_EMAIL, event.pk)
 
 
 def send_event_email(event_id: int) -> str:

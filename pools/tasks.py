@@ -6,8 +6,9 @@ from celery import shared_task
 from django.conf import settings
 
 from pools.models import Cluster
+from pools.services.inventory import sync_inventory
 from pools.services.queue import admit_waiting
-from pools.sync import clusters_due, sync_cluster, sync_lock
+from pools.sync import clusters_due
 
 
 @shared_task
@@ -21,16 +22,11 @@ def sync_all_clusters() -> int:
 
 @shared_task
 def sync_cluster_now(cluster_id: int) -> str:
-    with sync_lock(cluster_id) as held:
-        if not held:
-            return "another sync of this cluster is running"
-        cluster = Cluster.objects.filter(pk=cluster_id).first()
-        if cluster is None:
-            return "cluster removed"
-        report = sync_cluster(cluster=cluster)
-    if report.changed:  # capacity may have appeared: the queue may admit more now
-        admit_waiting_requests.delay()
-    return report.summary()
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return "cluster removed"
+    report = sync_inventory(cluster=cluster)
+    return report.summary() if report else "another sync of this cluster is running"
 
 
 @shared_task

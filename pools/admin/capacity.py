@@ -9,7 +9,6 @@ from django.utils.translation import ngettext
 
 from pools import capacity_version, services
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
-from pools.sync import sync_cluster, sync_lock
 from portal.errors import PortalError
 
 
@@ -91,17 +90,17 @@ class ClusterAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Sync the selected clusters now"), permissions=["change"])
     def sync_now(self, request, queryset):
+        # A worker syncs: a slow or unreachable cluster must not hold up the web request.
+        names = []
         for cluster in queryset:
-            with sync_lock(cluster.pk) as held:
-                if not held:
-                    self.message_user(
-                        request,
-                        _("%(name)s: a sync is already running.") % {"name": cluster},
-                        messages.WARNING,
-                    )
-                    continue
-                report = sync_cluster(cluster=cluster)
-            self.message_user(request, report.summary(), messages.SUCCESS if report.ok else messages.ERROR)
+            services.request_sync(cluster=cluster)
+            names.append(cluster.name)
+        self.message_user(
+            request,
+            _("A sync of %(names)s is on its way; the clusters list shows its outcome.")
+            % {"names": ", ".join(names)},
+            messages.SUCCESS,
+        )
 
 
 @admin.register(GpuGroup)

@@ -218,8 +218,7 @@ def register(kind: str):
 
 
 def driver_for(cluster: Cluster) -> ClusterDriver:
-    from pools.drivers import kubernetes, simulated  # noqa: F401  (they register themselves)
-
+    """The driver of the cluster's kind; the drivers register themselves when the pools app is ready."""
     try:
         factory = _REGISTRY[cluster.driver]
     except KeyError:

@@ -11,6 +11,7 @@ from pools.services.capacity import (
     set_node_drained,
     set_node_group,
 )
+from pools.services.inventory import request_sync, sync_inventory
 from pools.services.provisioning import fail_pool, finish_release, provision_step, release_pool
 from pools.services.queue import admit_waiting
 from pools.services.requests import (
@@ -34,9 +35,11 @@ __all__ = [
     "register_kubernetes_cluster",
     "reject_request",
     "release_pool",
+    "request_sync",
     "set_gpu_drained",
     "set_node_drained",
     "set_node_group",
     "set_priority",
     "submit_request",
+    "sync_inventory",
 ]

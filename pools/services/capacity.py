@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 
 from pools import capacity_version
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity
+from pools.services import dispatch
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
 
@@ -172,9 +173,7 @@ def register_kubernetes_cluster(
 
 def _run_queue_if_undrained(drained: bool) -> None:
     if not drained:  # capacity is back: waiting requests may fit now
-        from pools.tasks import admit_waiting_requests
-
-        transaction.on_commit(admit_waiting_requests.delay)
+        dispatch.after_commit(dispatch.ADMIT)
 
 
 def set_gpu_drained(*, gpu: GpuCapacity, drained: bool) -> GpuCapacity:

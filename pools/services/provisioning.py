@@ -45,9 +45,10 @@ from pools.drivers.base import (
 )
 from pools.models import POOL_TRANSITIONS, Allocation, GpuCapacity, Pool, PoolEvent, PoolState
 from pools.notifications import notify_after_commit
+from pools.services import dispatch
+from pools.services.inventory import sync_inventory
 from pools.services.queue import lock_capacity, recount_allocated
 from pools.services.requests import asked_or_administers
-from pools.sync import sync_cluster
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import namespace_problem
 
@@ -119,7 +120,7 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
         pending = _mig_changes(pool, driver)
         if pending:
             return WAITING
-        sync_cluster(cluster=pool.cluster)  # learn the new instances and their UUIDs
+        sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances and UUIDs
         _bind_instances(pool)
         problem = namespace_problem(pool.project)
         if problem:  # a namespace made before the rules: never label or limit it
@@ -254,13 +255,7 @@ def _free(pool: Pool) -> None:
         allocations__released_at__isnull=True
     ).update(planned_layout=None)
     recount_allocated(node_ids)
-    transaction.on_commit(_run_queue)
-
-
-def _run_queue() -> None:
-    from pools.tasks import admit_waiting_requests
-
-    admit_waiting_requests.delay()
+    dispatch.after_commit(dispatch.ADMIT)
 
 
 def release_pool(*, pool_id: int, user) -> Pool:
@@ -275,14 +270,8 @@ def release_pool(*, pool_id: int, user) -> Pool:
         move_pool(pool, PoolState.RELEASING, actor=user)
         pool.save(update_fields=["state"])
         _free(pool)
-        transaction.on_commit(lambda: _finish_later(pool.pk))
+        dispatch.after_commit(dispatch.FINISH_RELEASE, pool.pk)
     return pool
-
-
-def _finish_later(pool_id: int) -> None:
-    from pools.tasks import finish_pool_release
-
-    finish_pool_release.delay(pool_id)
 
 
 def finish_release(*, pool_id: int, last_try: bool = False) -> Pool | None:
@@ -423,7 +412,6 @@ def _in_flight_since(before: datetime) -> list[Pool]:
 
 
 def _drive_later(pool_id: int, state: str) -> None:
-    from pools.tasks import finish_pool_release, provision_pool
-
-    task = provision_pool if state == PoolState.PROVISIONING else finish_pool_release
-    transaction.on_commit(lambda: task.delay(pool_id))
+    dispatch.after_commit(
+        dispatch.PROVISION if state == PoolState.PROVISIONING else dispatch.FINISH_RELEASE, pool_id
+    )

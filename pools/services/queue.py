@@ -44,6 +44,7 @@ from pools.models import (
 )
 from pools.placement_reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters
+from pools.services import dispatch
 from pools.services.requests import move
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
@@ -206,7 +207,7 @@ def admit_waiting() -> list[Admission]:
                 request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
                 request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
                 pool = _reserve(request, cluster, plan, now)
-                transaction.on_commit(lambda pool_id=pool.pk: _provision_later(pool_id))
+                dispatch.after_commit(dispatch.PROVISION, pool.pk)
                 results.append(Admission(request.pk, True, pool.pk))
                 continue
             reason = _as_reason(plan.reason) if plan is not None else Reason(NO_CLUSTER)
@@ -214,12 +215,6 @@ def admit_waiting() -> list[Admission]:
             if request.approved_at and now - request.approved_at >= grace:
                 starving.append(Claim.of(request, clusters))
         return results
-
-
-def _provision_later(pool_id: int) -> None:
-    from pools.tasks import provision_pool
-
-    provision_pool.delay(pool_id)
 
 
 def _place(request, upcoming, clusters, grouped, fleets):

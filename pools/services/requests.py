@@ -25,6 +25,7 @@ from pools.models import (
 )
 from pools.notifications import notify_after_commit
 from pools.selectors import CapacityPicture, capacity_picture
+from pools.services import dispatch
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Membership, Project, Role, namespace_problem
@@ -209,14 +210,8 @@ def approve_request(*, request_id: int, approver, priority: int | None = None) -
         if priority is not None:
             request.priority = priority
         request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
-        transaction.on_commit(_run_queue)
+        dispatch.after_commit(dispatch.ADMIT)
     return request
-
-
-def _run_queue() -> None:
-    from pools.tasks import admit_waiting_requests
-
-    admit_waiting_requests.delay()
 
 
 def reject_request(*, request_id: int, approver, reason: str) -> PoolRequest:

@@ -158,8 +158,7 @@ def test_operators_add_clusters_in_the_admin(kubeconfig, created, db, staff_user
 
 
 def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_commit_callbacks):
-    from pools.services import set_gpu_drained, set_node_drained
-    from pools.tasks import admit_waiting_requests
+    from pools.services import dispatch, set_gpu_drained, set_node_drained
 
     gpu = GpuCapacity.objects.first()
     with django_capture_on_commit_callbacks() as drained:
@@ -169,6 +168,6 @@ def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_c
         set_node_drained(node=gpu.node, drained=False)  # already undrained: no change, no run
 
     def queue_runs(callbacks) -> int:
-        return sum(callback == admit_waiting_requests.delay for callback in callbacks)
+        return sum(isinstance(c, dispatch.Send) and c.task == dispatch.ADMIT for c in callbacks)
 
     assert (queue_runs(drained), queue_runs(undrained)) == (0, 1)

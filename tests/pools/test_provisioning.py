@@ -188,7 +188,7 @@ def test_an_integrity_error_mid_provisioning_is_retried_and_the_pool_completes(
     """A concurrent writer's row (the unique constraint said no): the step runs again and finds it."""
     from django.db import IntegrityError
 
-    from pools.services import provisioning
+    from pools.services import inventory
     from pools.tasks import provision_pool
 
     pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1)])
@@ -200,7 +200,7 @@ def test_an_integrity_error_mid_provisioning_is_retried_and_the_pool_completes(
             raise IntegrityError('duplicate key value violates unique constraint "spec_unique_on_node"')
         return sync_cluster(cluster=cluster)
 
-    monkeypatch.setattr(provisioning, "sync_cluster", sync_meeting_a_concurrent_insert)
+    monkeypatch.setattr(inventory, "sync_cluster", sync_meeting_a_concurrent_insert)
     assert provision_step(pool_id=pool.pk) == WAITING  # the MIG change is asked for
     with pytest.raises(IntegrityError):  # transient: raised for the task to retry
         provision_step(pool_id=pool.pk)

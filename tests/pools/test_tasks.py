@@ -93,12 +93,13 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
     import signal
     import subprocess
     import uuid
+    from types import SimpleNamespace
 
     from django.db import transaction
 
     from pools.drivers.simulated import SimulatedDriver
     from pools.models import Pool
-    from pools.services import admit_waiting, approve_request, submit_request
+    from pools.services import admit_waiting, approve_request, dispatch, submit_request
     from pools.services import queue as queue_service
     from pools.sync import sync_cluster
     from pools.tasks import provision_pool
@@ -111,11 +112,13 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
     SimulatedDriver(cluster).set_latency(1.5)  # every cluster call takes a while: room to die half-way
     queue = f"death-{uuid.uuid4().hex[:8]}"
     # admission sends the provisioning task to this test's own worker, not to the session's
-    monkeypatch.setattr(
-        queue_service,
-        "_provision_later",
-        lambda pool_id: provision_pool.apply_async(args=[pool_id], queue=queue),
+    to_this_worker = SimpleNamespace(
+        PROVISION=dispatch.PROVISION,
+        after_commit=lambda task, pool_id: transaction.on_commit(
+            lambda: provision_pool.apply_async(args=[pool_id], queue=queue)
+        ),
     )
+    monkeypatch.setattr(queue_service, "dispatch", to_this_worker)
     with running_worker(queue, tmp_path, pool="prefork") as worker:
         # Admitted in the approval's transaction: the queue run that approval asks for (the
         # session's worker may be up) finds nothing to admit, so the task goes to this worker.

@@ -4,8 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.services import register_kubernetes_cluster
-from pools.sync import sync_cluster
+from pools.services import register_kubernetes_cluster, sync_inventory
 from portal.errors import PortalError
 
 
@@ -46,5 +45,5 @@ class Command(BaseCommand):
             raise CommandError(error.message) from error
         self.stdout.write(f"{'Registered' if created else 'Updated'} cluster {cluster.name}.")
         if not no_sync:
-            report = sync_cluster(cluster=cluster)
-            self.stdout.write(report.summary())
+            report = sync_inventory(cluster=cluster)
+            self.stdout.write(report.summary() if report else f"{cluster.name}: a sync is already running")

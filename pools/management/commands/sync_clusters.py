@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from pools.models import Cluster
-from pools.sync import sync_cluster, sync_lock
+from pools.services import sync_inventory
 
 
 class Command(BaseCommand):
@@ -21,11 +21,10 @@ class Command(BaseCommand):
                 raise CommandError(f"Unknown cluster(s): {', '.join(sorted(missing))}")
         failed = []
         for cluster in queryset:
-            with sync_lock(cluster.pk) as held:
-                if not held:
-                    self.stdout.write(f"{cluster.name}: skipped, another sync is running")
-                    continue
-                report = sync_cluster(cluster=cluster)
+            report = sync_inventory(cluster=cluster)
+            if report is None:
+                self.stdout.write(f"{cluster.name}: skipped, another sync is running")
+                continue
             self.stdout.write(report.summary())
             if not report.ok:
                 failed.append(cluster.name)
