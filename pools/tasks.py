@@ -73,7 +73,7 @@ def finish_pool_release(self, pool_id: int) -> str:
 def sweep_stuck_pools() -> str:
     """Beat: re-drive pools in provisioning or releasing past their first deadline, end them past
     the second (POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS)."""
-    from pools.services.provisioning import sweep_stuck_pools as sweep
+    from pools.services.deadlines import sweep_stuck_pools as sweep
 
     return sweep().summary()
 

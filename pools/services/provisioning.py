@@ -13,23 +13,18 @@ error for the tenant while the log keeps the traceback. A release retries, and w
 cannot shrink the namespace's quota in the end it is still closed (`close_release`):
 its capacity was free from the moment it was asked.
 
-Deadlines. Nothing stays `provisioning` or `releasing` forever: `sweep_stuck_pools`
-(beat) enqueues the step of a pool again past POOL_REDRIVE_SECONDS, and past
-POOL_STUCK_SECONDS fails it (provisioning) or closes its release (releasing).
+Deadlines (`pools.services.deadlines`) end what stays in flight too long.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
-from django.db.models import Case, Count, DateTimeField, F, Max, OuterRef, Subquery, When
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -327,91 +322,3 @@ def _mark_released(*, pool_id: int, reason: str) -> Pool | None:
     if reason:
         log.warning("pool %s released without its quota change: %s", pool.pk, reason)
     return pool
-
-
-# --- deadlines ------------------------------------------------------------------------------
-
-
-@dataclass
-class SweepReport:
-    redriven: list[int] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-    released: list[int] = field(default_factory=list)
-
-    def summary(self) -> str:
-        return (
-            f"{len(self.redriven)} re-driven, {len(self.failed)} failed, "
-            f"{len(self.released)} released as stuck"
-        )
-
-
-def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
-    """Re-drive pools in provisioning or releasing past POOL_REDRIVE_SECONDS, end them past
-    POOL_STUCK_SECONDS. Safe to run twice at once: ending rechecks the state under the pool's row
-    lock, and a pool is re-driven at most once per POOL_REDRIVE_SECONDS."""
-    now = now or timezone.now()
-    redrive_at = now - timedelta(seconds=settings.POOL_REDRIVE_SECONDS)
-    stuck_at = now - timedelta(seconds=settings.POOL_STUCK_SECONDS)
-    report = SweepReport()
-    for pool in _in_flight_since(max(redrive_at, stuck_at)):  # a stuck deadline set first still counts
-        minutes = int((now - pool.since).total_seconds() // 60)
-        try:
-            if pool.since > stuck_at:
-                if cache.add(f"pools:redrive:{pool.pk}", "1", timeout=settings.POOL_REDRIVE_SECONDS):
-                    log.warning(
-                        "pool %s still %s after %s minutes: enqueued again", pool.pk, pool.state, minutes
-                    )
-                    _drive_later(pool.pk, pool.state)
-                    report.redriven.append(pool.pk)
-            elif _end_stuck(pool, minutes):
-                (report.failed if pool.state == PoolState.PROVISIONING else report.released).append(pool.pk)
-        except Exception:  # one pool that cannot be ended must not keep the others in flight
-            log.exception("pool %s: the sweeper could not handle it", pool.pk)
-    return report
-
-
-def _end_stuck(pool: Pool, minutes: int) -> bool:
-    """Fail a stuck provisioning or close a stuck release; False if someone else holds or moved it."""
-    with transaction.atomic():
-        # Skip a pool whose row another sweeper or its own task holds: they settle it, or the next
-        # sweep does. The state is read again under the lock.
-        held = Pool.objects.select_for_update(skip_locked=True).filter(pk=pool.pk, state=pool.state)
-        if held.values_list("pk", flat=True).first() is None:
-            return False
-        if pool.state == PoolState.PROVISIONING:
-            reason = _("Provisioning did not finish within %(minutes)s minutes.") % {"minutes": minutes}
-            fail_pool(pool_id=pool.pk, reason=reason)
-        else:
-            reason = _(
-                "The release did not finish within %(minutes)s minutes; the pool is released, "
-                "but the quota of its namespace may still count it."
-            ) % {"minutes": minutes}
-            close_release(pool_id=pool.pk, reason=reason)
-    return True
-
-
-def _in_flight_since(before: datetime) -> list[Pool]:
-    """Pools in provisioning or releasing that entered that state before `before`, with `since`."""
-    entered_releasing = Subquery(
-        PoolEvent.objects.filter(pool=OuterRef("pk"), to_state=PoolState.RELEASING)
-        .order_by("-at")
-        .values("at")[:1]
-    )
-    return list(
-        Pool.objects.filter(state__in=[PoolState.PROVISIONING, PoolState.RELEASING])
-        .annotate(
-            since=Case(
-                When(state=PoolState.RELEASING, then=Coalesce(entered_releasing, F("reserved_at"))),
-                default=F("reserved_at"),
-                output_field=DateTimeField(),
-            )
-        )
-        .filter(since__lte=before)
-        .order_by("since", "pk")
-    )
-
-
-def _drive_later(pool_id: int, state: str) -> None:
-    dispatch.after_commit(
-        dispatch.PROVISION if state == PoolState.PROVISIONING else dispatch.FINISH_RELEASE, pool_id
-    )

@@ -19,7 +19,8 @@ from pools.services import (
     release_pool,
     submit_request,
 )
-from pools.services.provisioning import DONE, sweep_stuck_pools
+from pools.services.deadlines import sweep_stuck_pools
+from pools.services.provisioning import DONE
 from pools.sync import sync_cluster
 from tests.factories import ClusterFactory
 

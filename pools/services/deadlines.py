@@ -1,0 +1,112 @@
+"""Deadlines: nothing stays `provisioning` or `releasing` forever.
+
+Beat runs `sweep_stuck_pools`. A pool in one of those states past POOL_REDRIVE_SECONDS
+(counted from its reservation, or from when its release was asked) has its task enqueued
+again, at most once per that period: the tasks are safe to repeat. Past POOL_STUCK_SECONDS
+a provisioning pool fails (its capacity goes back to the queue) and a release is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Case, DateTimeField, F, OuterRef, Subquery, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from pools.models import Pool, PoolEvent, PoolState
+from pools.services import dispatch
+from pools.services.provisioning import close_release, fail_pool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepReport:
+    redriven: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.redriven)} re-driven, {len(self.failed)} failed, "
+            f"{len(self.released)} released as stuck"
+        )
+
+
+def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
+    """Re-drive pools in provisioning or releasing past POOL_REDRIVE_SECONDS, end them past
+    POOL_STUCK_SECONDS. Safe to run twice at once: ending rechecks the state under the pool's row
+    lock, and a pool is re-driven at most once per POOL_REDRIVE_SECONDS."""
+    now = now or timezone.now()
+    redrive_at = now - timedelta(seconds=settings.POOL_REDRIVE_SECONDS)
+    stuck_at = now - timedelta(seconds=settings.POOL_STUCK_SECONDS)
+    report = SweepReport()
+    for pool in _in_flight_since(max(redrive_at, stuck_at)):  # a stuck deadline set first still counts
+        minutes = int((now - pool.since).total_seconds() // 60)
+        try:
+            if pool.since > stuck_at:
+                if cache.add(f"pools:redrive:{pool.pk}", "1", timeout=settings.POOL_REDRIVE_SECONDS):
+                    log.warning(
+                        "pool %s still %s after %s minutes: enqueued again", pool.pk, pool.state, minutes
+                    )
+                    _drive_later(pool.pk, pool.state)
+                    report.redriven.append(pool.pk)
+            elif _end_stuck(pool, minutes):
+                (report.failed if pool.state == PoolState.PROVISIONING else report.released).append(pool.pk)
+        except Exception:  # one pool that cannot be ended must not keep the others in flight
+            log.exception("pool %s: the sweeper could not handle it", pool.pk)
+    return report
+
+
+def _end_stuck(pool: Pool, minutes: int) -> bool:
+    """Fail a stuck provisioning or close a stuck release; False if someone else holds or moved it."""
+    with transaction.atomic():
+        # Skip a pool whose row another sweeper or its own task holds: they settle it, or the next
+        # sweep does. The state is read again under the lock.
+        held = Pool.objects.select_for_update(skip_locked=True).filter(pk=pool.pk, state=pool.state)
+        if held.values_list("pk", flat=True).first() is None:
+            return False
+        if pool.state == PoolState.PROVISIONING:
+            reason = _("Provisioning did not finish within %(minutes)s minutes.") % {"minutes": minutes}
+            fail_pool(pool_id=pool.pk, reason=reason)
+        else:
+            reason = _(
+                "The release did not finish within %(minutes)s minutes; the pool is released, "
+                "but the quota of its namespace may still count it."
+            ) % {"minutes": minutes}
+            close_release(pool_id=pool.pk, reason=reason)
+    return True
+
+
+def _in_flight_since(before: datetime) -> list[Pool]:
+    """Pools in provisioning or releasing that entered that state before `before`, with `since`."""
+    entered_releasing = Subquery(
+        PoolEvent.objects.filter(pool=OuterRef("pk"), to_state=PoolState.RELEASING)
+        .order_by("-at")
+        .values("at")[:1]
+    )
+    return list(
+        Pool.objects.filter(state__in=[PoolState.PROVISIONING, PoolState.RELEASING])
+        .annotate(
+            since=Case(
+                When(state=PoolState.RELEASING, then=Coalesce(entered_releasing, F("reserved_at"))),
+                default=F("reserved_at"),
+                output_field=DateTimeField(),
+            )
+        )
+        .filter(since__lte=before)
+        .order_by("since", "pk")
+    )
+
+
+def _drive_later(pool_id: int, state: str) -> None:
+    dispatch.after_commit(
+        dispatch.PROVISION if state == PoolState.PROVISIONING else dispatch.FINISH_RELEASE, pool_id
+    )
