@@ -19,14 +19,13 @@ from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
 from portal.errors import PortalError
-from portal.permissions import require_pool_requester
+from portal.permissions import require_pool_requester, staff_may
 
 LIST_PAGE_SIZE = 50
 
 
 def _require_capacity_viewer(request: HttpRequest) -> None:
-    user = request.user
-    if not (user.is_staff and user.has_perm("pools.view_gpucapacity")):
+    if not staff_may(user=request.user, permission="pools.view_gpucapacity"):
         raise Http404  # tenants do not learn that the page exists
 
 

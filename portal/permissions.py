@@ -1,4 +1,8 @@
-"""Who may do what in a tenant: the role checks pages, the API and services share."""
+"""Who may do what: the tenant role checks and the platform staff checks that every app shares.
+
+Tenant roles live on a Membership (admin, member, viewer); platform roles are Django groups
+whose model permissions an app names (`pools.approve_poolrequest`, `billing.export_invoice`).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,18 @@ def tenant_role(*, user: AbstractBaseUser, tenant_id: int) -> Role | None:
 
 def can_request_pools(*, user: AbstractBaseUser, tenant_id: int) -> bool:
     return tenant_role(user=user, tenant_id=tenant_id) in REQUESTING_ROLES
+
+
+def is_tenant_admin(*, user: AbstractBaseUser, tenant_id: int) -> bool:
+    """An admin of the tenant, or a superuser (who may act for any tenant)."""
+    return user.is_superuser or tenant_role(user=user, tenant_id=tenant_id) == Role.ADMIN
+
+
+def staff_may(*, user: AbstractBaseUser, permission: str) -> bool:
+    """Platform staff holding the permission (through their group), e.g. `pools.view_gpucapacity`."""
+    return bool(
+        user and user.is_authenticated and user.is_active and user.is_staff and user.has_perm(permission)
+    )
 
 
 def require_pool_requester(*, user: AbstractBaseUser, tenant_id: int) -> None:

@@ -14,22 +14,18 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from portal import permissions
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Invitation, Membership, Project, Role, Tenant
 
 
 def role_in(*, user: AbstractBaseUser, tenant: Tenant) -> Role | None:
     """The user's role in the tenant, or None when they are not a member."""
-    if not user.is_authenticated:
-        return None
-    role = Membership.objects.filter(user=user, tenant=tenant).values_list("role", flat=True)
-    return Role(role[0]) if role else None
+    return permissions.tenant_role(user=user, tenant_id=tenant.pk)
 
 
 def require_tenant_admin(*, user: AbstractBaseUser, tenant: Tenant) -> None:
-    if user.is_superuser:
-        return
-    if role_in(user=user, tenant=tenant) != Role.ADMIN:
+    if not permissions.is_tenant_admin(user=user, tenant_id=tenant.pk):
         raise NotAllowed(_("Only an admin of %(tenant)s can do this.") % {"tenant": tenant.name})
 
 

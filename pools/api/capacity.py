@@ -8,6 +8,7 @@ from rest_framework import generics, permissions, serializers, viewsets
 
 from pools import selectors
 from pools.models import Cluster, GpuCapacity, NodeCapacity, SpecAndCount
+from portal.permissions import staff_may
 
 
 class CanViewCapacity(permissions.BasePermission):
@@ -16,10 +17,7 @@ class CanViewCapacity(permissions.BasePermission):
     message = _("Only platform staff can see capacity.")
 
     def has_permission(self, request, view) -> bool:
-        user = request.user
-        return bool(
-            user and user.is_authenticated and user.is_staff and user.has_perm("pools.view_gpucapacity")
-        )
+        return staff_may(user=request.user, permission="pools.view_gpucapacity")
 
 
 class ClusterSerializer(serializers.ModelSerializer):

@@ -38,13 +38,13 @@ from pools.drivers.base import (
     MigState,
     driver_for,
 )
-from pools.models import POOL_TRANSITIONS, Allocation, GpuCapacity, Pool, PoolEvent, PoolState
-from pools.notifications import notify_after_commit
+from pools.models import Allocation, GpuCapacity, Pool, PoolState
 from pools.services import dispatch
 from pools.services.inventory import sync_inventory
 from pools.services.queue import lock_capacity, recount_allocated
 from pools.services.requests import asked_or_administers
-from portal.errors import Conflict, InvalidInput, NotAllowed
+from pools.services.transitions import transition
+from portal.errors import InvalidInput, NotAllowed
 from portal.models import namespace_problem
 
 log = logging.getLogger(__name__)
@@ -56,19 +56,6 @@ DONE, WAITING, FAILED = "done", "waiting", "failed"
 TRANSIENT = (ClusterUnreachable, OperationalError, InterfaceError, IntegrityError)
 # A release has nothing to lose by waiting, so it retries every driver error too.
 RELEASE_RETRIED = (DriverError, *TRANSIENT)
-
-
-def move_pool(pool: Pool, to: str, *, actor=None, reason: str = "") -> None:
-    if to not in POOL_TRANSITIONS[pool.state]:
-        raise Conflict(
-            _("Pool #%(id)s is %(state)s; it cannot become %(to)s.")
-            % {"id": pool.pk, "state": PoolState(pool.state).label, "to": PoolState(to).label}
-        )
-    event = PoolEvent.objects.create(
-        request_id=pool.request_id, pool=pool, actor=actor, from_state=pool.state, to_state=to, reason=reason
-    )
-    notify_after_commit(event)
-    pool.state = to
 
 
 def _layouts_to_apply(pool: Pool) -> dict[str, list[GpuLayout]]:
@@ -127,7 +114,7 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
         with transaction.atomic():
             pool = Pool.objects.select_for_update().get(pk=pool.pk)
             if pool.state == PoolState.PROVISIONING:
-                move_pool(pool, PoolState.ACTIVE)
+                transition(pool, PoolState.ACTIVE)
                 pool.active_at = timezone.now()
                 pool.save(update_fields=["state", "active_at"])
                 return DONE
@@ -230,7 +217,7 @@ def fail_pool(*, pool_id: int, reason: str) -> Pool:
         pool = Pool.objects.select_for_update().get(pk=pool_id)
         if pool.state != PoolState.PROVISIONING:
             return pool
-        move_pool(pool, PoolState.FAILED, reason=reason)
+        transition(pool, PoolState.FAILED, reason=reason)
         pool.failure_reason = reason[:4000]
         pool.save(update_fields=["state", "failure_reason"])
         _free(pool)
@@ -262,7 +249,7 @@ def release_pool(*, pool_id: int, user) -> Pool:
         raise NotAllowed(_("Only who asked for the pool, or an admin of the tenant, can release it."))
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)
-        move_pool(pool, PoolState.RELEASING, actor=user)
+        transition(pool, PoolState.RELEASING, actor=user)
         pool.save(update_fields=["state"])
         _free(pool)
         dispatch.after_commit(dispatch.FINISH_RELEASE, pool.pk)
@@ -314,7 +301,7 @@ def _mark_released(*, pool_id: int, reason: str) -> Pool | None:
             return pool
         if Allocation.objects.filter(pool=pool, released_at__isnull=True).exists():
             _free(pool)  # release_pool freed them already; never leave one live behind a released pool
-        move_pool(pool, PoolState.RELEASED, reason=reason)
+        transition(pool, PoolState.RELEASED, reason=reason)
         # Billing stops when the capacity was given back, not when the quota caught up with it.
         freed = Allocation.objects.filter(pool=pool).aggregate(at=Max("released_at"))["at"]
         pool.released_at = freed or timezone.now()

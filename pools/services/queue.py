@@ -45,7 +45,7 @@ from pools.models import (
 from pools.placement_reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters
 from pools.services import dispatch
-from pools.services.requests import move
+from pools.services.transitions import transition
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
 BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
@@ -203,7 +203,7 @@ def admit_waiting() -> list[Admission]:
             plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets)
             if plan is not None and plan.placed:
                 fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
-                move(request, RequestState.FULFILLED)
+                transition(request, RequestState.FULFILLED)
                 request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
                 request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
                 pool = _reserve(request, cluster, plan, now)
@@ -249,7 +249,7 @@ def _as_reason(reason: str) -> Reason:
 def _wait(request: PoolRequest, reason: Reason) -> Admission:
     text, data = str(reason)[:500], reason.as_data()
     if request.state == RequestState.APPROVED:
-        move(request, RequestState.QUEUED, reason=text)
+        transition(request, RequestState.QUEUED, reason=text)
         request.waiting_reason, request.waiting_reason_data = text, data
         request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
     elif request.waiting_reason != text:

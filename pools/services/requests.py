@@ -23,33 +23,19 @@ from pools.models import (
     RequestItem,
     RequestState,
 )
-from pools.notifications import notify_after_commit
 from pools.selectors import CapacityPicture, capacity_picture
 from pools.services import dispatch
+from pools.services.transitions import transition
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
-from portal.models import Membership, Project, Role, namespace_problem
-from portal.permissions import require_pool_requester
+from portal.models import Project, namespace_problem
+from portal.permissions import is_tenant_admin, require_pool_requester, staff_may
 
 MAX_ITEMS = 20
 TOO_MANY = gettext_lazy(
     "%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s); it is in: %(places)s."
 )
 MAX_COUNT = 10_000
-
-
-def move(request: PoolRequest, to: str, *, actor=None, reason: str = "") -> None:
-    """The one place a request changes state: check the transition, record the event."""
-    if to not in REQUEST_TRANSITIONS[request.state]:
-        raise Conflict(
-            _("Request #%(id)s is %(state)s; it cannot become %(to)s.")
-            % {"id": request.pk, "state": RequestState(request.state).label, "to": RequestState(to).label}
-        )
-    event = PoolEvent.objects.create(
-        request=request, actor=actor, from_state=request.state, to_state=to, reason=reason
-    )
-    notify_after_commit(event)
-    request.state = to
 
 
 def _locked(request_id: int) -> PoolRequest:
@@ -189,13 +175,13 @@ def submit_request(
 
 def asked_or_administers(user, request: PoolRequest) -> bool:
     """Whether the user asked for this request (or its pool), or is an admin of its tenant."""
-    if request.submitted_by_id == user.pk or user.is_superuser:
-        return True
-    return Membership.objects.filter(user=user, tenant_id=request.project.tenant_id, role=Role.ADMIN).exists()
+    return request.submitted_by_id == user.pk or is_tenant_admin(
+        user=user, tenant_id=request.project.tenant_id
+    )
 
 
 def _require_approver(user) -> None:
-    if not (user.is_active and user.has_perm("pools.approve_poolrequest")):
+    if not staff_may(user=user, permission="pools.approve_poolrequest"):
         raise NotAllowed(_("Only approvers decide on pool requests."))
 
 
@@ -204,7 +190,7 @@ def approve_request(*, request_id: int, approver, priority: int | None = None) -
     _require_approver(approver)
     with transaction.atomic():
         request = _locked(request_id)
-        move(request, RequestState.APPROVED, actor=approver)
+        transition(request, RequestState.APPROVED, actor=approver)
         now = timezone.now()
         request.decided_by, request.decided_at, request.approved_at = approver, now, now
         if priority is not None:
@@ -223,7 +209,7 @@ def reject_request(*, request_id: int, approver, reason: str) -> PoolRequest:
         raise InvalidInput(_("The reason has at most 2000 characters."))
     with transaction.atomic():
         request = _locked(request_id)
-        move(request, RequestState.REJECTED, actor=approver, reason=reason)
+        transition(request, RequestState.REJECTED, actor=approver, reason=reason)
         request.decided_by, request.decided_at, request.decision_reason = approver, timezone.now(), reason
         request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
     return request
@@ -237,7 +223,7 @@ def cancel_request(*, request_id: int, user, reason: str = "") -> PoolRequest:
             raise NotAllowed(_("Only who asked, or an admin of the tenant, can cancel this request."))
         if request.state == RequestState.FULFILLED:
             raise Conflict(_("Request #%(id)s is fulfilled; release its pool instead.") % {"id": request.pk})
-        move(request, RequestState.CANCELLED, actor=user, reason=reason)
+        transition(request, RequestState.CANCELLED, actor=user, reason=reason)
         request.save(update_fields=["state"])
     return request
 
@@ -265,7 +251,6 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
 __all__ = [
     "approve_request",
     "cancel_request",
-    "move",
     "reject_request",
     "set_priority",
     "submit_request",

@@ -1,0 +1,41 @@
+"""The one transition helper: a request or a pool changes state only here.
+
+The move is checked against the subject's transition table (REQUEST_TRANSITIONS,
+POOL_TRANSITIONS), recorded as a PoolEvent (who, when, from, to, why) and, for the
+states people hear about, its e-mail is queued after commit. The caller saves the
+subject's new state in the same transaction.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+
+from pools.models import (
+    POOL_TRANSITIONS,
+    REQUEST_TRANSITIONS,
+    Pool,
+    PoolEvent,
+    PoolRequest,
+    PoolState,
+    RequestState,
+)
+from pools.notifications import notify_after_commit
+from portal.errors import Conflict
+
+
+def transition(subject: PoolRequest | Pool, to: str, *, actor=None, reason: str = "") -> None:
+    if isinstance(subject, Pool):
+        allowed, states, request_id, pool = POOL_TRANSITIONS, PoolState, subject.request_id, subject
+        refusal = _("Pool #%(id)s is %(state)s; it cannot become %(to)s.")
+    else:
+        allowed, states, request_id, pool = REQUEST_TRANSITIONS, RequestState, subject.pk, None
+        refusal = _("Request #%(id)s is %(state)s; it cannot become %(to)s.")
+    if to not in allowed[subject.state]:
+        raise Conflict(
+            refusal % {"id": subject.pk, "state": states(subject.state).label, "to": states(to).label}
+        )
+    event = PoolEvent.objects.create(
+        request_id=request_id, pool=pool, actor=actor, from_state=subject.state, to_state=to, reason=reason
+    )
+    notify_after_commit(event)
+    subject.state = to
