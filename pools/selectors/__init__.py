@@ -1,0 +1,70 @@
+"""Every read for pages and the API, by subject: capacity, the dashboard, requests and pools,
+and the placement engine's view of the fleet."""
+
+from pools.selectors.capacity import (
+    CapacityPicture,
+    ClusterOffer,
+    ModelSummary,
+    SpecOffer,
+    capacity_picture,
+    capacity_summary,
+    clusters,
+    gpus,
+    nodes,
+    spec_offers,
+)
+from pools.selectors.dashboard import (
+    ClusterView,
+    GpuView,
+    GroupView,
+    NodeView,
+    Segment,
+    dashboard,
+)
+from pools.selectors.fleet import (
+    fleet_snapshot,
+    ready_clusters,
+)
+from pools.selectors.requests import (
+    LIVE_POOL_STATES,
+    project_pools,
+    project_requests,
+    queue_positions,
+    render_reason,
+    tenant_pools,
+    tenant_requests,
+    visible_pool,
+    visible_request,
+    waiting_reason,
+)
+
+__all__ = [
+    "LIVE_POOL_STATES",
+    "CapacityPicture",
+    "ClusterOffer",
+    "ClusterView",
+    "GpuView",
+    "GroupView",
+    "ModelSummary",
+    "NodeView",
+    "Segment",
+    "SpecOffer",
+    "capacity_picture",
+    "capacity_summary",
+    "clusters",
+    "dashboard",
+    "fleet_snapshot",
+    "gpus",
+    "nodes",
+    "project_pools",
+    "project_requests",
+    "queue_positions",
+    "ready_clusters",
+    "render_reason",
+    "spec_offers",
+    "tenant_pools",
+    "tenant_requests",
+    "visible_pool",
+    "visible_request",
+    "waiting_reason",
+]

@@ -1,0 +1,206 @@
+"""Reads of capacity: clusters, nodes and GPUs for the API, per-model totals, and what can be
+requested (availability per cluster, group and spec, from a picture of the fleet kept by the
+capacity version).
+
+Compute-slice arithmetic (allocated, free, stranded) comes from the MIG catalogue; a full GPU
+counts as all seven compute slices.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db.models import Prefetch, QuerySet
+
+from pools import capacity_version, mig, placement
+from pools import placement_availability as availability
+from pools.models import (
+    Cluster,
+    GpuCapacity,
+    GpuGroup,
+    NodeCapacity,
+    SpecAndCount,
+)
+from pools.specs import Spec, specs_of
+
+if TYPE_CHECKING:
+    pass
+from pools.selectors.fleet import fleet_snapshot
+
+
+def clusters() -> QuerySet[Cluster]:
+    return Cluster.objects.order_by("name")
+
+
+def nodes(*, cluster: str = "", group: str = "", model: str = "") -> QuerySet[NodeCapacity]:
+    queryset = (
+        NodeCapacity.objects.select_related("cluster", "group")
+        .prefetch_related(Prefetch("specs", queryset=SpecAndCount.objects.order_by("resource_name")))
+        .order_by("cluster__name", "name")
+    )
+    if cluster:
+        queryset = queryset.filter(cluster__name=cluster)
+    if group:
+        queryset = queryset.filter(group__name=group)
+    if model:
+        queryset = queryset.filter(gpu_model=model)
+    return queryset
+
+
+def gpus(*, cluster: str = "", node: str = "", model: str = "") -> QuerySet[GpuCapacity]:
+    queryset = GpuCapacity.objects.select_related("node__cluster", "node__group").order_by(
+        "node__cluster__name", "node__name", "index"
+    )
+    if cluster:
+        queryset = queryset.filter(node__cluster__name=cluster)
+    if node:
+        queryset = queryset.filter(node__name=node)
+    if model:
+        queryset = queryset.filter(model=model)
+    return queryset
+
+
+def compute_slices_of(model: str, profile: str) -> int:
+    if profile == "full":
+        return mig.COMPUTE_SLICES
+    try:
+        return mig.gpu_model(model).profile(profile).compute_slices
+    except ValueError:
+        return 0
+
+
+@dataclass
+class ModelSummary:
+    cluster: str
+    model: str
+    gpus: int = 0
+    mig_gpus: int = 0
+    full_gpus: int = 0
+    unschedulable_gpus: int = 0
+    compute_total: int = 0
+    compute_allocated: int = 0
+    compute_stranded: int = 0
+
+    @property
+    def compute_free(self) -> int:
+        return self.compute_total - self.compute_allocated - self.compute_stranded
+
+
+def capacity_summary() -> list[ModelSummary]:
+    """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded."""
+    summaries: dict[tuple[str, str], ModelSummary] = {}
+    present = GpuCapacity.objects.filter(present=True, node__present=True).select_related(
+        "node__cluster", "node"
+    )
+    for gpu in present:
+        key = (gpu.node.cluster.name, gpu.model)
+        summary = summaries.setdefault(key, ModelSummary(*key))
+        summary.gpus += 1
+        summary.mig_gpus += gpu.mig_enabled
+        summary.full_gpus += not gpu.mig_enabled
+        summary.unschedulable_gpus += not gpu.schedulable
+        summary.compute_total += mig.COMPUTE_SLICES
+        summary.compute_stranded += gpu.compute[1]
+    allocated = SpecAndCount.objects.filter(node__present=True, allocated__gt=0).select_related(
+        "node__cluster"
+    )
+    for spec in allocated:
+        key = (spec.node.cluster.name, spec.node.gpu_model)
+        if key in summaries:
+            summaries[key].compute_allocated += spec.allocated * compute_slices_of(
+                spec.node.gpu_model, spec.profile
+            )
+    return [summaries[key] for key in sorted(summaries)]
+
+
+@dataclass(frozen=True)
+class ClusterOffer:
+    cluster: str
+    available: int  # how many one request could get there now
+    total: int  # the most one request could ever get there
+
+
+@dataclass(frozen=True)
+class SpecOffer:
+    spec: Spec
+    available: int
+    total: int
+    by_cluster: tuple[ClusterOffer, ...]
+
+
+@dataclass(frozen=True)
+class CapacityPicture:
+    """Every cluster with GPUs, which are ready and which place work by group, and what each offers."""
+
+    clusters: list[Cluster]
+    ready: set[int]
+    group_names: dict[int, set[str]]  # per cluster id, its GPU groups (empty: it places by no group)
+    fleets: dict[str, placement.Fleet]
+    found: dict[availability.Key, availability.Availability]
+
+    def group_for(self, cluster: Cluster, purpose: str) -> str | None:
+        """The GPU group a request of this purpose lands in on that cluster (None: any of its GPUs),
+        as the queue places it."""
+        return (purpose or None) if self.group_names[cluster.pk] else None
+
+    def groups(self, clusters: list[Cluster]) -> set[str]:
+        return {name for c in clusters for name in self.group_names[c.pk]}
+
+    def offer(self, cluster: Cluster, purpose: str, spec: Spec) -> availability.Availability | None:
+        """What one request of the spec could get on the cluster now and ever; None where it cannot
+        land at all (no such GPU in the purpose's group). A cluster that is not ready offers nothing now."""
+        found = self.found.get((cluster.name, self.group_for(cluster, purpose), spec.gpu_model, spec.profile))
+        if found is None or cluster.pk in self.ready:
+            return found
+        return availability.Availability(now=0, ever=found.ever)
+
+
+_held_picture: tuple[int, float, CapacityPicture] | None = None  # this process's: version, built at, picture
+
+
+def capacity_picture() -> CapacityPicture:
+    """The fleet as placement sees it, with availability per cluster, group and spec; kept while the
+    capacity version holds, for at most CAPACITY_PICTURE_SECONDS."""
+    global _held_picture
+    version = capacity_version.current()  # read before the data: a later change bumps it again
+    held = _held_picture
+    if held and held[0] == version and time.monotonic() - held[1] < settings.CAPACITY_PICTURE_SECONDS:
+        return held[2]
+    picture = _build_picture()
+    _held_picture = (version, time.monotonic(), picture)
+    return picture
+
+
+def _build_picture() -> CapacityPicture:
+    clusters = list(Cluster.objects.order_by("name"))
+    group_names: dict[int, set[str]] = {c.pk: set() for c in clusters}
+    for cluster_id, name in GpuGroup.objects.values_list("cluster_id", "name"):
+        group_names[cluster_id].add(name)
+    fleets = fleet_snapshot(clusters, {pk: bool(names) for pk, names in group_names.items()})
+    found = availability.availability(gpu for fleet in fleets.values() for gpu in fleet.gpus)
+    ready = {c.pk for c in clusters if c.status == Cluster.Status.READY}
+    return CapacityPicture(clusters, ready, group_names, fleets, found)
+
+
+def spec_offers(
+    *, purpose: str = "", cluster: Cluster | None = None, picture: CapacityPicture | None = None
+) -> list[SpecOffer]:
+    """Every spec one request could ever get, within the purpose's GPU group and the cluster when
+    given: how many now, the most ever, on the best cluster and on each."""
+    picture = picture or capacity_picture()
+    candidates = [c for c in picture.clusters if cluster is None or c.pk == cluster.pk]
+    models = {model for (name, _g, model, _p) in picture.found if name in {c.name for c in candidates}}
+    offers = []
+    for spec in specs_of(sorted(models)):
+        by_cluster = tuple(
+            ClusterOffer(c.name, found.now, found.ever)
+            for c in candidates
+            if (found := picture.offer(c, purpose, spec)) is not None and found.ever > 0
+        )
+        if by_cluster:
+            available = max(o.available for o in by_cluster)
+            offers.append(SpecOffer(spec, available, max(o.total for o in by_cluster), by_cluster))
+    return offers
