@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
+from portal import tokens
 from portal.models import ApiToken, TokenRevocation
 from tests.factories import PASSWORD, UserFactory, totp_code
 
@@ -181,3 +182,14 @@ def test_platform_groups_do_not_manage_tokens(tenancy, client_for):
     operator = UserFactory(username="erin", is_staff=True)
     operator.groups.add(Group.objects.get(name="operator"))
     assert client_for(operator).get(reverse("admin:portal_apitoken_changelist")).status_code == 403
+
+
+def test_the_token_list_is_paged(tenancy, client_for, settings):
+    settings.API_TOKENS_PER_USER = 100
+    for n in range(25):
+        tokens.issue_token(user=tenancy.acme_member, name=f"t{n:02}")
+    client = client_for(tenancy.acme_member)
+    first = client.get(reverse("api-tokens")).content.decode()
+    assert "t24" in first and "t04" not in first and "?page=2" in first
+    second = client.get(reverse("api-tokens") + "?page=2").content.decode()
+    assert "t04" in second and "t24" not in second
