@@ -13,14 +13,15 @@ Words used here (MIG geometry words are pools/mig.py's):
 
 The engine is pure: no Django, no I/O, no clock. The planning itself is in pools/placement_plan.py, the
 choice of new layouts in pools/placement_layouts.py, the fleet index in pools/placement_index.py, the
-reasons in pools/placement_reasons.py, and the JSON trace of `manage.py place` in pools/placement_trace.py.
+reasons in pools/placement_reasons.py, the JSON trace of `manage.py place` in pools/placement_trace.py,
+and the plain data in pools/placement_types.py.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import islice
 
 from pools.mig import FULL_GPU, Instance, UnknownGpuModel, UnknownProfile, gpu_model, validate_layout
@@ -28,69 +29,24 @@ from pools.placement_index import FleetIndex, has_allocation
 from pools.placement_layouts import RECENT_WEIGHT, evidence_weight
 from pools.placement_plan import QUEUE_WINDOW, plan_request, wanted_by_model
 from pools.placement_reasons import shortfall as cluster_shortfall
+from pools.placement_types import Assignment, Fleet, Gpu, Item, Placement, Reconfigure, Request, Slot
 
-
-@dataclass(frozen=True)
-class Slot:
-    profile: str
-    start: int
-    allocated: bool = False
-
-
-@dataclass(frozen=True)
-class Gpu:
-    id: str
-    node: str
-    model: str  # catalogue name, e.g. "H100-80GB"
-    mig: bool  # MIG mode on
-    allocated: bool = False  # for a MIG-disabled GPU: the whole GPU is in use
-    instances: tuple[Slot, ...] = ()
-    group: str | None = None
-    cluster: str = ""  # items of one request stay in one cluster
-    schedulable: bool = True  # False when drained or unhealthy: gets nothing new
-    reconfiguring: bool = False  # its node is being re-partitioned right now (prefer that node)
-
-
-@dataclass(frozen=True)
-class Fleet:
-    gpus: tuple[Gpu, ...]
-
-
-@dataclass(frozen=True)
-class Item:
-    model: str
-    profile: str  # a MIG profile of that model, or "full"
-    count: int
-
-
-@dataclass(frozen=True)
-class Request:
-    id: str
-    items: tuple[Item, ...]
-    group: str | None = None
-
-
-@dataclass(frozen=True)
-class Reconfigure:
-    gpu: str
-    mig: bool
-    instances: tuple[tuple[str, int], ...]  # (profile, start), sorted by start
-
-
-@dataclass(frozen=True)
-class Assignment:
-    gpu: str
-    profile: str
-    start: int | None  # None for "full"
-
-
-@dataclass(frozen=True)
-class Placement:
-    request: str
-    placed: bool
-    reconfigure: tuple[Reconfigure, ...] = ()
-    assignments: tuple[Assignment, ...] = ()
-    reason: str = ""
+__all__ = [  # the engine, and the plain data it takes and gives (defined in placement_types)
+    "Assignment",
+    "Fleet",
+    "Gpu",
+    "Item",
+    "Placement",
+    "Reconfigure",
+    "Request",
+    "Slot",
+    "apply",
+    "fleet_index",
+    "place",
+    "place_all",
+    "shortfall",
+    "validate_request",
+]
 
 
 def fleet_index(fleet: Fleet) -> FleetIndex:
@@ -267,22 +223,3 @@ def _tally(counts: dict[tuple[str, str], float], request: Request) -> dict[tuple
             key = (item.model, item.profile)
             counts[key] = counts.get(key, 0) + item.count
     return counts
-
-
-class TraceError(ValueError):
-    """A trace (the input of `manage.py place`) that is not what API.md describes; the message says where."""
-
-
-def trace_from_json(data: dict) -> tuple[Fleet, list[Request]]:
-    """The fleet and requests of a trace in the API.md input shape; raises TraceError on bad input."""
-    # Imported here: the trace module builds this module's types, so it imports this module first.
-    from pools.placement_trace import read_trace
-
-    return read_trace(data)
-
-
-def results_to_json(placements: Sequence[Placement]) -> dict:
-    """Placements in the API.md output shape."""
-    from pools.placement_trace import write_results
-
-    return write_results(placements)

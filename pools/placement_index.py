@@ -10,7 +10,7 @@ States of a schedulable GPU (a drained or unhealthy one is only counted, for the
 - busy: MIG disabled and in use.
 
 Reads GPUs by attribute (id, node, model, mig, allocated, instances, group, cluster, schedulable,
-reconfiguring), so it needs nothing from pools/placement.py at run time.
+reconfiguring), so it needs nothing from the engine at run time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pools.placement import Gpu
+    from pools.placement_types import Gpu
 
 BucketKey = tuple[str, str, "str | None"]  # cluster, model, group
 

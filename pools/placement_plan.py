@@ -33,7 +33,7 @@ from pools.placement_layouts import (
 from pools.placement_reasons import unplaced_reason
 
 if TYPE_CHECKING:
-    from pools.placement import Request
+    from pools.placement_types import Request
 
 # The queue is read this far ahead: more than enough demand to fill the few GPUs one request re-partitions.
 QUEUE_WINDOW = 64

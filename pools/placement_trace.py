@@ -11,16 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from pools.mig import FULL_GPU, Instance, UnknownGpuModel, gpu_model, layout_errors
-from pools.placement import (
-    Fleet,
-    Gpu,
-    Item,
-    Placement,
-    Request,
-    Slot,
-    TraceError,
-    validate_request,
-)
+from pools.placement import validate_request
+from pools.placement_types import Fleet, Gpu, Item, Placement, Request, Slot
+
+
+class TraceError(ValueError):
+    """A trace (the input of `manage.py place`) that is not what API.md describes; the message says where."""
+
 
 _MISSING = object()
 

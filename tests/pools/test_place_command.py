@@ -11,7 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from pools.management.commands.place import Command
-from pools.placement import Assignment, Placement, Reconfigure, trace_from_json
+from pools.placement import Assignment, Placement, Reconfigure
+from pools.placement_trace import read_trace
 from tests.pools.test_placement import check_placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def run(*args: str, stdin: str | None = None) -> tuple[str, str]:
 def check_output(trace: dict, output: str) -> list[dict]:
     """The API.md output shape exactly, and placements that keep every rule on the trace's fleet."""
     results = json.loads(output)["results"]
-    fleet, requests = trace_from_json(trace)
+    fleet, requests = read_trace(trace)
     assert [r["id"] for r in results] == [r.id for r in requests]
     for request, result in zip(requests, results, strict=True):
         if not result["placed"]:

@@ -7,7 +7,8 @@ from typing import TextIO
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.placement import TraceError, place_all, results_to_json, trace_from_json
+from pools.placement import place_all
+from pools.placement_trace import TraceError, read_trace, write_results
 
 HELP = """Place the requests of a trace on its GPUs, in order, each whole or not at all, and print the
 placements as JSON (API.md, "Placement trace"). Reads no database row and writes none.
@@ -42,12 +43,12 @@ class Command(BaseCommand):
                 f"column {error.colno}."
             ) from error
         try:
-            fleet, requests = trace_from_json(data)
+            fleet, requests = read_trace(data)
         except TraceError as error:
             raise CommandError(f"{self._name(source)}: {error}") from error
         placements, _ = place_all(fleet, requests)
         # Built in full before anything is written, so a failure leaves standard output empty.
-        self.stdout.write(json.dumps(results_to_json(placements), ensure_ascii=False, indent=2))
+        self.stdout.write(json.dumps(write_results(placements), ensure_ascii=False, indent=2))
 
     def _read(self, source: str, stdin: TextIO) -> str:
         if source == "-":

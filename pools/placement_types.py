@@ -1,0 +1,70 @@
+"""The placement engine's plain data: GPUs and their slots, the fleet, requests and their items, and the
+answer for a request (its reconfigures and assignments). Words as in pools/placement.py; no behaviour here,
+so every module of the engine can use these without importing the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Slot:
+    profile: str
+    start: int
+    allocated: bool = False
+
+
+@dataclass(frozen=True)
+class Gpu:
+    id: str
+    node: str
+    model: str  # catalogue name, e.g. "H100-80GB"
+    mig: bool  # MIG mode on
+    allocated: bool = False  # for a MIG-disabled GPU: the whole GPU is in use
+    instances: tuple[Slot, ...] = ()
+    group: str | None = None
+    cluster: str = ""  # items of one request stay in one cluster
+    schedulable: bool = True  # False when drained or unhealthy: gets nothing new
+    reconfiguring: bool = False  # its node is being re-partitioned right now (prefer that node)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    gpus: tuple[Gpu, ...]
+
+
+@dataclass(frozen=True)
+class Item:
+    model: str
+    profile: str  # a MIG profile of that model, or "full"
+    count: int
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    items: tuple[Item, ...]
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    gpu: str
+    mig: bool
+    instances: tuple[tuple[str, int], ...]  # (profile, start), sorted by start
+
+
+@dataclass(frozen=True)
+class Assignment:
+    gpu: str
+    profile: str
+    start: int | None  # None for "full"
+
+
+@dataclass(frozen=True)
+class Placement:
+    request: str
+    placed: bool
+    reconfigure: tuple[Reconfigure, ...] = ()
+    assignments: tuple[Assignment, ...] = ()
+    reason: str = ""
