@@ -22,11 +22,14 @@ from rest_framework.settings import api_settings
 from portal.adapters import login_attempts_key
 
 
+def staff_must_have_totp(user) -> bool:
+    """Whether this person is platform staff, who must have TOTP on (STAFF_REQUIRE_TOTP)."""
+    return settings.STAFF_REQUIRE_TOTP and user.is_authenticated and (user.is_staff or user.is_superuser)
+
+
 def staff_without_two_factor(user) -> bool:
     """Whether this person is platform staff who must, and has not yet, turned TOTP on."""
-    if not settings.STAFF_REQUIRE_TOTP or not user.is_authenticated:
-        return False
-    if not (user.is_staff or user.is_superuser):
+    if not staff_must_have_totp(user):
         return False
     return not Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).exists()
 
@@ -45,7 +48,7 @@ def check_credentials(request: HttpRequest, *, login: str, password: str, code: 
         )
     totp = Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).first()
     if totp is None:
-        if staff_without_two_factor(user):
+        if staff_must_have_totp(user):
             raise exceptions.PermissionDenied(
                 _("Platform staff must turn on two-factor authentication before using the API.")
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -140,6 +141,12 @@ class CapacityPicture:
     group_names: dict[int, set[str]]  # per cluster id, its GPU groups (empty: it places by no group)
     fleets: dict[str, placement.Fleet]
     found: dict[availability.Key, availability.Availability]
+
+    @cached_property
+    def emptied_fleets(self) -> dict[str, placement.Fleet]:
+        """Each cluster's fleet as if it held nothing, what could ever be had of it: made once per
+        picture, so that every submit checked against it reuses the fleets and their indexes."""
+        return {name: availability.emptied(fleet) for name, fleet in self.fleets.items()}
 
     def group_for(self, cluster: Cluster, purpose: str) -> str | None:
         """The GPU group a request of this purpose lands in on that cluster (None: any of its GPUs),

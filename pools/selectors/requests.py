@@ -54,22 +54,22 @@ def tenant_requests(
     *, user, tenant: Tenant, state: str = "", project: Project | None = None
 ) -> QuerySet[PoolRequest]:
     """The tenant's pool requests that the user may see, newest first; of one state or project if given."""
-    queryset = PoolRequest.objects.visible_to(user).filter(project__tenant=tenant)
-    if state:
-        queryset = queryset.filter(state=state)
-    if project is not None:
-        queryset = queryset.filter(project=project)
-    return _request_rows(queryset)
+    return _request_rows(_narrowed(PoolRequest.objects.visible_to(user), tenant, state, project))
 
 
 def tenant_pools(*, user, tenant: Tenant, state: str = "", project: Project | None = None) -> QuerySet[Pool]:
     """The tenant's pools that the user may see, newest first; of one state or project if given."""
-    queryset = Pool.objects.visible_to(user).filter(project__tenant=tenant)
+    return _pool_rows(_narrowed(Pool.objects.visible_to(user), tenant, state, project))
+
+
+def _narrowed(queryset: QuerySet, tenant: Tenant, state: str, project: Project | None) -> QuerySet:
+    """The tenant's rows of a request or pool queryset; of one state or project if given."""
+    queryset = queryset.filter(project__tenant=tenant)
     if state:
         queryset = queryset.filter(state=state)
     if project is not None:
         queryset = queryset.filter(project=project)
-    return _pool_rows(queryset)
+    return queryset
 
 
 def queue_positions() -> dict[int, int]:

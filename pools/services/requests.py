@@ -14,7 +14,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from pools import placement
-from pools import placement_availability as availability
 from pools.models import (
     REQUEST_TRANSITIONS,
     Cluster,
@@ -121,7 +120,7 @@ def _check_placeable_together(
 ) -> None:
     """A request lands whole on one cluster: some cluster must hold all its items at once, were it free."""
     for candidate in candidates:
-        fleet = picture.fleets.get(candidate.name)
+        fleet = picture.emptied_fleets.get(candidate.name)
         if fleet is None:
             continue
         request = placement.Request(
@@ -129,7 +128,7 @@ def _check_placeable_together(
             items=tuple(placement.Item(spec.gpu_model, spec.profile, count) for spec, count in checked),
             group=picture.group_for(candidate, purpose),
         )
-        if placement.place(availability.emptied(fleet), request).placed:
+        if placement.place(fleet, request).placed:
             return
     raise InvalidInput(
         _(

@@ -33,7 +33,7 @@ from pools.placement import (
     shortfall,
     validate_request,
 )
-from pools.placement_availability import Availability, availability
+from pools.placement_availability import Availability, availability, emptied
 from pools.placement_index import FleetIndex
 
 H100, A100, H200 = "H100-80GB", "A100-40GB", "H200-141GB"
@@ -529,33 +529,18 @@ def test_the_shortfall_counts_what_the_closest_cluster_lacks():
     assert shortfall(f, ask((2, "full"))) == 0
 
 
-def blanked(f: Fleet) -> Fleet:
-    """The fleet with nothing allocated and every GPU schedulable: what could ever be had."""
-    return Fleet(
-        tuple(
-            replace(
-                g,
-                allocated=False,
-                schedulable=True,
-                instances=tuple(replace(s, allocated=False) for s in g.instances),
-            )
-            for g in f.gpus
-        )
-    )
-
-
 @PROPERTY
 @given(gpus_())
 def test_availability_is_exactly_what_one_request_of_a_spec_gets(f):
     """What availability offers of a spec, in a cluster and group, a request of it is given there at
-    once, and one more is not: the offer and the queue agree. Ever is the same on the blanked fleet."""
+    once, and one more is not: the offer and the queue agree. Ever is the same on the emptied fleet."""
     for (cluster, group, model, profile), offer in availability(f.gpus).items():
         here = Fleet(tuple(g for g in f.gpus if g.cluster == cluster))
         for count, fleet_, expected in [
             (offer.now, here, True),
             (offer.now + 1, here, False),
-            (offer.ever, blanked(here), True),
-            (offer.ever + 1, blanked(here), False),
+            (offer.ever, emptied(here), True),
+            (offer.ever + 1, emptied(here), False),
         ]:
             if count == 0:
                 continue
