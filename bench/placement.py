@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: the placement engine (pools/placement.py) against a first-fit baseline and the offline optimum.
+"""Benchmark: the placement engine (pools/placement/) against a first-fit baseline and the offline optimum.
 
 On seeded random traces (8–12 nodes × 8 GPUs, H100 and H200 mixed, some GPUs in use, some partitioned; a
 queue of 100 requests that does not all fit) it reports the compute slices admitted by
@@ -288,7 +288,7 @@ def report(results: list[SeedResult], timings: dict[str, Timing], engine_missing
     ran = [r for r in results if r.engine and r.engine.audit]
     engine = statistics.mean(r.engine.audit.admitted_slices for r in ran) if ran else None
     if engine_missing:
-        print(f"ENGINE MISSING: pools/placement.py cannot be imported ({engine_missing}); no engine figures.")
+        print(f"ENGINE MISSING: pools.placement cannot be imported ({engine_missing}); no engine figures.")
     elif len(ran) < len(results):
         print(f"ENGINE BUG: the engine failed on {len(results) - len(ran)} of {len(results)} seeds.")
     if engine is not None:

@@ -17,7 +17,6 @@ from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 
 from pools import capacity_version, mig, placement
-from pools import placement_availability as availability
 from pools.models import (
     Cluster,
     GpuCapacity,
@@ -25,6 +24,7 @@ from pools.models import (
     NodeCapacity,
     SpecAndCount,
 )
+from pools.placement import availability
 from pools.specs import Spec, specs_of
 
 if TYPE_CHECKING:

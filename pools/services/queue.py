@@ -42,7 +42,7 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
-from pools.placement_reasons import Reason
+from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters
 from pools.services import dispatch
 from pools.services.transitions import transition

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from pools.management.commands.place import Command
 from pools.placement import Assignment, Placement, Reconfigure
-from pools.placement_trace import read_trace
+from pools.placement.trace import read_trace
 from tests.pools.test_placement import check_placement
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,8 +33,8 @@ from pools.placement import (
     shortfall,
     validate_request,
 )
-from pools.placement_availability import Availability, availability, emptied
-from pools.placement_index import FleetIndex
+from pools.placement.availability import Availability, availability, emptied
+from pools.placement.index import FleetIndex
 
 H100, A100, H200 = "H100-80GB", "A100-40GB", "H200-141GB"
 

@@ -8,7 +8,7 @@ from typing import TextIO
 from django.core.management.base import BaseCommand, CommandError
 
 from pools.placement import place_all
-from pools.placement_trace import TraceError, read_trace, write_results
+from pools.placement.trace import TraceError, read_trace, write_results
 
 HELP = """Place the requests of a trace on its GPUs, in order, each whole or not at all, and print the
 placements as JSON (API.md, "Placement trace"). Reads no database row and writes none.

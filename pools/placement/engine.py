@@ -11,10 +11,10 @@ Words used here (MIG geometry words are pools/mig.py's):
 - assignment: one instance (or one whole GPU) given to a request, after the request's reconfigures.
 - placement: the answer for one request: its reconfigures and assignments, or the reason it was not placed.
 
-The engine is pure: no Django, no I/O, no clock. The planning itself is in pools/placement_plan.py, the
-choice of new layouts in pools/placement_layouts.py, the fleet index in pools/placement_index.py, the
-reasons in pools/placement_reasons.py, the JSON trace of `manage.py place` in pools/placement_trace.py,
-and the plain data in pools/placement_types.py.
+The engine is pure: no Django, no I/O, no clock. The planning itself is in pools/placement/plan.py, the
+choice of new layouts in pools/placement/layouts.py, the fleet index in pools/placement/index.py, the
+reasons in pools/placement/reasons.py, the JSON trace of `manage.py place` in pools/placement/trace.py,
+and the plain data in pools/placement/types.py.
 """
 
 from __future__ import annotations
@@ -25,28 +25,13 @@ from dataclasses import replace
 from itertools import islice
 
 from pools.mig import FULL_GPU, Instance, UnknownGpuModel, UnknownProfile, gpu_model, validate_layout
-from pools.placement_index import FleetIndex, has_allocation
-from pools.placement_layouts import RECENT_WEIGHT, evidence_weight
-from pools.placement_plan import QUEUE_WINDOW, plan_request, wanted_by_model
-from pools.placement_reasons import shortfall as cluster_shortfall
-from pools.placement_types import Assignment, Fleet, Gpu, Item, Placement, Reconfigure, Request, Slot
+from pools.placement.index import FleetIndex, has_allocation
+from pools.placement.layouts import RECENT_WEIGHT, evidence_weight
+from pools.placement.plan import QUEUE_WINDOW, plan_request, wanted_by_model
+from pools.placement.reasons import shortfall as cluster_shortfall
+from pools.placement.types import Assignment, Fleet, Gpu, Placement, Reconfigure, Request, Slot
 
-__all__ = [  # the engine, and the plain data it takes and gives (defined in placement_types)
-    "Assignment",
-    "Fleet",
-    "Gpu",
-    "Item",
-    "Placement",
-    "Reconfigure",
-    "Request",
-    "Slot",
-    "apply",
-    "fleet_index",
-    "place",
-    "place_all",
-    "shortfall",
-    "validate_request",
-]
+__all__ = ["apply", "fleet_index", "place", "place_all", "shortfall", "validate_request"]
 
 
 def fleet_index(fleet: Fleet) -> FleetIndex:

@@ -1,6 +1,6 @@
 """The placement engine's plain data: GPUs and their slots, the fleet, requests and their items, and the
-answer for a request (its reconfigures and assignments). Words as in pools/placement.py; no behaviour here,
-so every module of the engine can use these without importing the engine."""
+answer for a request (its reconfigures and assignments). Words as in pools/placement/engine.py; no behaviour
+here, so every module of the engine can use these without importing the engine."""
 
 from __future__ import annotations
 

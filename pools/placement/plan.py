@@ -6,10 +6,10 @@ The order of preference, per GPU model of the request, in one cluster:
 2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway.
 3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
 4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
-   on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement_layouts.py).
+   on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement/layouts.py).
 Each cluster that holds the request's models is planned; the plan that changes least wins.
 
-Plain data in and out: positions in the fleet, (profile, start) pairs. pools/placement.py wraps them.
+Plain data in and out: positions in the fleet, (profile, start) pairs. pools/placement/engine.py wraps them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU
-from pools.placement_index import Bucket, FleetIndex
-from pools.placement_layouts import (
+from pools.placement.index import Bucket, FleetIndex
+from pools.placement.layouts import (
     Counts,
     Recent,
     best_filler_score,
@@ -30,14 +30,14 @@ from pools.placement_layouts import (
     plan_layouts,
     recent_demand,
 )
-from pools.placement_reasons import unplaced_reason
+from pools.placement.reasons import unplaced_reason
 
 if TYPE_CHECKING:
-    from pools.placement_types import Request
+    from pools.placement.types import Request
 
 # The queue is read this far ahead: more than enough demand to fill the few GPUs one request re-partitions.
 QUEUE_WINDOW = 64
-# Score units (see pools/placement_layouts.py): a provisioned layout is kept unless a new one would serve
+# Score units (see pools/placement/layouts.py): a provisioned layout is kept unless a new one would serve
 # later demand better by more than this (one and a half generic compute slices), as re-cutting pauses a node.
 KEEP_LAYOUT_SLACK = 150
 # Wholly free GPUs whose provisioned layout is compared with a new one, per profile asked for.

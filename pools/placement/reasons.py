@@ -8,8 +8,8 @@ that the portal can show it in the reader's language; the templates are marked w
 from __future__ import annotations
 
 from pools.mig import COMPUTE_SLICES
-from pools.placement_index import Bucket, FleetIndex
-from pools.placement_layouts import catalogue
+from pools.placement.index import Bucket, FleetIndex
+from pools.placement.layouts import catalogue
 
 Wanted = dict[str, tuple[int, dict[str, int]]]  # model -> (full GPUs, {profile: instances})
 

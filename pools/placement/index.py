@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pools.placement_types import Gpu
+    from pools.placement.types import Gpu
 
 BucketKey = tuple[str, str, "str | None"]  # cluster, model, group
 

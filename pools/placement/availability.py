@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from pools.mig import FULL_GPU, gpu_model
-from pools.placement_index import has_allocation
+from pools.placement.index import has_allocation
 
 Key = tuple[str, "str | None", str, str]  # cluster, group (None: any), model, profile
 

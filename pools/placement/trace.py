@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pools.mig import FULL_GPU, Instance, UnknownGpuModel, gpu_model, layout_errors
-from pools.placement import validate_request
-from pools.placement_types import Fleet, Gpu, Item, Placement, Request, Slot
+from pools.placement.engine import validate_request
+from pools.placement.types import Fleet, Gpu, Item, Placement, Request, Slot
 
 
 class TraceError(ValueError):

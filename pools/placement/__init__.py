@@ -1,0 +1,27 @@
+"""The placement engine, pure (no Django, no I/O, no clock): `place`, `place_all` and the plain data they use.
+
+Modules: `engine` (place a request), `plan` (plan one request), `layouts` (choose new MIG layouts), `index`
+(the fleet, indexed), `reasons` (why a request does not fit), `availability` (how much one request could
+get), `trace` (the JSON of `manage.py place`), `types` (the plain data). None of them imports this package,
+so each can be imported alone.
+"""
+
+from pools.placement.engine import apply, fleet_index, place, place_all, shortfall, validate_request
+from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Reconfigure, Request, Slot
+
+__all__ = [
+    "Assignment",
+    "Fleet",
+    "Gpu",
+    "Item",
+    "Placement",
+    "Reconfigure",
+    "Request",
+    "Slot",
+    "apply",
+    "fleet_index",
+    "place",
+    "place_all",
+    "shortfall",
+    "validate_request",
+]
