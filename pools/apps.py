@@ -3,10 +3,32 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from portal.shell import AppPlugin, EmailTopic, Link
+
+# The e-mails about a person's requests and pools (pools/notifications.py), which they may turn off.
+EMAIL_TOPIC = "pools"
+
 
 class PoolsConfig(AppConfig):
     name = "pools"
     verbose_name = _("GPU pools")
+    plugin = AppPlugin(
+        urls="pools.urls",
+        api="pools.api.urls",
+        nav=(Link(_("Capacity"), "capacity-dashboard", permission="pools.view_gpucapacity"),),
+        tenant_tabs=(
+            Link(_("All requests"), "tenant-requests"),
+            Link(_("All pools"), "tenant-pools"),
+        ),
+        project_sections=("pools.views.project_section",),
+        email_topics=(
+            EmailTopic(
+                EMAIL_TOPIC,
+                _("e-mail me about my GPU requests and pools"),
+                _("Decisions, activation, failure and release."),
+            ),
+        ),
+    )
 
     def ready(self) -> None:
         # Each driver registers its kind on import; importing them here keeps base free of them.

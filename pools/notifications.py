@@ -1,7 +1,8 @@
 """E-mails to tenants about their requests and pools, one per event that matters to them.
 
 An event that a person should hear about (approved, rejected, active, failed, released)
-is e-mailed to who asked, unless they turned pool e-mails off. The Celery task marks the
+is e-mailed to who asked, unless they turned these e-mails off
+(the topic `EMAIL_TOPIC` of the notification settings). The Celery task marks the
 event as e-mailed in the same transaction, so a redelivered task sends nothing twice.
 """
 
@@ -14,6 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 
+from pools.apps import EMAIL_TOPIC
 from pools.models import PoolEvent, PoolState, RequestState
 from pools.services import dispatch
 from portal.models import Preferences
@@ -45,7 +47,7 @@ def send_event_email(event_id: int) -> str:
             return "already sent"
         request = event.request
         person = request.submitted_by
-        if not person.email or not Preferences.wants_pool_emails(person):
+        if not person.email or not Preferences.wants_email(person, EMAIL_TOPIC):
             event.emailed_at = timezone.now()  # nothing to send, ever
             event.save(update_fields=["emailed_at"])
             return "not wanted"

@@ -10,6 +10,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -19,7 +20,7 @@ from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
 from portal.errors import PortalError
-from portal.permissions import require_pool_requester, staff_may
+from portal.permissions import can_request_pools, require_pool_requester, staff_may
 
 LIST_PAGE_SIZE = 50
 
@@ -169,6 +170,32 @@ def _tenant_list(
     context["page"] = Paginator(found, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     context["filtered"] = any(filters.values())
     return context, 200
+
+
+# The project page shows the latest few of each; the tenant's lists page through the rest.
+PROJECT_PAGE_LATEST = 10
+
+
+def _latest(rows: QuerySet, count: int = PROJECT_PAGE_LATEST) -> tuple[list, bool]:
+    """The first `count` rows, and whether there are more: one row more is read, never all of them."""
+    found = list(rows[: count + 1])
+    return found[:count], len(found) > count
+
+
+def project_section(request: HttpRequest, project) -> str:
+    """The project page's GPU part: its latest requests and pools, and the way to ask for more."""
+    requests, more_requests = _latest(selectors.project_requests(project=project))
+    pools, more_pools = _latest(selectors.project_pools(project=project))
+    context = {
+        "project": project,
+        "requests": requests,
+        "more_requests": more_requests,
+        "pools": pools,
+        "more_pools": more_pools,
+        "positions": selectors.queue_positions(),
+        "can_request": can_request_pools(user=request.user, tenant_id=project.tenant_id),
+    }
+    return render_to_string("pools/_project_pools.html", context, request=request)
 
 
 @login_required

@@ -8,6 +8,7 @@ from django.utils.translation import ngettext
 
 from portal import tokens
 from portal.models import ApiToken, Invitation, Membership, Preferences, Project, Tenant
+from portal.shell import email_topics
 
 admin.site.site_header = _("GPU Portal administration")
 admin.site.site_title = _("GPU Portal")
@@ -134,10 +135,19 @@ class InvitationAdmin(admin.ModelAdmin):
 class PreferencesAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
-    list_display = ["user", "pool_emails"]
-    list_filter = ["pool_emails"]
+    list_display = ["user", "emails_turned_off"]
     list_select_related = ["user"]
     search_fields = ["user__username", "user__email"]
+    fields = ["user", "emails_turned_off"]
+    readonly_fields = ["user", "emails_turned_off"]  # each person chooses on their notification settings
+
+    def has_add_permission(self, request) -> bool:
+        return False  # made when a person first saves their notification settings
+
+    @admin.display(description=_("e-mails turned off"))
+    def emails_turned_off(self, preferences):
+        labels = {topic.key: topic.label for topic in email_topics()}
+        return ", ".join(str(labels.get(key, key)) for key in preferences.emails_off) or "—"
 
 
 @admin.register(ApiToken)

@@ -10,6 +10,7 @@ from portal import services
 from portal.adapters import INVITATION_SESSION_KEY, JOINED_TENANT_SESSION_KEY, pending_invitation
 from portal.errors import PortalError
 from portal.models import NAMESPACE_MAX_LENGTH, SLUG_MAX_LENGTH, Preferences, Role, dns_label_validator
+from portal.shell import email_topics
 
 
 class ProjectForm(forms.Form):
@@ -52,10 +53,28 @@ class TokenForm(forms.Form):
     )
 
 
-class PreferencesForm(forms.ModelForm):
-    class Meta:
-        model = Preferences
-        fields = ["pool_emails"]
+class PreferencesForm(forms.Form):
+    """One box per e-mail topic that an app declares, ticked when the person wants those e-mails."""
+
+    def __init__(self, data=None, *, instance: Preferences):
+        super().__init__(data)
+        self.instance = instance
+        for topic in email_topics():
+            self.fields[f"email_{topic.key}"] = forms.BooleanField(
+                label=topic.label,
+                help_text=topic.help_text,
+                required=False,
+                initial=topic.key not in instance.emails_off,
+            )
+
+    def save(self) -> Preferences:
+        topics = email_topics()
+        known = {topic.key for topic in topics}
+        kept = [key for key in self.instance.emails_off if key not in known]  # of an app no longer installed
+        off = [topic.key for topic in topics if not self.cleaned_data[f"email_{topic.key}"]]
+        self.instance.emails_off = kept + off
+        self.instance.save(update_fields=["emails_off"])
+        return self.instance
 
 
 class SignupForm(AllauthSignupForm):

@@ -321,15 +321,20 @@ class Invitation(models.Model):
 
 
 class Preferences(models.Model):
-    """A person's choices about the portal itself, e.g. which e-mails they want."""
+    """A person's choices about the portal itself, e.g. which e-mails they want.
+
+    E-mail topics are declared by the apps that send them (`portal.shell.EmailTopic`); every topic is on
+    until the person turns it off, so a topic added later reaches everyone who has not said otherwise.
+    """
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preferences", verbose_name=_("user")
     )
-    pool_emails = models.BooleanField(
-        _("e-mail me about my GPU requests and pools"),
-        default=True,
-        help_text=_("Decisions, activation, failure and release."),
+    emails_off = models.JSONField(
+        _("e-mail topics turned off"),
+        default=list,
+        blank=True,
+        help_text=_("Keys of the e-mail topics this person does not want."),
     )
 
     class Meta:
@@ -340,9 +345,9 @@ class Preferences(models.Model):
         return f"preferences of {self.user}"
 
     @classmethod
-    def wants_pool_emails(cls, user) -> bool:
-        found = cls.objects.filter(user=user).values_list("pool_emails", flat=True).first()
-        return True if found is None else found
+    def wants_email(cls, user, topic: str) -> bool:
+        off = cls.objects.filter(user=user).values_list("emails_off", flat=True).first()
+        return topic not in (off or [])
 
 
 class TokenRevocation(models.TextChoices):

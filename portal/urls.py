@@ -1,28 +1,28 @@
 """URLs of the whole site: pages, accounts, admin, the API and its documentation."""
 
+from importlib import import_module
+
 from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from pools import api as pools_api
-from portal import api, errors, views
+from portal import api, errors, shell, views
 
+# One router answers /api/v1/ with every app's collections; each app brings its own routes.
 router = DefaultRouter(trailing_slash=True)
 router.register("tenants", api.TenantViewSet, basename="tenant")
 router.register("projects", api.ProjectViewSet, basename="project")
-router.register("clusters", pools_api.ClusterViewSet, basename="cluster")
-router.register("capacity/nodes", pools_api.NodeViewSet, basename="capacity-node")
-router.register("capacity/gpus", pools_api.GpuViewSet, basename="capacity-gpu")
-router.register("pool-requests", pools_api.PoolRequestViewSet, basename="pool-request")
-router.register("pools", pools_api.PoolViewSet, basename="pool")
-
-api_v1 = [
-    path("auth/token/", api.TokenView.as_view(), name="api-token"),
-    path("capacity/summary/", pools_api.CapacitySummaryView.as_view(), name="capacity-summary"),
-    path("specs/", pools_api.SpecListView.as_view(), name="specs"),
-    path("", include(router.urls)),
-]
+api_v1 = [path("auth/token/", api.TokenView.as_view(), name="api-token")]
+app_pages = []
+for plugin in shell.plugins():
+    if plugin.api:
+        app_api = import_module(plugin.api)
+        router.registry.extend(app_api.router.registry)
+        api_v1 += app_api.urlpatterns
+    if plugin.urls:
+        app_pages.append(path("", include(plugin.urls)))
+api_v1.append(path("", include(router.urls)))
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -34,7 +34,7 @@ urlpatterns = [
     path("t/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
     path("t/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
     path("invitations/<slug:token>/", views.invitation, name="invitation"),  # token_urlsafe alphabet
-    path("", include("pools.urls")),
+    *app_pages,
     path("accounts/notifications/", views.preferences, name="preferences"),
     path("accounts/tokens/", views.api_tokens, name="api-tokens"),
     path("accounts/tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),

@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal import selectors, services, tokens
+from portal import selectors, services, shell, tokens
 from portal.adapters import INVITATION_SESSION_KEY
 from portal.errors import InvalidInput, PortalError
 from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, ProjectForm, TokenForm
@@ -38,6 +38,7 @@ def _tenant_page(request, tenant, *, status=200, project_form=None, invitation_f
         "project_form": project_form or ProjectForm(),
         "invitation_form": invitation_form or InvitationForm(),
         "roles": Role.choices,
+        "tabs": shell.tenant_tabs(request.user, tenant.slug),
     }
     return render(request, "portal/tenant.html", context, status=status)
 
@@ -84,7 +85,12 @@ def project_create(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def project_detail(request: HttpRequest, tenant_slug: str, slug: str) -> HttpResponse:
     project = selectors.visible_project(user=request.user, tenant_slug=tenant_slug, slug=slug)
-    return render(request, "portal/project.html", {"project": project, "tenant": project.tenant})
+    context = {
+        "project": project,
+        "tenant": project.tenant,
+        "sections": shell.project_sections(request, project),
+    }
+    return render(request, "portal/project.html", context)
 
 
 @login_required

@@ -3,6 +3,7 @@
 from django.core import mail
 from django.urls import reverse
 
+from pools.apps import EMAIL_TOPIC
 from pools.models import PoolEvent
 from pools.notifications import send_event_email
 from pools.services import approve_request, reject_request, submit_request
@@ -35,13 +36,16 @@ def test_people_who_opted_out_get_nothing(sim_cluster, tenancy, staff_user, clie
     sync_cluster(cluster=sim_cluster)
     client.force_login(tenancy.acme_member)
     assert client.post(reverse("preferences"), {}).status_code == 302  # the box unticked
-    assert not Preferences.wants_pool_emails(tenancy.acme_member)
+    assert not Preferences.wants_email(tenancy.acme_member, EMAIL_TOPIC)
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
     approve_request(request_id=request.pk, approver=staff_user("approver"))
     event = PoolEvent.objects.get(request=request, to_state="approved")
     assert send_event_email(event.pk) == "not wanted"
     assert mail.outbox == []
-    assert "checked" not in client.get(reverse("preferences")).content.decode().split("pool_emails")[1][:80]
+    page = client.get(reverse("preferences")).content.decode()
+    assert "checked" not in page.split(f'name="email_{EMAIL_TOPIC}"')[1][:80]
+    assert client.post(reverse("preferences"), {f"email_{EMAIL_TOPIC}": "on"}).status_code == 302
+    assert Preferences.wants_email(tenancy.acme_member, EMAIL_TOPIC)
 
 
 def test_events_nobody_needs_to_hear_about_send_nothing(
