@@ -20,13 +20,17 @@ from rest_framework.views import exception_handler
 
 
 class PortalError(Exception):
-    """A request the domain refuses; `message` is shown to the user as is."""
+    """A request the domain refuses; `message` is shown to the user as is.
+
+    `field` names the input at fault where there is one, so that a form shows the message beside it.
+    """
 
     status_code = status.HTTP_400_BAD_REQUEST
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, *, field: str | None = None):
         super().__init__(message)
         self.message = message
+        self.field = field
 
 
 class InvalidInput(PortalError):
@@ -74,6 +78,14 @@ def bad_input(request: HttpRequest, reason: str) -> HttpResponse:
     if _is_api(request):
         return JsonResponse({"detail": reason}, status=400)
     return render(request, "400.html", {"reason": reason}, status=400)
+
+
+def refused(request: HttpRequest, error: PortalError) -> HttpResponse:
+    """A service's refusal that no view turned into an answer: its status and message, never a 500."""
+    if _is_api(request):
+        return JsonResponse({"detail": error.message}, status=error.status_code)
+    context = {"status": error.status_code, "reason": error.message}
+    return render(request, "refused.html", context, status=error.status_code)
 
 
 def csrf_failure(request: HttpRequest, reason: str = ""):

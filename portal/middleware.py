@@ -1,4 +1,5 @@
-"""Request guards of the whole site: bad input stops here, and staff without two-factor go set it up.
+"""Request guards of the whole site: bad input stops here, staff without two-factor go set it up, and
+a service's refusal that escapes a view answers with its own status.
 
 `BadInputMiddleware` is the one place that refuses what no view can use: a NUL
 character anywhere in the address, the query or a form (PostgreSQL cannot store
@@ -17,7 +18,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from portal.errors import bad_input
+from portal.errors import PortalError, bad_input, refused
 from portal.signin import staff_without_two_factor
 
 # Longest value one query parameter may have; filters, searches and `next` addresses fit easily.
@@ -57,6 +58,20 @@ class BadInputMiddleware:
         if problem is not None:
             return bad_input(request, problem)
         return self.get_response(request)
+
+
+class RefusalMiddleware:
+    """A PortalError that leaves a view (e.g. a state changed between a form's check and its save)
+    answers with its status and message, as the API does, instead of a server error."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        return refused(request, exception) if isinstance(exception, PortalError) else None
 
 
 class StaffTwoFactorMiddleware:

@@ -71,6 +71,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "portal.middleware.StaffTwoFactorMiddleware",
+    "portal.middleware.RefusalMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"

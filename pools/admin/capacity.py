@@ -13,6 +13,8 @@ from portal.errors import PortalError
 
 
 class ClusterForm(forms.ModelForm):
+    """The cluster's settings, checked by the same service that stores them (`register_cluster`)."""
+
     kubeconfig = forms.CharField(
         label=_("kubeconfig"),
         required=False,
@@ -25,28 +27,26 @@ class ClusterForm(forms.ModelForm):
         model = Cluster
         fields = ["name", "driver", "context", "in_cluster", "mig_config_map"]
 
+    def registration(self) -> dict:
+        """The arguments of `register_cluster`; name and driver never change once a cluster exists."""
+        data = self.cleaned_data
+        return {
+            "name": self.instance.name if self.instance.pk else data.get("name", ""),
+            "driver": self.instance.driver if self.instance.pk else data.get("driver", ""),
+            "kubeconfig": data.get("kubeconfig") or None,  # left empty: keep the stored one
+            "context": data.get("context", ""),
+            "in_cluster": data.get("in_cluster", False),
+            "mig_config_map": data.get("mig_config_map", ""),
+        }
+
     def clean(self):
         data = super().clean()
-        text = data.get("kubeconfig", "")
-        if data.get("driver") == Cluster.Driver.KUBERNETES and not data.get("in_cluster"):
-            if not text and not (self.instance.pk and self.instance.has_kubeconfig):
-                self.add_error(
-                    "kubeconfig", _("A Kubernetes cluster needs a kubeconfig, or in-cluster credentials.")
-                )
-            elif text:
-                try:
-                    services.check_kubeconfig(text, data.get("context", ""))
-                except PortalError as error:
-                    self.add_error("kubeconfig", error.message)
+        if not self.errors:
+            try:
+                services.check_cluster(**self.registration())
+            except PortalError as error:
+                self.add_error(error.field if error.field in self.fields else None, error.message)
         return data
-
-    def save(self, commit=True):
-        cluster = super().save(commit=False)
-        if self.cleaned_data.get("kubeconfig"):
-            cluster.set_kubeconfig(self.cleaned_data["kubeconfig"])
-        if commit:
-            cluster.save()
-        return cluster
 
 
 @admin.register(Cluster)
@@ -68,6 +68,17 @@ class ClusterAdmin(admin.ModelAdmin):
         "next_sync_at",
     ]
     actions = ["sync_now"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A cluster's name and driver are where its nodes, GPUs and pools come from: they never change.
+        return [*self.readonly_fields, "name", "driver"] if obj else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        # Checked by the form already; a refusal now (someone changed it meanwhile) is answered as such.
+        cluster, _created = services.register_cluster(**form.registration())
+        obj.pk = cluster.pk
+        if not change:
+            services.request_sync(cluster=cluster)  # read it now, on a worker
 
     def get_queryset(self, request):
         from django.db.models import Count, Q

@@ -5,8 +5,9 @@ transaction, locks what it changes, and refuses bad input with a PortalError.
 """
 
 from pools.services.capacity import (
+    check_cluster,
     check_kubeconfig,
-    register_kubernetes_cluster,
+    register_cluster,
     set_gpu_drained,
     set_node_drained,
     set_node_group,
@@ -27,12 +28,13 @@ __all__ = [
     "admit_waiting",
     "approve_request",
     "cancel_request",
+    "check_cluster",
     "check_kubeconfig",
     "check_purpose",
     "fail_pool",
     "finish_release",
     "provision_step",
-    "register_kubernetes_cluster",
+    "register_cluster",
     "reject_request",
     "release_pool",
     "request_sync",

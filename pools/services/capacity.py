@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import yaml
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from pools import capacity_version
@@ -136,38 +136,97 @@ def _kubeconfig_entries(config: dict, field: str) -> dict[str, dict]:
     return found
 
 
-def register_kubernetes_cluster(
-    *, name: str, kubeconfig: str = "", context: str = "", in_cluster: bool = False, mig_config_map: str = ""
-) -> tuple[Cluster, bool]:
-    """Add or update a Kubernetes cluster; returns (cluster, created). The kubeconfig is stored encrypted."""
+def check_cluster(
+    *,
+    name: str,
+    driver: str = Cluster.Driver.KUBERNETES,
+    kubeconfig: str | None = None,
+    context: str = "",
+    in_cluster: bool = False,
+    mig_config_map: str = "",
+) -> None:
+    """Refuse settings of a cluster that could not be used, saying why; `register_cluster` runs this too.
+
+    `kubeconfig=None` keeps the kubeconfig stored for a cluster of that name (it is checked again, since
+    the context may change); text replaces it.
+    """
+    _check_name(name)
+    existing = Cluster.objects.filter(name=name).first()
+    if existing is not None and existing.driver != driver:
+        raise InvalidInput(
+            _("%(name)s is a %(driver)s cluster.") % {"name": name, "driver": existing.driver}, field="driver"
+        )
+    if mig_config_map and mig_config_map.count("/") != 1:
+        raise InvalidInput(_("The MIG config map is given as namespace/name."), field="mig_config_map")
+    if driver == Cluster.Driver.SIMULATED:
+        if kubeconfig or in_cluster:
+            raise InvalidInput(_("A simulated cluster takes no Kubernetes credentials."), field="kubeconfig")
+        return
+    if driver != Cluster.Driver.KUBERNETES:
+        raise InvalidInput(_("Unknown cluster driver %(driver)s.") % {"driver": driver}, field="driver")
+    if in_cluster:
+        return
+    if kubeconfig is None:
+        kubeconfig = existing.kubeconfig() if existing is not None else ""
+    if not kubeconfig:
+        raise InvalidInput(
+            _("A Kubernetes cluster needs a kubeconfig, or in-cluster credentials."), field="kubeconfig"
+        )
+    try:
+        check_kubeconfig(kubeconfig, context)
+    except InvalidInput as error:
+        raise InvalidInput(error.message, field="kubeconfig") from error
+
+
+def _check_name(name: str) -> None:
     try:
         dns_label_validator(name)
     except ValidationError as error:
         raise InvalidInput(
-            _("Cluster name %(name)s: %(why)s") % {"name": name, "why": " ".join(error.messages)}
+            _("Cluster name %(name)s: %(why)s") % {"name": name, "why": " ".join(error.messages)},
+            field="name",
         ) from error
     if len(name) > 63:
-        raise InvalidInput(_("A cluster name has at most 63 characters."))
-    if not in_cluster:
-        check_kubeconfig(kubeconfig, context)
-    if mig_config_map and mig_config_map.count("/") != 1:
-        raise InvalidInput(_("The MIG config map is given as namespace/name."))
+        raise InvalidInput(_("A cluster name has at most 63 characters."), field="name")
+
+
+def register_cluster(
+    *,
+    name: str,
+    driver: str = Cluster.Driver.KUBERNETES,
+    kubeconfig: str | None = None,
+    context: str = "",
+    in_cluster: bool = False,
+    mig_config_map: str = "",
+) -> tuple[Cluster, bool]:
+    """Add a cluster, or change the settings of one; returns (cluster, created).
+
+    The kubeconfig is stored encrypted; `None` keeps the stored one. The cluster is read at the next
+    sync tick; callers that want it read now call `sync_inventory` or `request_sync`.
+    """
+    settings = {"kubeconfig": kubeconfig, "context": context, "in_cluster": in_cluster}
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().filter(name=name).first()
+        check_cluster(name=name, driver=driver, mig_config_map=mig_config_map, **settings)
         created = cluster is None
         if created:
-            cluster = Cluster(name=name, driver=Cluster.Driver.KUBERNETES)
-        elif cluster.driver != Cluster.Driver.KUBERNETES:
-            raise InvalidInput(
-                _("%(name)s is a %(driver)s cluster.") % {"name": name, "driver": cluster.driver}
-            )
-        cluster.set_kubeconfig("" if in_cluster else kubeconfig)
+            cluster = Cluster(name=name, driver=driver)
+        if in_cluster:
+            cluster.set_kubeconfig("")
+        elif kubeconfig is not None:
+            cluster.set_kubeconfig(kubeconfig)
         cluster.context = context
         cluster.in_cluster = in_cluster
         if mig_config_map:
             cluster.mig_config_map = mig_config_map
         cluster.next_sync_at = None  # try the new settings at the next tick
-        cluster.save()
+        try:
+            with transaction.atomic():
+                cluster.save()
+        except IntegrityError as error:  # registered by someone else in the meantime
+            raise InvalidInput(
+                _("Cluster %(name)s was registered at the same moment; try again.") % {"name": name}
+            ) from error
     return cluster, created
 
 

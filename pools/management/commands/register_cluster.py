@@ -1,19 +1,26 @@
-"""`manage.py register_cluster NAME --kubeconfig PATH [--context CTX] [--mig-config-map NS/NAME]`."""
+"""`manage.py register_cluster NAME [--kubeconfig PATH | --in-cluster] [--context CTX]
+[--mig-config-map NS/NAME]`.
+
+Without --kubeconfig or --in-cluster, a registered cluster keeps the kubeconfig it has.
+"""
 
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.services import register_kubernetes_cluster, sync_inventory
+from pools.services import register_cluster, sync_inventory
 from portal.errors import PortalError
 
 
 class Command(BaseCommand):
-    help = "Add (or update) a Kubernetes cluster. The kubeconfig is stored encrypted and never shown again."
+    help = (
+        "Add (or update) a Kubernetes cluster. The kubeconfig is stored encrypted and never shown again; "
+        "an update without --kubeconfig keeps it."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="cluster name (lower-case letters, digits and hyphens)")
-        source = parser.add_mutually_exclusive_group(required=True)
+        source = parser.add_mutually_exclusive_group()
         source.add_argument("--kubeconfig", type=Path, help="path of a kubeconfig file")
         source.add_argument(
             "--in-cluster", action="store_true", help="use the service account of the pod the portal runs in"
@@ -27,14 +34,14 @@ class Command(BaseCommand):
         parser.add_argument("--no-sync", action="store_true", help="do not read the cluster right away")
 
     def handle(self, *args, name, kubeconfig, in_cluster, context, mig_config_map, no_sync, **options):
-        text = ""
+        text = None  # not given: a registered cluster keeps its stored kubeconfig
         if kubeconfig is not None:
             try:
                 text = kubeconfig.read_text()
             except OSError as error:
                 raise CommandError(f"Cannot read {kubeconfig}: {error.strerror}") from error
         try:
-            cluster, created = register_kubernetes_cluster(
+            cluster, created = register_cluster(
                 name=name,
                 kubeconfig=text,
                 context=context,

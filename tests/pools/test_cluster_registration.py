@@ -1,0 +1,97 @@
+"""Clusters are registered through one service, whether from the admin or the command line: the same
+checks, the same storage, and a sync asked of a worker once a cluster is added in the admin."""
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from pools.models import Cluster
+from pools.services import dispatch, register_cluster
+from portal.errors import InvalidInput
+from tests.pools.test_operators import KUBECONFIG
+
+OTHER_KUBECONFIG = KUBECONFIG.replace("very-secret-token", "another-token")
+
+
+def add_form(**fields) -> dict:
+    return {
+        "name": "gpu-east",
+        "driver": "kubernetes",
+        "context": "",
+        "mig_config_map": "gpu-operator/custom-mig-parted-config",
+        "kubeconfig": KUBECONFIG,
+        **fields,
+    }
+
+
+def test_adding_a_cluster_in_the_admin_asks_a_worker_to_read_it(
+    db, staff_user, client, django_capture_on_commit_callbacks
+):
+    client.force_login(staff_user("operator"))
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post(reverse("admin:pools_cluster_add"), add_form())
+    assert response.status_code == 302
+    cluster = Cluster.objects.get(name="gpu-east")
+    assert cluster.kubeconfig() == KUBECONFIG
+    assert [(c.task, c.args) for c in callbacks if isinstance(c, dispatch.Send)] == [
+        (dispatch.SYNC, (cluster.pk,))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"driver": "simulated"}, "kubeconfig", "takes no Kubernetes credentials"),
+        ({"mig_config_map": "no-slash"}, "mig_config_map", "namespace/name"),
+        ({"kubeconfig": ""}, "kubeconfig", "needs a kubeconfig"),
+        ({"context": "elsewhere"}, "kubeconfig", "elsewhere"),
+    ],
+    ids=["simulated-with-credentials", "config-map", "no-kubeconfig", "unknown-context"],
+)
+def test_the_admin_refuses_what_the_service_refuses_beside_the_field(
+    fields, field, words, db, staff_user, client
+):
+    client.force_login(staff_user("operator"))
+    response = client.post(reverse("admin:pools_cluster_add"), add_form(**fields))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert words in " ".join(errors[field])
+    assert not Cluster.objects.exists()
+    with pytest.raises(InvalidInput, match=words):
+        register_cluster(**{**add_form(**fields), "kubeconfig": add_form(**fields)["kubeconfig"] or None})
+
+
+def test_a_changed_cluster_keeps_its_name_driver_and_stored_kubeconfig(db, staff_user, client):
+    cluster, _created = register_cluster(name="gpu-east", kubeconfig=KUBECONFIG)
+    client.force_login(staff_user("operator"))
+    url = reverse("admin:pools_cluster_change", args=[cluster.pk])
+    response = client.post(url, add_form(name="renamed", driver="simulated", kubeconfig="", context="ctx"))
+    assert response.status_code == 302
+    cluster.refresh_from_db()
+    assert (cluster.name, cluster.driver, cluster.context) == ("gpu-east", "kubernetes", "ctx")
+    assert cluster.kubeconfig() == KUBECONFIG
+    # A context the stored kubeconfig lacks is refused, though no new kubeconfig was pasted.
+    response = client.post(url, add_form(kubeconfig="", context="elsewhere"))
+    assert response.status_code == 200 and "elsewhere" in response.content.decode()
+    cluster.refresh_from_db()
+    assert cluster.context == "ctx"
+    # A pasted kubeconfig replaces the stored one.
+    assert client.post(url, add_form(kubeconfig=OTHER_KUBECONFIG)).status_code == 302
+    cluster.refresh_from_db()
+    assert cluster.kubeconfig() == OTHER_KUBECONFIG
+
+
+def test_the_command_keeps_the_stored_kubeconfig_when_none_is_given(db, tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    call_command("register_cluster", "gpu-east", "--kubeconfig", str(path), "--no-sync")
+    call_command("register_cluster", "gpu-east", "--context", "ctx", "--no-sync")
+    cluster = Cluster.objects.get(name="gpu-east")
+    assert cluster.kubeconfig() == KUBECONFIG and cluster.context == "ctx"
+
+
+def test_a_simulated_cluster_cannot_become_a_kubernetes_one(db):
+    register_cluster(name="sim", driver="simulated")
+    with pytest.raises(InvalidInput, match="is a simulated cluster"):
+        register_cluster(name="sim", kubeconfig=KUBECONFIG)
+    assert Cluster.objects.get(name="sim").kubeconfig() == ""
