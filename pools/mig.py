@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from itertools import combinations
 
 FULL_GPU_RESOURCE = "nvidia.com/gpu"
@@ -23,6 +24,21 @@ FULL_GPU = "full"  # the profile name the portal gives a whole GPU with MIG off
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
 MAX_INSTANCES = 7
+
+
+class MigState(StrEnum):
+    """Values of the node label nvidia.com/mig.config.state (the GPU Operator's MIG manager), plus unknown
+    when it is missing."""
+
+    PENDING = "pending"
+    REBOOTING = "rebooting"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+# While a node is in one of these, its layout is changing: nothing on it is placed or counted as free.
+MIG_CHANGING = (MigState.PENDING, MigState.REBOOTING)
 
 _MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _MEDIA_EXTENSION = "+me"

@@ -163,10 +163,34 @@ def running_worker(queue: str, workdir: Path, *, pool: str = "solo"):
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, tmp_path_factory):
-    """The session's worker, on the queue every task of the tests goes to."""
+def _session_worker(django_db_setup, tmp_path_factory):
     from portal.celery import app
 
     app.control.purge()  # tasks that earlier tests queued belong to databases that are gone
     with running_worker(TASK_QUEUE, tmp_path_factory.mktemp("worker")) as worker:
         yield worker
+
+
+@pytest.fixture
+def celery_worker(_session_worker):
+    """The session's worker, on the queue every task of the tests goes to. After the test it is left
+    idle — its queue empty, no task running — so that the database is emptied under no transaction of
+    a task the test set off (emptying it mid-task deadlocks, or the task writes into the next test)."""
+    yield _session_worker
+    wait_until_idle(_session_worker)
+
+
+def wait_until_idle(worker: Worker, timeout: float = 60) -> None:
+    from portal.celery import app
+
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    with app.connection_for_read() as connection:
+        redis = connection.default_channel.client
+        while quiet < 2:  # twice in a row: a running task may queue another as it ends
+            assert time.monotonic() < deadline, f"the worker is still busy:\n{worker.log.read_text()[-3000:]}"
+            inspect = app.control.inspect(timeout=0.5)
+            held = [*(inspect.active() or {}).items(), *(inspect.reserved() or {}).items()]
+            busy = any(tasks for name, tasks in held if name.startswith(f"{worker.queue}@"))
+            quiet = 0 if busy or redis.llen(worker.queue) else quiet + 1
+            time.sleep(0.1)

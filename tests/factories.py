@@ -1,8 +1,21 @@
-"""Factories for tests: `ProjectFactory(tenant=acme)`, `MembershipFactory(role=Role.ADMIN)`."""
+"""Factories for tests: `ProjectFactory(tenant=acme)`, `MembershipFactory(role=Role.ADMIN)`,
+`PoolFactory(project__tenant=acme, state=PoolState.RELEASED)`.
+
+They make rows a test needs as given state. A test about a transition goes through the services
+(`submit_request`, `approve_request`, `admit_waiting`, …) instead, since only they write events.
+"""
+
+from uuid import uuid4
 
 import factory
 from django.contrib.auth import get_user_model
+from django.db.backends.postgresql.psycopg_any import NumericRange
+from django.db.models import Max
+from django.utils import timezone
 
+from pools import mig
+from pools.models import Health, PoolState, RequestState
+from pools.specs import parse_spec
 from portal.models import Invitation, Membership, Project, Role, Tenant
 
 PASSWORD = "test-password-123"
@@ -118,3 +131,259 @@ class ClusterFactory(factory.django.DjangoModelFactory):
             from pools.drivers.simulated import fleet_state, seed
 
             seed(obj, fleet_state(extracted))
+
+    @factory.post_generation
+    def kubeconfig(obj, create, extracted, **kwargs):
+        """`kubeconfig=text`: the cluster's credentials, stored encrypted as registration stores them."""
+        if extracted:
+            obj.set_kubeconfig(extracted)
+            if create:
+                obj.save(update_fields=["kubeconfig_encrypted"])
+
+
+class GpuGroupFactory(factory.django.DjangoModelFactory):
+    """Nodes set aside for a workload type: `GpuGroupFactory(cluster=sim, name="training")`."""
+
+    class Meta:
+        model = "pools.GpuGroup"
+        django_get_or_create = ["cluster", "name"]
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"group{n}")
+
+
+class NodeCapacityFactory(factory.django.DjangoModelFactory):
+    """A ready GPU node as the inventory sync records it, MIG manager settled; `gpus=8` gives it eight
+    GPUs of its model, and `gpus__mig={"1g.18gb": 7}` cuts each of them:
+    `NodeCapacityFactory(cluster=sim, gpu_model="H200-141GB", gpus=2)`."""
+
+    class Meta:
+        model = "pools.NodeCapacity"
+        skip_postgeneration_save = True
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"node{n}")
+    gpu_model = "H100-80GB"
+    mig_strategy = "mixed"
+    mig_state = "success"
+    mig_state_since = factory.LazyFunction(timezone.now)
+
+    @factory.post_generation
+    def gpus(obj, create, extracted, **kwargs):
+        if create and extracted:
+            for index in range(extracted):
+                GpuCapacityFactory(node=obj, index=index, **kwargs)
+            obj.gpu_count = extracted
+            obj.save(update_fields=["gpu_count"])
+
+
+def _next_gpu_index(node) -> int:
+    if node.pk is None:
+        return 0
+    highest = node.gpus.aggregate(highest=Max("index"))["highest"]
+    return 0 if highest is None else highest + 1
+
+
+def _memory_mib(model: str) -> int:
+    from pools.drivers.simulated import PRODUCT_LABELS
+
+    return PRODUCT_LABELS[model][1] if model in PRODUCT_LABELS else 0
+
+
+def _mig_layout(model: str, counts: dict[str, int] | None) -> list[dict]:
+    """The instances `counts` places on one GPU of `model`, as the sync stores them."""
+    if counts is None:
+        return []
+    placed = mig.place_profiles(mig.gpu_model(model), counts)
+    if placed is None:
+        raise ValueError(f"{counts} does not fit on one {model}.")
+    return [{"profile": i.profile, "start": i.start, "uuid": f"MIG-{uuid4()}"} for i in sorted(placed)]
+
+
+class GpuCapacityFactory(factory.django.DjangoModelFactory):
+    """A healthy GPU of its node's model with MIG off; `mig={"1g.18gb": 7}` turns MIG on with those
+    instances placed as the MIG manager would place them: `GpuCapacityFactory(node=node, mig={"3g.71gb": 2})`.
+    Made alone, it gets a node of its own: `GpuCapacityFactory(node__gpu_model="H200-141GB")`."""
+
+    class Meta:
+        model = "pools.GpuCapacity"
+
+    class Params:
+        mig = None  # {profile: count} with MIG on; None: MIG off
+
+    node = factory.SubFactory(NodeCapacityFactory, gpu_count=1)
+    index = factory.LazyAttribute(lambda g: _next_gpu_index(g.node))
+    uuid = factory.LazyFunction(lambda: f"GPU-{uuid4()}")
+    model = factory.LazyAttribute(lambda g: g.node.gpu_model)
+    memory_mib = factory.LazyAttribute(lambda g: _memory_mib(g.model))
+    mig_capable = True
+    mig_enabled = factory.LazyAttribute(lambda g: g.mig is not None)
+    layout = factory.LazyAttribute(lambda g: _mig_layout(g.model, g.mig))
+    health = Health.OK
+
+
+class SpecAndCountFactory(factory.django.DjangoModelFactory):
+    """How many of one resource a node advertises: `SpecAndCountFactory(node=node, profile="1g.18gb",
+    capacity=7)`; all of it allocatable, none allocated to pools."""
+
+    class Meta:
+        model = "pools.SpecAndCount"
+
+    node = factory.SubFactory(NodeCapacityFactory)
+    profile = mig.FULL_GPU
+    resource_name = factory.LazyAttribute(lambda s: mig.resource_name(s.profile))
+    capacity = 1
+    allocatable = factory.SelfAttribute("capacity")
+
+
+APPROVED_STATES = {RequestState.APPROVED, RequestState.QUEUED, RequestState.FULFILLED}
+DEFAULT_ITEMS = [("h100-80gb.full", 1)]
+
+
+class PoolRequestFactory(factory.django.DjangoModelFactory):
+    """A project's request, submitted unless `state=` says otherwise, for one full H100 unless `items=`
+    lists (spec id, count) pairs as `submit_request` takes them:
+    `PoolRequestFactory(project=vision, state=RequestState.QUEUED, items=[("h200-141gb.mig-1g.18gb", 2)])`.
+    An approved, queued or fulfilled request was approved now, a rejected one decided now; who decided
+    stays empty unless `decided_by=` names them."""
+
+    class Meta:
+        model = "pools.PoolRequest"
+        skip_postgeneration_save = True
+
+    project = factory.SubFactory(ProjectFactory)
+    submitted_by = factory.SubFactory(UserFactory)
+    state = RequestState.SUBMITTED
+    approved_at = factory.LazyAttribute(lambda r: timezone.now() if r.state in APPROVED_STATES else None)
+    decided_at = factory.LazyAttribute(
+        lambda r: r.approved_at or (timezone.now() if r.state == RequestState.REJECTED else None)
+    )
+
+    @factory.post_generation
+    def items(obj, create, extracted, **kwargs):
+        if create:
+            for spec_id, count in DEFAULT_ITEMS if extracted is None else extracted:
+                RequestItemFactory(request=obj, spec=spec_id, count=count)
+
+
+class RequestItemFactory(factory.django.DjangoModelFactory):
+    """One line of a request, named by its spec id: `RequestItemFactory(request=r, spec="h100-80gb.full")`."""
+
+    class Meta:
+        model = "pools.RequestItem"
+
+    class Params:
+        spec = DEFAULT_ITEMS[0][0]
+
+    request = factory.SubFactory(PoolRequestFactory, items=[])
+    gpu_model = factory.LazyAttribute(lambda i: parse_spec(i.spec).gpu_model)
+    profile = factory.LazyAttribute(lambda i: parse_spec(i.spec).profile)
+    count = 1
+
+
+ENDED_STATES = {PoolState.RELEASED, PoolState.FAILED}
+
+
+class PoolFactory(factory.django.DjangoModelFactory):
+    """An active pool of its own fulfilled request, reserved (billed from) now:
+    `PoolFactory(project__tenant=acme)`,
+    `PoolFactory(project=vision, state=PoolState.RELEASED, reserved_at=t0, released_at=t1)`.
+    A released or failed pool was released now, or at `released_at=` if given, never before it was
+    reserved; any other pool has no `released_at`. Passing `request=` needs `project=request.project`."""
+
+    class Meta:
+        model = "pools.Pool"
+
+    project = factory.SubFactory(ProjectFactory)
+    request = factory.SubFactory(
+        PoolRequestFactory, project=factory.SelfAttribute("..project"), state=RequestState.FULFILLED
+    )
+    cluster = factory.SubFactory(ClusterFactory)
+    state = PoolState.ACTIVE
+    reserved_at = factory.LazyFunction(timezone.now)
+    active_at = factory.LazyAttribute(
+        lambda p: p.reserved_at if p.state not in (PoolState.PROVISIONING, PoolState.FAILED) else None
+    )
+    released_at = factory.LazyAttribute(
+        lambda p: max(p.reserved_at, timezone.now()) if p.state in ENDED_STATES else None
+    )
+    failure_reason = factory.LazyAttribute(
+        lambda p: "the GPU Operator failed to apply the MIG config" if p.state == PoolState.FAILED else ""
+    )
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        if kwargs["request"].project_id != kwargs["project"].pk:
+            raise ValueError("A pool belongs to its request's project: pass project=request.project.")
+        return super()._create(model_class, *args, **kwargs)
+
+
+def _gpu_model_offering(profile: str) -> str:
+    """The GPU model a new GPU for `profile` gets: an H100 where it has the profile."""
+    offering = [name for name, model in mig.GPU_MODELS.items() if profile in model.profiles]
+    if profile == mig.FULL_GPU or "H100-80GB" in offering:
+        return "H100-80GB"
+    if not offering:
+        raise ValueError(f"No GPU model has the MIG profile {profile!r}.")
+    return offering[0]
+
+
+def _free_slices(gpu, profile: str, *, live: bool) -> tuple[NumericRange, str]:
+    """The first memory slices `profile` may take on `gpu` that no live allocation holds, with the UUID
+    of the instance (or GPU) there. A MIG instance is one of the GPU's layout or planned layout, or,
+    where it has neither, one at a start the catalogue allows."""
+    taken = list(gpu.allocations.filter(released_at=None).values_list("slices", flat=True)) if live else []
+    if profile == mig.FULL_GPU:
+        candidates = [(0, mig.MEMORY_SLICES, gpu.uuid)]
+    else:
+        size = mig.gpu_model(gpu.model).profile(profile).memory_slices
+        instances = [*gpu.layout, *(gpu.planned_layout or {}).get("instances", [])]
+        starts = [(i["start"], i.get("uuid", "")) for i in instances if i["profile"] == profile]
+        if not instances:
+            starts = [(start, "") for start in mig.gpu_model(gpu.model).profile(profile).starts]
+        candidates = [(start, start + size, instance) for start, instance in starts]
+    for lower, upper, instance in candidates:
+        if all(upper <= t.lower or lower >= t.upper for t in taken):
+            return NumericRange(lower, upper), instance
+    raise ValueError(f"No free {profile} on GPU {gpu}; pass slices= to take held ones on purpose.")
+
+
+class AllocationFactory(factory.django.DjangoModelFactory):
+    """One full GPU (or MIG instance, `profile="1g.18gb"`) of a pool, on memory slices no live allocation
+    of that GPU holds, so that two of them never meet the database's exclusion constraint:
+    `AllocationFactory(pool=pool, gpu=gpu, profile="3g.71gb")` takes the GPU's first free 3g.71gb instance.
+    Without `gpu=` a new GPU of the pool's cluster is made for it (an H100 where it has the profile);
+    without `pool=` an active pool on the GPU's cluster. A released or failed pool's allocations are
+    released with it. `slices=NumericRange(0, 8)` takes exactly those slices, free or not.
+    SpecAndCount's `allocated` is not recounted."""
+
+    class Meta:
+        model = "pools.Allocation"
+
+    gpu = None  # made in _create, once the pool and profile are known
+    pool = factory.Maybe(
+        "gpu",
+        yes_declaration=factory.SubFactory(PoolFactory, cluster=factory.SelfAttribute("..gpu.node.cluster")),
+        no_declaration=factory.SubFactory(PoolFactory),
+    )
+    profile = mig.FULL_GPU
+    slices = None  # the first free ones, chosen in _create
+    resource_name = factory.LazyAttribute(lambda a: mig.resource_name(a.profile))
+    released_at = factory.LazyAttribute(lambda a: a.pool.released_at)
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        pool, profile = kwargs["pool"], kwargs["profile"]
+        if kwargs["gpu"] is None:
+            kwargs["gpu"] = GpuCapacityFactory(
+                node__cluster=pool.cluster,
+                node__gpu_model=_gpu_model_offering(profile),
+                mig=None if profile == mig.FULL_GPU else {profile: 1},
+            )
+        elif kwargs["gpu"].node.cluster_id != pool.cluster_id:
+            raise ValueError("An allocation's GPU must be in its pool's cluster.")
+        if kwargs["slices"] is None:
+            live = kwargs["released_at"] is None
+            kwargs["slices"], found = _free_slices(kwargs["gpu"], profile, live=live)
+            kwargs.setdefault("instance_uuid", found)
+        return super()._create(model_class, *args, **kwargs)

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from pools import services
 from pools.api.requests import RequestItemSerializer
-from pools.models import Allocation, Pool
+from pools.models import Allocation, Pool, PoolState
 from pools.pricing import estimated_hourly_cost
 from pools.specs import Spec
 
@@ -74,7 +74,9 @@ class PoolSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(AllocationSerializer(many=True))
     def get_allocations(self, pool) -> list[dict]:
-        live = [a for a in pool.allocations.all() if a.released_at is None or pool.state == "released"]
+        live = [
+            a for a in pool.allocations.all() if a.released_at is None or pool.state == PoolState.RELEASED
+        ]
         return AllocationSerializer(live, many=True).data
 
     def get_hourly_cost(self, pool) -> str | None:

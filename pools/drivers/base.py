@@ -8,13 +8,13 @@ the registry by the cluster's `driver` field.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from django.utils.translation import gettext as _
+
+from pools.mig import MigState
 
 if TYPE_CHECKING:
     from pools.models import Cluster
@@ -48,16 +48,6 @@ class NamespaceNotManaged(DriverError):
             )
             % {"namespace": namespace}
         )
-
-
-class MigState(StrEnum):
-    """Values of the node label nvidia.com/mig.config.state, plus unknown when it is missing."""
-
-    PENDING = "pending"
-    REBOOTING = "rebooting"
-    SUCCESS = "success"
-    FAILED = "failed"
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -161,39 +151,6 @@ class ClusterDriver(Protocol):
         """Set the GPU ResourceQuota of a namespace to exactly these counts."""
 
     def remove_quota(self, namespace: str) -> None: ...
-
-
-class MigChangeFailed(DriverError):
-    pass
-
-
-class MigChangeTimedOut(DriverError):
-    pass
-
-
-def wait_for_mig(
-    driver: ClusterDriver, node: str, config: str, *, timeout: float, poll: float = 2.0, sleep=time.sleep
-) -> MigStatus:
-    """Poll a node until the GPU Operator reports the outcome of `config`.
-
-    Raises MigChangeFailed when it reports `failed` or the node was given another
-    config meanwhile, and MigChangeTimedOut when it is still pending (or rebooting)
-    after `timeout` seconds — the known wedge of a node stuck in `pending`.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        status = driver.mig_state(node)
-        if status.config != config:
-            raise MigChangeFailed(f"{node} was given MIG config {status.config!r} instead of {config!r}.")
-        if status.state == MigState.SUCCESS:
-            return status
-        if status.state == MigState.FAILED:
-            raise MigChangeFailed(f"the GPU Operator could not apply {config} on {node}.")
-        if time.monotonic() >= deadline:
-            raise MigChangeTimedOut(
-                f"{node} is still {status.state} after {timeout:.0f} s applying {config}."
-            )
-        sleep(poll)
 
 
 QUOTA_NAME = "gpu-portal"

@@ -31,7 +31,6 @@ from pools.drivers.base import (
     GpuInfo,
     GpuLayout,
     MigInstanceInfo,
-    MigState,
     MigStatus,
     NamespaceNotManaged,
     NodeInfo,
@@ -40,6 +39,7 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
+from pools.mig import MigState
 from pools.models import Cluster
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,6 @@ from pools.drivers.base import (
     GpuInfo,
     GpuLayout,
     MigInstanceInfo,
-    MigState,
     MigStatus,
     NamespaceNotManaged,
     NodeInfo,
@@ -38,6 +37,7 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
+from pools.mig import MigState
 from pools.models import Cluster, SimulatedClusterState
 
 OUTCOMES = ("success", "failed", "wedge")

@@ -165,7 +165,7 @@ class NodeCapacity(models.Model):
     @property
     def mig_stuck(self) -> bool:
         """A MIG change pending longer than MIG_PENDING_TIMEOUT_SECONDS: the known wedge."""
-        if self.mig_state not in ("pending", "rebooting") or self.mig_state_since is None:
+        if self.mig_state not in mig.MIG_CHANGING or self.mig_state_since is None:
             return False
         waited = (timezone.now() - self.mig_state_since).total_seconds()
         return waited > settings.MIG_PENDING_TIMEOUT_SECONDS

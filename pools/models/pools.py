@@ -20,6 +20,8 @@ from django.contrib.postgres.fields import IntegerRangeField, RangeOperators
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from pools.mig import FULL_GPU
+
 
 class RequestState(models.TextChoices):
     SUBMITTED = "submitted", _("submitted")
@@ -225,7 +227,7 @@ class Allocation(models.Model):
 
     @property
     def start(self) -> int | None:
-        return None if self.profile == "full" else self.slices.lower
+        return None if self.profile == FULL_GPU else self.slices.lower
 
 
 class PoolEvent(models.Model):

@@ -65,7 +65,7 @@ def gpus(*, cluster: str = "", node: str = "", model: str = "") -> QuerySet[GpuC
 
 
 def compute_slices_of(model: str, profile: str) -> int:
-    if profile == "full":
+    if profile == mig.FULL_GPU:
         return mig.COMPUTE_SLICES
     try:
         return mig.gpu_model(model).profile(profile).compute_slices

@@ -67,7 +67,7 @@ class ClusterView:
 def _segments(gpu: GpuCapacity, holders: dict[tuple[int, int], str]) -> list[Segment]:
     """The GPU's memory slices as instances (with the project holding each) and free runs."""
     if not gpu.mig_enabled:
-        return [_held(Segment(0, mig.MEMORY_SLICES, "full", gpu.uuid), holders.get((gpu.pk, 0), ""))]
+        return [_held(Segment(0, mig.MEMORY_SLICES, mig.FULL_GPU, gpu.uuid), holders.get((gpu.pk, 0), ""))]
     try:
         model = mig.gpu_model(gpu.model)
     except ValueError:

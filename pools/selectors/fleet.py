@@ -72,7 +72,7 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
                 group=node.group.name if node.group and use_groups[node.cluster_id] else None,
                 cluster=node.cluster.name,
                 schedulable=gpu.schedulable and node.ready,
-                reconfiguring=node.mig_state in ("pending", "rebooting") or planned is not None,
+                reconfiguring=node.mig_state in mig.MIG_CHANGING or planned is not None,
             )
         )
     return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
@@ -35,9 +35,9 @@ from pools.drivers.base import (
     DriverError,
     GpuLayout,
     MigInstanceInfo,
-    MigState,
     driver_for,
 )
+from pools.mig import FULL_GPU, MigState
 from pools.models import Allocation, GpuCapacity, Pool, PoolState
 from pools.services import dispatch
 from pools.services.inventory import sync_inventory
@@ -196,7 +196,7 @@ def _mig_changes(pool: Pool, driver) -> bool:
 def _bind_instances(pool: Pool) -> None:
     """Record the UUID of each MIG instance the pool holds, now that the cluster reports them."""
     for allocation in Allocation.objects.filter(pool=pool, released_at__isnull=True).select_related("gpu"):
-        if allocation.profile == "full":
+        if allocation.profile == FULL_GPU:
             uuid = allocation.gpu.uuid
         else:
             uuid = next(
@@ -212,20 +212,24 @@ def _bind_instances(pool: Pool) -> None:
 
 
 def fail_pool(*, pool_id: int, reason: str) -> Pool:
-    """Give the pool's capacity back and tell why; its request stays fulfilled, the pool failed."""
+    """Give the pool's capacity back and tell why; its request stays fulfilled, the pool failed.
+
+    Billing stops when the capacity is given back: `released_at` is that moment, as for a release.
+    """
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)
         if pool.state != PoolState.PROVISIONING:
             return pool
         transition(pool, PoolState.FAILED, reason=reason)
         pool.failure_reason = reason[:4000]
-        pool.save(update_fields=["state", "failure_reason"])
-        _free(pool)
+        pool.released_at = _free(pool)
+        pool.save(update_fields=["state", "failure_reason", "released_at"])
     log.warning("pool %s failed: %s", pool.pk, reason)
     return pool
 
 
-def _free(pool: Pool) -> None:
+def _free(pool: Pool) -> datetime:
+    """Release the pool's live allocations and re-run the queue; returns the moment they were freed."""
     lock_capacity()
     now = timezone.now()
     live = Allocation.objects.filter(pool=pool, released_at__isnull=True)
@@ -238,6 +242,7 @@ def _free(pool: Pool) -> None:
     ).update(planned_layout=None)
     recount_allocated(node_ids)
     dispatch.after_commit(dispatch.ADMIT)
+    return now
 
 
 def release_pool(*, pool_id: int, user) -> Pool:

@@ -6,11 +6,11 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pools.models import GpuGroup, Pool, RequestState
+from pools.models import Pool, RequestState
 from pools.services import admit_waiting, approve_request, submit_request
 from pools.sync import sync_cluster
 from portal.errors import InvalidInput
-from tests.factories import ClusterFactory
+from tests.factories import ClusterFactory, GpuGroupFactory
 
 LAYOUTS = {  # per model: MIG off, or a layout partly or wholly cut
     "H100-80GB": [None, {"1g.10gb": 7}, {"3g.40gb": 2}, {"4g.40gb": 1}],
@@ -41,7 +41,7 @@ def build(clusters):
         sync_cluster(cluster=cluster)
         for prefix, _model, _layouts, group in nodes:
             if group:
-                gpu_group, _ = GpuGroup.objects.get_or_create(cluster=cluster, name=group)
+                gpu_group = GpuGroupFactory(cluster=cluster, name=group)
                 cluster.nodes.filter(name__startswith=prefix).update(group=gpu_group)
 
 

@@ -4,9 +4,10 @@ change made through the portal's services bumps that version."""
 import pytest
 
 from pools import capacity_version, selectors
-from pools.models import GpuCapacity, GpuGroup, NodeCapacity
+from pools.models import GpuCapacity, NodeCapacity
 from pools.services import admit_waiting, approve_request, set_gpu_drained, set_node_group, submit_request
 from pools.sync import sync_cluster
+from tests.factories import GpuGroupFactory
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_the_picture_is_kept_until_capacity_changes(reused, tenancy, staff_user)
 
 def test_group_changes_bump_the_version(reused):
     before = capacity_version.current()
-    group = GpuGroup.objects.create(cluster=reused, name="training")
+    group = GpuGroupFactory(cluster=reused, name="training")
     set_node_group(node=NodeCapacity.objects.get(name="h100-1"), group=group)
     assert capacity_version.current() != before
     assert h100_full(purpose="training") == 8

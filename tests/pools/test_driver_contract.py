@@ -5,6 +5,8 @@ GPU Operator's MIG manager); `SimulatedDriver` runs its embedded fleet. Each tes
 once per driver through a small "world" adapter that sets the scene and reads the truth.
 """
 
+import time
+
 import pytest
 
 from pools.drivers.base import (
@@ -13,17 +15,16 @@ from pools.drivers.base import (
     ClusterUnreachable,
     DriverError,
     GpuLayout,
-    MigChangeFailed,
-    MigChangeTimedOut,
     MigInstanceInfo,
-    MigState,
+    MigStatus,
     NamespaceNotManaged,
     driver_for,
-    wait_for_mig,
 )
 from pools.drivers.simulated import SimulatedDriver, seed
-from pools.models import Cluster, NodeCapacity
+from pools.mig import MigState
+from pools.models import NodeCapacity
 from pools.sync import sync_cluster
+from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
 PRODUCTS = {"H200-141GB": ("NVIDIA-H200", 143771), "H100-80GB": ("NVIDIA-H100-80GB-HBM3", 81559)}
@@ -31,7 +32,7 @@ PRODUCTS = {"H200-141GB": ("NVIDIA-H200", 143771), "H100-80GB": ("NVIDIA-H100-80
 
 class SimulatedWorld:
     def __init__(self, tmp_path):
-        self.cluster = Cluster.objects.create(name="sim", driver="simulated")
+        self.cluster = ClusterFactory(name="sim", driver="simulated")
         seed(self.cluster, {"reachable": True, "nodes": {}, "namespaces": {}, "quotas": {}, "pods": []})
         self.control = SimulatedDriver(self.cluster)
 
@@ -75,9 +76,11 @@ class KubeWorld:
     def __init__(self, tmp_path):
         self.tmp = tmp_path
         self.server = KubeApiServer(mig_apply_seconds=0.05).start()
-        self.cluster = Cluster(name="kube", driver="kubernetes")
-        self.cluster.set_kubeconfig(self.server.write_kubeconfig(tmp_path / "kubeconfig").read_text())
-        self.cluster.save()
+        self.cluster = ClusterFactory(
+            name="kube",
+            driver="kubernetes",
+            kubeconfig=self.server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
+        )
 
     def add_gpu_node(self, name, model="H200-141GB"):
         product, memory = PRODUCTS[model]
@@ -126,6 +129,19 @@ def driver(world):
     return driver_for(world.cluster)
 
 
+def settled(driver, node: str, config: str, *, timeout: float = 10.0) -> MigStatus:
+    """The node's MIG status once the GPU Operator has finished applying `config`, successfully or not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = driver.mig_state(node)
+        assert status.config == config, f"{node} was given {status.config!r} instead of {config!r}"
+        if status.state in (MigState.SUCCESS, MigState.FAILED):
+            return status
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{node} is still {status.state} after {timeout} s applying {config}")
+        time.sleep(0.02)
+
+
 def layout(index, **counts):
     """A GpuLayout with MIG on: instances placed at the lowest starts, as listed."""
     from pools import mig
@@ -159,7 +175,7 @@ def test_a_layout_change_goes_pending_then_succeeds_and_leaves_other_gpus_alone(
     first = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7}), layout(1, **{"3g.71gb": 2})])
     assert d.mig_state("gpu-a").config == first
     assert d.mig_state("gpu-a").state == MigState.PENDING  # never the previous config's success
-    assert wait_for_mig(d, "gpu-a", first, timeout=10, poll=0.02).state == MigState.SUCCESS
+    assert settled(d, "gpu-a", first).state == MigState.SUCCESS
     nodes = d.inventory()
     assert [(i.profile, i.start) for i in gpu(nodes, "gpu-a", 1).instances] == [
         ("3g.71gb", 0),
@@ -172,7 +188,7 @@ def test_a_layout_change_goes_pending_then_succeeds_and_leaves_other_gpus_alone(
 
     second = d.apply_mig_layout("gpu-a", [GpuLayout(1, False)])
     assert second != first
-    wait_for_mig(d, "gpu-a", second, timeout=10, poll=0.02)
+    assert settled(d, "gpu-a", second).state == MigState.SUCCESS
     nodes = d.inventory()
     assert gpu(nodes, "gpu-a", 0).mig_enabled and len(gpu(nodes, "gpu-a", 0).instances) == 7  # untouched
     assert not gpu(nodes, "gpu-a", 1).mig_enabled
@@ -188,8 +204,7 @@ def test_a_failed_change_is_reported_and_the_known_picture_stays(world):
     world.set_outcome("gpu-a", "failed")
     d = driver(world)
     config = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7})])
-    with pytest.raises(MigChangeFailed, match="could not apply"):
-        wait_for_mig(d, "gpu-a", config, timeout=10, poll=0.02)
+    assert settled(d, "gpu-a", config).state == MigState.FAILED
     sync_cluster(cluster=world.cluster)
     node = NodeCapacity.objects.get(name="gpu-a")
     assert node.mig_state == "failed" and "failed to apply" in node.error
@@ -203,7 +218,7 @@ def test_the_portal_picture_follows_a_successful_change(world):
     config = d.apply_mig_layout("gpu-a", [layout(2, **{"2g.35gb": 3, "1g.18gb": 1})])
     sync_cluster(cluster=world.cluster)  # while pending: GPUs as last known
     assert not NodeCapacity.objects.get(name="gpu-a").gpus.get(index=2).mig_enabled
-    wait_for_mig(d, "gpu-a", config, timeout=10, poll=0.02)
+    assert settled(d, "gpu-a", config).state == MigState.SUCCESS
     sync_cluster(cluster=world.cluster)
     node = NodeCapacity.objects.get(name="gpu-a")
     assert (node.mig_state, node.mig_config, node.error) == ("success", config, "")
@@ -221,8 +236,8 @@ def test_a_wedged_node_times_out_with_nothing_advertised(world):
     world.set_outcome("gpu-a", "wedge")
     d = driver(world)
     config = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7})])
-    with pytest.raises(MigChangeTimedOut, match="still pending"):
-        wait_for_mig(d, "gpu-a", config, timeout=0.5, poll=0.05)
+    with pytest.raises(TimeoutError, match="still pending"):
+        settled(d, "gpu-a", config, timeout=0.5)
     (node,) = d.inventory()
     assert node.mig_state == "pending"
     assert sum(r.allocatable for r in node.resources.values()) == 0

@@ -8,6 +8,7 @@ from pools.models import Cluster, Pool, PoolState, SpecAndCount
 from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
 from pools.services.provisioning import DONE
 from pools.sync import sync_cluster
+from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
 
@@ -15,9 +16,11 @@ from tests.kube.server import KubeApiServer
 def kube_cluster(db, tmp_path):
     with KubeApiServer(mig_apply_seconds=0.05) as server:
         server.add_gpu_node("gpu-1", product="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
-        cluster = Cluster(name="kube", driver=Cluster.Driver.KUBERNETES)
-        cluster.set_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig").read_text())
-        cluster.save()
+        cluster = ClusterFactory(
+            name="kube",
+            driver=Cluster.Driver.KUBERNETES,
+            kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
+        )
         sync_cluster(cluster=cluster)
         yield server, cluster
 

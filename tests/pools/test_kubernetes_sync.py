@@ -5,6 +5,7 @@ from django.core.management import call_command
 
 from pools.models import Cluster, NodeCapacity
 from pools.sync import sync_cluster
+from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
 
@@ -17,10 +18,9 @@ def kube(tmp_path):
 
 @pytest.fixture
 def cluster(kube, db):
-    cluster = Cluster(name="kube", driver=Cluster.Driver.KUBERNETES)
-    cluster.set_kubeconfig(kube.kubeconfig_path.read_text())
-    cluster.save()
-    return cluster
+    return ClusterFactory(
+        name="kube", driver=Cluster.Driver.KUBERNETES, kubeconfig=kube.kubeconfig_path.read_text()
+    )
 
 
 def test_register_and_sync_a_cluster_from_the_command_line(kube, db, capsys):

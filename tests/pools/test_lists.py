@@ -10,41 +10,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from pools.models import Pool, PoolRequest, RequestItem
-from tests.factories import ClusterFactory, ProjectFactory, UserFactory
+from pools.models import PoolRequest
+from tests.factories import PoolFactory, PoolRequestFactory, ProjectFactory, UserFactory
 
 REQUEST_ROW = 'class="badge request-'
 POOL_ROW = 'class="badge pool-'
-
-
-def make_requests(project, user, count: int, *, state: str = "submitted") -> list[PoolRequest]:
-    """`count` requests of one full H100 each, oldest first, in two statements however many."""
-    made = PoolRequest.objects.bulk_create(
-        PoolRequest(project=project, submitted_by=user, state=state, approved_at=timezone.now())
-        for _ in range(count)
-    )
-    RequestItem.objects.bulk_create(
-        RequestItem(request=request, gpu_model="H100-80GB", profile="full", count=1) for request in made
-    )
-    return made
-
-
-def make_pools(project, user, count: int, *, state: str = "active", hours_ago: int = 0) -> list[Pool]:
-    """`count` pools, each of its own fulfilled request, the last one reserved most recently."""
-    cluster = ClusterFactory(name="lists")
-    now = timezone.now() - timedelta(hours=hours_ago)
-    released = now if state == "released" else None
-    return Pool.objects.bulk_create(
-        Pool(
-            request=request,
-            project=project,
-            cluster=cluster,
-            state=state,
-            reserved_at=now - timedelta(minutes=count - n),
-            released_at=released,
-        )
-        for n, request in enumerate(make_requests(project, user, count, state="fulfilled"))
-    )
 
 
 def project_url() -> str:
@@ -68,13 +38,13 @@ def queries(client, url: str, status: int = 200) -> tuple[int, str]:
 
 def test_the_project_page_shows_the_latest_ten_and_links_to_the_rest(tenancy, client):
     client.force_login(tenancy.acme_member)
-    make_requests(tenancy.vision, tenancy.acme_member, 3)
+    PoolRequestFactory.create_batch(3, project=tenancy.vision, submitted_by=tenancy.acme_member)
     _, page = queries(client, project_url())
     assert page.count(REQUEST_ROW) == 3
     assert "All requests" not in page and "All pools" not in page
 
-    made = make_requests(tenancy.vision, tenancy.acme_member, 12)
-    make_pools(tenancy.vision, tenancy.acme_member, 11)
+    made = PoolRequestFactory.create_batch(12, project=tenancy.vision, submitted_by=tenancy.acme_member)
+    PoolFactory.create_batch(11, project=tenancy.vision, request__submitted_by=tenancy.acme_member)
     _, page = queries(client, project_url())
     assert page.count(REQUEST_ROW) == 10 and page.count(POOL_ROW) == 10
     newest = PoolRequest.objects.latest("pk")  # the pools' own requests came last
@@ -85,8 +55,15 @@ def test_the_project_page_shows_the_latest_ten_and_links_to_the_rest(tenancy, cl
 
 def test_the_project_page_lists_live_pools_before_newer_released_ones(tenancy, client):
     client.force_login(tenancy.acme_member)
-    (live,) = make_pools(tenancy.vision, tenancy.acme_member, 1, state="active", hours_ago=5)
-    make_pools(tenancy.vision, tenancy.acme_member, 12, state="released")
+    live = PoolFactory(
+        project=tenancy.vision,
+        request__submitted_by=tenancy.acme_member,
+        state="active",
+        reserved_at=timezone.now() - timedelta(hours=5),
+    )
+    PoolFactory.create_batch(
+        12, project=tenancy.vision, request__submitted_by=tenancy.acme_member, state="released"
+    )
     _, page = queries(client, project_url())
     assert page.count(POOL_ROW) == 10
     assert page.index(f"#{live.pk}<") < page.index('class="badge pool-released"')
@@ -94,11 +71,15 @@ def test_the_project_page_lists_live_pools_before_newer_released_ones(tenancy, c
 
 def test_the_project_page_stays_small_at_a_thousand_requests(tenancy, client):
     client.force_login(tenancy.acme_member)
-    make_requests(tenancy.vision, tenancy.acme_member, 11, state="queued")
-    make_pools(tenancy.vision, tenancy.acme_member, 11)
+    PoolRequestFactory.create_batch(
+        11, project=tenancy.vision, submitted_by=tenancy.acme_member, state="queued"
+    )
+    PoolFactory.create_batch(11, project=tenancy.vision, request__submitted_by=tenancy.acme_member)
     few, _ = queries(client, project_url())
-    make_requests(tenancy.vision, tenancy.acme_member, 1000, state="queued")
-    make_pools(tenancy.vision, tenancy.acme_member, 200)
+    PoolRequestFactory.create_batch(
+        1000, project=tenancy.vision, submitted_by=tenancy.acme_member, state="queued"
+    )
+    PoolFactory.create_batch(200, project=tenancy.vision, request__submitted_by=tenancy.acme_member)
     many, page = queries(client, project_url())
     assert many == few
     assert page.count(REQUEST_ROW) == 10 and page.count(POOL_ROW) == 10
@@ -111,9 +92,13 @@ def test_the_project_page_stays_small_at_a_thousand_requests(tenancy, client):
 def test_a_tenant_list_pages_fifty_at_a_time_newest_first(name, row, tenancy, client):
     client.force_login(tenancy.acme_member)
     if name == "tenant-requests":
-        newest = make_requests(tenancy.vision, tenancy.acme_member, 60)[-1]
+        newest = PoolRequestFactory.create_batch(
+            60, project=tenancy.vision, submitted_by=tenancy.acme_member
+        )[-1]
     else:
-        newest = make_pools(tenancy.vision, tenancy.acme_member, 60)[-1]
+        newest = PoolFactory.create_batch(
+            60, project=tenancy.vision, request__submitted_by=tenancy.acme_member
+        )[-1]
     _, first = queries(client, list_url(name))
     assert first.count(row) == 50
     assert first.index(f"#{newest.pk}<") < first.index(row, first.index(row) + 1)  # first row
@@ -127,9 +112,15 @@ def test_a_tenant_list_pages_fifty_at_a_time_newest_first(name, row, tenancy, cl
 def test_filters_choose_the_state_and_the_project_and_paging_keeps_them(tenancy, client):
     client.force_login(tenancy.acme_member)
     other = ProjectFactory(tenant=tenancy.acme, slug="speech", name="Speech")
-    queued = make_requests(tenancy.vision, tenancy.acme_member, 55, state="queued")
-    make_requests(tenancy.vision, tenancy.acme_member, 2, state="cancelled")
-    elsewhere = make_requests(other, tenancy.acme_member, 3, state="queued")
+    queued = PoolRequestFactory.create_batch(
+        55, project=tenancy.vision, submitted_by=tenancy.acme_member, state="queued"
+    )
+    PoolRequestFactory.create_batch(
+        2, project=tenancy.vision, submitted_by=tenancy.acme_member, state="cancelled"
+    )
+    elsewhere = PoolRequestFactory.create_batch(
+        3, project=other, submitted_by=tenancy.acme_member, state="queued"
+    )
 
     _, page = queries(client, list_url("tenant-requests", state="queued", project="vision"))
     assert page.count(REQUEST_ROW) == 50 and page.count('class="badge request-queued"') == 50
@@ -143,8 +134,8 @@ def test_filters_choose_the_state_and_the_project_and_paging_keeps_them(tenancy,
     _, page = queries(client, list_url("tenant-requests", state="rejected"))
     assert page.count(REQUEST_ROW) == 0 and "Nothing matches these filters." in page
 
-    make_pools(other, tenancy.acme_member, 2, state="released")
-    make_pools(tenancy.vision, tenancy.acme_member, 3)
+    PoolFactory.create_batch(2, project=other, request__submitted_by=tenancy.acme_member, state="released")
+    PoolFactory.create_batch(3, project=tenancy.vision, request__submitted_by=tenancy.acme_member)
     _, page = queries(client, list_url("tenant-pools", state="released"))
     assert page.count('class="badge pool-released"') == 2 and page.count(POOL_ROW) == 2
     _, page = queries(client, list_url("tenant-pools", project="vision"))
@@ -159,9 +150,9 @@ def test_filters_choose_the_state_and_the_project_and_paging_keeps_them(tenancy,
 )
 def test_filters_that_do_not_hold_answer_400_and_say_why(name, query, tenancy, client):
     client.force_login(tenancy.acme_member)
-    make_requests(tenancy.recsys, tenancy.globex_member, 1)
-    make_pools(tenancy.recsys, tenancy.globex_member, 1)
-    make_requests(tenancy.vision, tenancy.acme_member, 1)
+    PoolRequestFactory(project=tenancy.recsys, submitted_by=tenancy.globex_member)
+    PoolFactory(project=tenancy.recsys, request__submitted_by=tenancy.globex_member)
+    PoolRequestFactory(project=tenancy.vision, submitted_by=tenancy.acme_member)
     _, page = queries(client, list_url(name, **query), status=400)
     assert "Select a valid choice." in page
     assert REQUEST_ROW not in page and POOL_ROW not in page
@@ -169,8 +160,8 @@ def test_filters_that_do_not_hold_answer_400_and_say_why(name, query, tenancy, c
 
 @pytest.mark.parametrize("name", ["tenant-requests", "tenant-pools"])
 def test_a_tenant_list_shows_only_that_tenant_to_those_who_may_see_it(name, tenancy, staff_user, client):
-    acme_pool = make_pools(tenancy.vision, tenancy.acme_member, 1)[0]
-    globex_pool = make_pools(tenancy.recsys, tenancy.globex_member, 1)[0]
+    acme_pool = PoolFactory(project=tenancy.vision, request__submitted_by=tenancy.acme_member)
+    globex_pool = PoolFactory(project=tenancy.recsys, request__submitted_by=tenancy.globex_member)
     for who in (tenancy.globex_member, tenancy.outsider):
         client.force_login(who)
         assert client.get(list_url(name)).status_code == 404
@@ -190,12 +181,14 @@ def test_a_tenant_list_shows_only_that_tenant_to_those_who_may_see_it(name, tena
 def test_a_tenant_list_runs_a_constant_number_of_queries(name, tenancy, client):
     client.force_login(tenancy.acme_member)
     other = ProjectFactory(tenant=tenancy.acme, slug="speech")
-    make_requests(tenancy.vision, tenancy.acme_member, 2, state="queued")
-    make_pools(tenancy.vision, tenancy.acme_member, 2)
+    PoolRequestFactory.create_batch(
+        2, project=tenancy.vision, submitted_by=tenancy.acme_member, state="queued"
+    )
+    PoolFactory.create_batch(2, project=tenancy.vision, request__submitted_by=tenancy.acme_member)
     few, _ = queries(client, list_url(name))
     for project in (tenancy.vision, other):
-        make_requests(project, UserFactory(), 40, state="queued")
-        make_pools(project, UserFactory(), 40)
+        PoolRequestFactory.create_batch(40, project=project, submitted_by=UserFactory(), state="queued")
+        PoolFactory.create_batch(40, project=project, request__submitted_by=UserFactory())
     many, page = queries(client, list_url(name))
     assert many == few
     assert page.count(REQUEST_ROW if name == "tenant-requests" else POOL_ROW) == 50
@@ -203,7 +196,9 @@ def test_a_tenant_list_runs_a_constant_number_of_queries(name, tenancy, client):
 
 def test_waiting_requests_show_their_queue_position_and_reason(tenancy, client):
     client.force_login(tenancy.acme_member)
-    _, second = make_requests(tenancy.vision, tenancy.acme_member, 2, state="queued")
+    _, second = PoolRequestFactory.create_batch(
+        2, project=tenancy.vision, submitted_by=tenancy.acme_member, state="queued"
+    )
     PoolRequest.objects.filter(pk=second.pk).update(waiting_reason="no H100-80GB GPU is free")
     _, page = queries(client, list_url("tenant-requests"))
     assert "<td>#1</td>" in page
@@ -240,7 +235,7 @@ def test_every_changelist_of_ours_shows_fifty_rows_and_counts_once():
 
 def test_the_pool_request_changelist_counts_once_and_shows_fifty(tenancy, client):
     superuser = UserFactory(username="root", is_staff=True, is_superuser=True)
-    make_requests(tenancy.vision, tenancy.acme_member, 60)
+    PoolRequestFactory.create_batch(60, project=tenancy.vision, submitted_by=tenancy.acme_member)
     client.force_login(superuser)
     with CaptureQueriesContext(connection) as ctx:
         response = client.get(reverse("admin:pools_poolrequest_changelist") + "?state__exact=submitted")
@@ -254,8 +249,10 @@ def test_the_pool_request_changelist_counts_once_and_shows_fifty(tenancy, client
 def test_a_filled_list_holds_nothing_the_content_security_policy_refuses(name, tenancy, client):
     from tests.portal.test_csp import assert_hardened
 
-    make_pools(tenancy.vision, tenancy.acme_member, 3)
-    make_requests(tenancy.vision, tenancy.acme_member, 60, state="queued")
+    PoolFactory.create_batch(3, project=tenancy.vision, request__submitted_by=tenancy.acme_member)
+    PoolRequestFactory.create_batch(
+        60, project=tenancy.vision, submitted_by=tenancy.acme_member, state="queued"
+    )
     client.force_login(tenancy.acme_member)
     assert_hardened(client.get(list_url(name, project="vision")))
     assert_hardened(client.get(list_url(name, state="no-such-state")), 400)

@@ -4,11 +4,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity
+from pools.models import Cluster, GpuCapacity, NodeCapacity
 from pools.services import set_node_group
 from pools.sync import sync_cluster
 from portal.errors import InvalidInput
-from tests.factories import ClusterFactory
+from tests.factories import ClusterFactory, GpuGroupFactory
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -58,8 +58,8 @@ def test_approvers_cannot_drain(synced, staff_user, client):
 
 
 def test_a_node_joins_one_group_of_its_own_cluster(synced, staff_user, client):
-    training = GpuGroup.objects.create(cluster=synced, name="training")
-    elsewhere = GpuGroup.objects.create(cluster=ClusterFactory(name="other"), name="training")
+    training = GpuGroupFactory(cluster=synced, name="training")
+    elsewhere = GpuGroupFactory(cluster__name="other", name="training")
     node = NodeCapacity.objects.get(name="h100-1")
     set_node_group(node=node, group=training)
     assert NodeCapacity.objects.get(pk=node.pk).group == training
@@ -113,9 +113,7 @@ def test_register_cluster_with_a_missing_file_says_so(db, tmp_path):
 def test_the_cluster_admin_never_shows_the_kubeconfig(db, client):
     from tests.factories import UserFactory
 
-    cluster = Cluster(name="prod", driver="kubernetes")
-    cluster.set_kubeconfig(KUBECONFIG)
-    cluster.save()
+    cluster = ClusterFactory(name="prod", driver="kubernetes", kubeconfig=KUBECONFIG)
     client.force_login(UserFactory(is_staff=True, is_superuser=True))
     page = client.get(reverse("admin:pools_cluster_change", args=[cluster.pk])).content.decode()
     assert "very-secret-token" not in page and cluster.kubeconfig_encrypted not in page

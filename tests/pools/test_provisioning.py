@@ -178,6 +178,10 @@ def assert_failed_cleanly(pool: Pool, *words: str) -> None:
     assert list(pool.events.values_list("to_state", flat=True)) == ["provisioning", "failed"]
     assert pool.events.get(to_state="failed").reason == pool.failure_reason  # the tenant's e-mail says it
     assert not Allocation.objects.filter(pool=pool, released_at=None).exists()
+    # Billing stops when the capacity was given back: the pool's release time is the allocations'.
+    freed = {a.released_at for a in Allocation.objects.filter(pool=pool)}
+    assert pool.released_at is not None and freed <= {pool.released_at}
+    assert pool.released_at >= pool.reserved_at
     assert not SpecAndCount.objects.filter(allocated__gt=0).exists()
     assert not GpuCapacity.objects.exclude(planned_layout=None).exists()
 
@@ -285,6 +289,10 @@ def assert_released_with(pool: Pool, *words: str) -> None:
     event = pool.events.get(to_state="released")
     assert all(word in event.reason for word in words), event.reason
     assert not Allocation.objects.filter(pool=pool, released_at=None).exists()
+    # Billing stops when the capacity was given back: the pool's release time is the allocations'.
+    freed = {a.released_at for a in Allocation.objects.filter(pool=pool)}
+    assert pool.released_at is not None and freed <= {pool.released_at}
+    assert pool.released_at >= pool.reserved_at
     assert not SpecAndCount.objects.filter(allocated__gt=0).exists()
     # billing stops when the capacity went back, not when the quota change was given up
     freed = {a.released_at for a in pool.allocations.all()}

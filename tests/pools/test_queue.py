@@ -11,7 +11,14 @@ from django.utils import timezone
 from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, RequestState, SpecAndCount
 from pools.services import admit_waiting, approve_request, submit_request
 from pools.sync import sync_cluster
-from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, UserFactory
+from tests.factories import (
+    AllocationFactory,
+    ClusterFactory,
+    GpuGroupFactory,
+    MembershipFactory,
+    ProjectFactory,
+    UserFactory,
+)
 
 
 @pytest.fixture
@@ -100,22 +107,11 @@ def test_the_database_refuses_two_live_allocations_of_one_slice(fleet, tenancy, 
     admit_waiting()
     taken = Allocation.objects.get()
     with pytest.raises(IntegrityError), transaction.atomic():
-        Allocation.objects.create(
-            pool=taken.pool,
-            gpu=taken.gpu,
-            profile="full",
-            slices=NumericRange(0, 8),
-            resource_name="nvidia.com/gpu",
-        )
+        AllocationFactory(pool=taken.pool, gpu=taken.gpu, profile="full", slices=NumericRange(0, 8))
     taken.released_at = timezone.now()
     taken.save()
-    Allocation.objects.create(  # once released, the slices are free again
-        pool=taken.pool,
-        gpu=taken.gpu,
-        profile="full",
-        slices=NumericRange(0, 8),
-        resource_name="nvidia.com/gpu",
-    )
+    # once released, the slices are free again
+    AllocationFactory(pool=taken.pool, gpu=taken.gpu, profile="full", slices=NumericRange(0, 8))
 
 
 def test_priority_then_approval_time_and_a_starving_request_stops_backfill(
@@ -154,7 +150,7 @@ def test_priority_then_approval_time_and_a_starving_request_stops_backfill(
 def test_a_starving_request_holds_back_only_what_competes_for_its_gpus(db, tenancy, staff_user, settings):
     """Same model, same cluster, same group: held back. Another cluster, or another group of a
     cluster with groups: admitted, since it takes nothing the starving request could use."""
-    from pools.models import GpuGroup, NodeCapacity
+    from pools.models import NodeCapacity
 
     settings.QUEUE_BACKFILL_GRACE_SECONDS = 60
     full = [None] * 8
@@ -163,7 +159,7 @@ def test_a_starving_request_holds_back_only_what_competes_for_its_gpus(db, tenan
     for cluster in (a, b):
         sync_cluster(cluster=cluster)
     for name, node in (("training", "train-1"), ("inference", "serve-1")):
-        group = GpuGroup.objects.create(cluster=b, name=name)
+        group = GpuGroupFactory(cluster=b, name=name)
         NodeCapacity.objects.filter(cluster=b, name=node).update(group=group)
     approver = staff_user("approver")
 
@@ -200,14 +196,14 @@ def test_a_starving_request_holds_back_only_what_competes_for_its_gpus(db, tenan
 
 
 def test_requests_for_a_cluster_and_a_group_land_there(db, tenancy, staff_user):
-    from pools.models import GpuGroup, NodeCapacity
+    from pools.models import NodeCapacity
 
     full = [None] * 8
     a = ClusterFactory(name="a", fleet=[("n", 1, "H100-80GB", full)])
     b = ClusterFactory(name="b", fleet=[("train", 1, "H100-80GB", full), ("serve", 1, "H100-80GB", full)])
     for cluster in (a, b):
         sync_cluster(cluster=cluster)
-    training = GpuGroup.objects.create(cluster=b, name="training")
+    training = GpuGroupFactory(cluster=b, name="training")
     NodeCapacity.objects.filter(cluster=b, name="train-1").update(group=training)
     approver = staff_user("approver")
     request = submit_request(

@@ -4,9 +4,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from pools.models import GpuGroup, PoolEvent, PoolRequest, RequestState
+from pools.models import PoolEvent, PoolRequest, RequestState
 from pools.sync import sync_cluster
-from tests.factories import MembershipFactory, ProjectFactory
+from tests.factories import GpuGroupFactory, MembershipFactory, ProjectFactory
 
 URL = "/api/v1/pool-requests/"
 
@@ -85,7 +85,7 @@ def test_viewers_cannot_request(fleet, tenancy, api_for):
 
 
 def test_purpose_must_name_a_group_where_the_cluster_has_groups(fleet, tenancy, api_for):
-    training = GpuGroup.objects.create(cluster=fleet, name="training")
+    training = GpuGroupFactory(cluster=fleet, name="training")
     fleet.nodes.update(group=training)
     client = api_for(tenancy.acme_member)
     response = submit(client, tenancy, cluster="sim", purpose="inference")
@@ -100,7 +100,7 @@ def test_what_no_cluster_could_ever_give_in_the_group_is_refused_and_says_where_
     """The H100 node is in group inference, the H200 nodes in training: H100s for training can never
     be placed, however long they wait."""
     for name, prefix in (("training", "h200"), ("inference", "h100")):
-        group = GpuGroup.objects.create(cluster=fleet, name=name)
+        group = GpuGroupFactory(cluster=fleet, name=name)
         fleet.nodes.filter(name__startswith=prefix).update(group=group)
     client = api_for(tenancy.acme_member)
     items = [{"spec": "h100-80gb.full", "count": 1}]
@@ -126,7 +126,7 @@ def test_the_specs_api_filters_by_purpose_and_cluster(fleet, tenancy, api_for):
     client = api_for(tenancy.acme_member)
     assert client.get("/api/v1/specs/?cluster=nope").status_code == 400
     assert client.get("/api/v1/specs/?cluster=sim&purpose=p%00").status_code == 400
-    GpuGroup.objects.create(cluster=fleet, name="training")
+    GpuGroupFactory(cluster=fleet, name="training")
     unknown = client.get("/api/v1/specs/?purpose=inference")
     assert unknown.status_code == 400 and "training" in unknown.json()["detail"]
     assert client.get("/api/v1/specs/?cluster=sim&purpose=training").json()["count"] == 0  # no node in it
