@@ -27,23 +27,23 @@ class ClusterForm(forms.ModelForm):
         model = Cluster
         fields = ["name", "driver", "context", "in_cluster", "mig_config_map"]
 
-    def registration(self) -> dict:
-        """The arguments of `register_cluster`; name and driver never change once a cluster exists."""
+    def registration(self) -> services.ClusterSettings:
+        """What to register; name and driver never change once a cluster exists."""
         data = self.cleaned_data
-        return {
-            "name": self.instance.name if self.instance.pk else data.get("name", ""),
-            "driver": self.instance.driver if self.instance.pk else data.get("driver", ""),
-            "kubeconfig": data.get("kubeconfig") or None,  # left empty: keep the stored one
-            "context": data.get("context", ""),
-            "in_cluster": data.get("in_cluster", False),
-            "mig_config_map": data.get("mig_config_map", ""),
-        }
+        return services.ClusterSettings(
+            name=self.instance.name if self.instance.pk else data.get("name", ""),
+            driver=self.instance.driver if self.instance.pk else data.get("driver", ""),
+            kubeconfig=data.get("kubeconfig") or None,  # left empty: keep the stored one
+            context=data.get("context", ""),
+            in_cluster=data.get("in_cluster", False),
+            mig_config_map=data.get("mig_config_map", ""),
+        )
 
     def clean(self):
         data = super().clean()
         if not self.errors:
             try:
-                services.check_cluster(**self.registration())
+                services.check_cluster(self.registration())
             except PortalError as error:
                 self.add_error(error.field if error.field in self.fields else None, error.message)
         return data
@@ -75,7 +75,7 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         # Checked by the form already; a refusal now (someone changed it meanwhile) is answered as such.
-        cluster, _created = services.register_cluster(**form.registration())
+        cluster, _created = services.register_cluster(form.registration())
         obj.pk = cluster.pk
         if not change:
             services.request_sync(cluster=cluster)  # read it now, on a worker

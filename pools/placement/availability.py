@@ -14,15 +14,19 @@ nothing: what a request could get once the fleet is free and healthy again.
 
 A request with a group is placed on that group's GPUs; one without (group None)
 on every GPU of the cluster. A cluster without groups has only group None.
+
+The waiting reasons (pools/placement/reasons.py) count what one cluster could give now with the
+same `Tally` and `obtainable`, read from the engine's index instead of a list of GPUs.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from pools.mig import FULL_GPU, gpu_model
-from pools.placement.index import has_allocation
+from pools.placement.index import Bucket, has_allocation
 
 Key = tuple[str, "str | None", str, str]  # cluster, group (None: any), model, profile
 
@@ -34,23 +38,43 @@ class Availability:
 
 
 @dataclass
-class _Tally:
-    """One (cluster, group, model): GPUs with nothing allocated, every GPU, free instances in use."""
+class Tally:
+    """One (cluster, group, model): schedulable GPUs with nothing allocated (blank), every GPU present,
+    and the free instances per profile on schedulable GPUs in use."""
 
     blank: int = 0
     present: int = 0
     free: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-    def add(self, other: _Tally) -> None:
+    def add(self, other: Tally) -> None:
         self.blank += other.blank
         self.present += other.present
         for profile, count in other.free.items():
             self.free[profile] += count
 
 
+def obtainable(tally: Tally, model: str, profile: str) -> int:
+    """How many of one spec a request could get now from what the tally counts."""
+    if profile == FULL_GPU:
+        return tally.blank
+    return tally.free.get(profile, 0) + tally.blank * gpu_model(model).profile(profile).max_count
+
+
+def tally_of_buckets(buckets: Iterable[Bucket]) -> Tally:
+    """The tally of the engine's index buckets of one model (a cluster's, in a group or all of it)."""
+    tally = Tally()
+    for bucket in buckets:
+        tally.present += bucket.total
+        tally.blank += sum(len(gpus) for gpus in bucket.off.values())
+        tally.blank += sum(len(gpus) for gpus in bucket.whole.values())
+        for profile, by_gpu in bucket.partial.items():
+            tally.free[profile] += sum(by_gpu.values())
+    return tally
+
+
 def availability(gpus) -> dict[Key, Availability]:
     """Every (cluster, group, model, profile) of the GPUs given, with group None for the whole cluster."""
-    tallies: dict[tuple[str, str | None, str], _Tally] = defaultdict(_Tally)
+    tallies: dict[tuple[str, str | None, str], Tally] = defaultdict(Tally)
     for gpu in gpus:
         tally = tallies[(gpu.cluster, gpu.group, gpu.model)]
         tally.present += 1
@@ -62,7 +86,7 @@ def availability(gpus) -> dict[Key, Availability]:
             for slot in gpu.instances:
                 if not slot.allocated:
                     tally.free[slot.profile] += 1
-    whole: dict[tuple[str, str | None, str], _Tally] = defaultdict(_Tally)
+    whole: dict[tuple[str, str | None, str], Tally] = defaultdict(Tally)
     for (cluster, _group, model), tally in tallies.items():
         whole[(cluster, None, model)].add(tally)
     grouped = [(key, tally) for key, tally in tallies.items() if key[1] is not None]
@@ -70,7 +94,7 @@ def availability(gpus) -> dict[Key, Availability]:
     for (cluster, group, model), tally in [*grouped, *whole.items()]:
         found[(cluster, group, model, FULL_GPU)] = Availability(tally.blank, tally.present)
         for name, profile in gpu_model(model).profiles.items():
-            now = tally.free.get(name, 0) + tally.blank * profile.max_count
+            now = obtainable(tally, model, name)
             found[(cluster, group, model, name)] = Availability(now, tally.present * profile.max_count)
     return found
 

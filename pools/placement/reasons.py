@@ -8,7 +8,8 @@ that the portal can show it in the reader's language; the templates are marked w
 from __future__ import annotations
 
 from pools.mig import COMPUTE_SLICES
-from pools.placement.index import Bucket, FleetIndex
+from pools.placement.availability import obtainable, tally_of_buckets
+from pools.placement.index import FleetIndex
 from pools.placement.layouts import catalogue
 
 Wanted = dict[str, tuple[int, dict[str, int]]]  # model -> (full GPUs, {profile: instances})
@@ -78,16 +79,13 @@ def shortfall(index: FleetIndex, cluster: str, group: str | None, wanted: Wanted
     instances of GPUs in use. An estimate that ranks clusters by how close they come, not a promise."""
     missing = 0
     for model, (full, mig) in wanted.items():
-        buckets = index.buckets_for(cluster, model, group)
-        blank = _count(buckets, "off") + _count(buckets, "whole")
-        missing += max(0, full - blank) * COMPUTE_SLICES
-        blank = max(0, blank - full)
+        tally = tally_of_buckets(index.buckets_for(cluster, model, group))
+        missing += max(0, full - tally.blank) * COMPUTE_SLICES
+        tally.blank = max(0, tally.blank - full)
         cat = catalogue(model)
         for profile, count in mig.items():
-            position = cat.names.index(profile)
-            in_use = sum(sum(b.partial.get(profile, {}).values()) for b in buckets)
-            placeable = in_use + blank * cat.most[position]
-            missing += max(0, count - placeable) * cat.compute[position]
+            placeable = obtainable(tally, model, profile)
+            missing += max(0, count - placeable) * cat.compute[cat.names.index(profile)]
     return missing
 
 
@@ -122,7 +120,8 @@ def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wa
         return Reason(
             gettext_noop("all %(total)s %(model)s GPUs are drained or unhealthy"), total=total, model=model
         )
-    blank = _count(buckets, "off") + _count(buckets, "whole")
+    tally = tally_of_buckets(buckets)
+    blank = tally.blank
     full, mig = wanted[model]
     if full > blank:
         return Reason(
@@ -131,10 +130,8 @@ def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wa
             model=model,
             blank=blank,
         )
-    cat = catalogue(model)
     for profile, count in mig.items():
-        in_use = sum(sum(b.partial.get(profile, {}).values()) for b in buckets)
-        placeable = in_use + blank * cat.most[cat.names.index(profile)]
+        placeable = obtainable(tally, model, profile)
         if placeable < count:
             return Reason(
                 PLACEABLE,
@@ -169,7 +166,3 @@ TOGETHER = {  # (in a group, one wholly free GPU) → template
         "but not all at once (%(blank)s wholly free GPU, the rest in use)"
     ),
 }
-
-
-def _count(buckets: list[Bucket], table: str) -> int:
-    return sum(len(gpus) for b in buckets for gpus in getattr(b, table).values())

@@ -5,6 +5,7 @@ transaction, locks what it changes, and refuses bad input with a PortalError.
 """
 
 from pools.services.capacity import (
+    ClusterSettings,
     check_cluster,
     check_kubeconfig,
     register_cluster,
@@ -25,6 +26,7 @@ from pools.services.requests import (
 )
 
 __all__ = [
+    "ClusterSettings",
     "admit_waiting",
     "approve_request",
     "cancel_request",

@@ -6,6 +6,8 @@ transaction, locks what it changes and refuses bad input with a PortalError.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import yaml
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -136,36 +138,41 @@ def _kubeconfig_entries(config: dict, field: str) -> dict[str, dict]:
     return found
 
 
-def check_cluster(
-    *,
-    name: str,
-    driver: str = Cluster.Driver.KUBERNETES,
-    kubeconfig: str | None = None,
-    context: str = "",
-    in_cluster: bool = False,
-    mig_config_map: str = "",
-) -> None:
-    """Refuse settings of a cluster that could not be used, saying why; `register_cluster` runs this too.
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What an operator gives to register a cluster or change it. `kubeconfig=None` keeps the one stored
+    for a cluster of that name (checked again, since the context may change); text replaces it."""
 
-    `kubeconfig=None` keeps the kubeconfig stored for a cluster of that name (it is checked again, since
-    the context may change); text replaces it.
-    """
-    _check_name(name)
-    existing = Cluster.objects.filter(name=name).first()
-    if existing is not None and existing.driver != driver:
+    name: str
+    driver: str = Cluster.Driver.KUBERNETES
+    kubeconfig: str | None = None
+    context: str = ""
+    in_cluster: bool = False
+    mig_config_map: str = ""
+
+
+def check_cluster(wanted: ClusterSettings) -> None:
+    """Refuse settings of a cluster that could not be used, saying why; `register_cluster` runs this too."""
+    _check_name(wanted.name)
+    existing = Cluster.objects.filter(name=wanted.name).first()
+    if existing is not None and existing.driver != wanted.driver:
         raise InvalidInput(
-            _("%(name)s is a %(driver)s cluster.") % {"name": name, "driver": existing.driver}, field="driver"
+            _("%(name)s is a %(driver)s cluster.") % {"name": wanted.name, "driver": existing.driver},
+            field="driver",
         )
-    if mig_config_map and mig_config_map.count("/") != 1:
+    if wanted.mig_config_map and wanted.mig_config_map.count("/") != 1:
         raise InvalidInput(_("The MIG config map is given as namespace/name."), field="mig_config_map")
-    if driver == Cluster.Driver.SIMULATED:
-        if kubeconfig or in_cluster:
+    if wanted.driver == Cluster.Driver.SIMULATED:
+        if wanted.kubeconfig or wanted.in_cluster:
             raise InvalidInput(_("A simulated cluster takes no Kubernetes credentials."), field="kubeconfig")
         return
-    if driver != Cluster.Driver.KUBERNETES:
-        raise InvalidInput(_("Unknown cluster driver %(driver)s.") % {"driver": driver}, field="driver")
-    if in_cluster:
+    if wanted.driver != Cluster.Driver.KUBERNETES:
+        raise InvalidInput(
+            _("Unknown cluster driver %(driver)s.") % {"driver": wanted.driver}, field="driver"
+        )
+    if wanted.in_cluster:
         return
+    kubeconfig = wanted.kubeconfig
     if kubeconfig is None:
         kubeconfig = existing.kubeconfig() if existing is not None else ""
     if not kubeconfig:
@@ -173,7 +180,7 @@ def check_cluster(
             _("A Kubernetes cluster needs a kubeconfig, or in-cluster credentials."), field="kubeconfig"
         )
     try:
-        check_kubeconfig(kubeconfig, context)
+        check_kubeconfig(kubeconfig, wanted.context)
     except InvalidInput as error:
         raise InvalidInput(error.message, field="kubeconfig") from error
 
@@ -190,42 +197,33 @@ def _check_name(name: str) -> None:
         raise InvalidInput(_("A cluster name has at most 63 characters."), field="name")
 
 
-def register_cluster(
-    *,
-    name: str,
-    driver: str = Cluster.Driver.KUBERNETES,
-    kubeconfig: str | None = None,
-    context: str = "",
-    in_cluster: bool = False,
-    mig_config_map: str = "",
-) -> tuple[Cluster, bool]:
+def register_cluster(wanted: ClusterSettings) -> tuple[Cluster, bool]:
     """Add a cluster, or change the settings of one; returns (cluster, created).
 
-    The kubeconfig is stored encrypted; `None` keeps the stored one. The cluster is read at the next
-    sync tick; callers that want it read now call `sync_inventory` or `request_sync`.
+    The kubeconfig is stored encrypted. The cluster is read at the next sync tick; callers that want it
+    read now call `sync_inventory` or `request_sync`.
     """
-    settings = {"kubeconfig": kubeconfig, "context": context, "in_cluster": in_cluster}
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().filter(name=name).first()
-        check_cluster(name=name, driver=driver, mig_config_map=mig_config_map, **settings)
+        cluster = Cluster.objects.select_for_update().filter(name=wanted.name).first()
+        check_cluster(wanted)
         created = cluster is None
         if created:
-            cluster = Cluster(name=name, driver=driver)
-        if in_cluster:
+            cluster = Cluster(name=wanted.name, driver=wanted.driver)
+        if wanted.in_cluster:
             cluster.set_kubeconfig("")
-        elif kubeconfig is not None:
-            cluster.set_kubeconfig(kubeconfig)
-        cluster.context = context
-        cluster.in_cluster = in_cluster
-        if mig_config_map:
-            cluster.mig_config_map = mig_config_map
+        elif wanted.kubeconfig is not None:
+            cluster.set_kubeconfig(wanted.kubeconfig)
+        cluster.context = wanted.context
+        cluster.in_cluster = wanted.in_cluster
+        if wanted.mig_config_map:
+            cluster.mig_config_map = wanted.mig_config_map
         cluster.next_sync_at = None  # try the new settings at the next tick
         try:
             with transaction.atomic():
                 cluster.save()
         except IntegrityError as error:  # registered by someone else in the meantime
             raise InvalidInput(
-                _("Cluster %(name)s was registered at the same moment; try again.") % {"name": name}
+                _("Cluster %(name)s was registered at the same moment; try again.") % {"name": wanted.name}
             ) from error
     return cluster, created
 

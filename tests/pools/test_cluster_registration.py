@@ -6,7 +6,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from pools.models import Cluster
-from pools.services import dispatch, register_cluster
+from pools.services import ClusterSettings, dispatch, register_cluster
 from portal.errors import InvalidInput
 from tests.pools.test_operators import KUBECONFIG
 
@@ -58,11 +58,12 @@ def test_the_admin_refuses_what_the_service_refuses_beside_the_field(
     assert words in " ".join(errors[field])
     assert not Cluster.objects.exists()
     with pytest.raises(InvalidInput, match=words):
-        register_cluster(**{**add_form(**fields), "kubeconfig": add_form(**fields)["kubeconfig"] or None})
+        form = add_form(**fields)
+        register_cluster(ClusterSettings(**{**form, "kubeconfig": form["kubeconfig"] or None}))
 
 
 def test_a_changed_cluster_keeps_its_name_driver_and_stored_kubeconfig(db, staff_user, client):
-    cluster, _created = register_cluster(name="gpu-east", kubeconfig=KUBECONFIG)
+    cluster, _created = register_cluster(ClusterSettings(name="gpu-east", kubeconfig=KUBECONFIG))
     client.force_login(staff_user("operator"))
     url = reverse("admin:pools_cluster_change", args=[cluster.pk])
     response = client.post(url, add_form(name="renamed", driver="simulated", kubeconfig="", context="ctx"))
@@ -91,7 +92,7 @@ def test_the_command_keeps_the_stored_kubeconfig_when_none_is_given(db, tmp_path
 
 
 def test_a_simulated_cluster_cannot_become_a_kubernetes_one(db):
-    register_cluster(name="sim", driver="simulated")
+    register_cluster(ClusterSettings(name="sim", driver="simulated"))
     with pytest.raises(InvalidInput, match="is a simulated cluster"):
-        register_cluster(name="sim", kubeconfig=KUBECONFIG)
+        register_cluster(ClusterSettings(name="sim", kubeconfig=KUBECONFIG))
     assert Cluster.objects.get(name="sim").kubeconfig() == ""

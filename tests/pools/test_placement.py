@@ -33,7 +33,7 @@ from pools.placement import (
     shortfall,
     validate_request,
 )
-from pools.placement.availability import Availability, availability, emptied
+from pools.placement.availability import Availability, availability, emptied, obtainable, tally_of_buckets
 from pools.placement.index import FleetIndex
 
 H100, A100, H200 = "H100-80GB", "A100-40GB", "H200-141GB"
@@ -546,6 +546,16 @@ def test_availability_is_exactly_what_one_request_of_a_spec_gets(f):
                 continue
             result = place(fleet_, Request("r", (Item(model, profile, count),), group))
             assert result.placed == expected, (cluster, group, model, profile, count, result.reason)
+
+
+@PROPERTY
+@given(gpus_())
+def test_the_reasons_count_from_the_index_what_availability_offers(f):
+    """The waiting reasons read the engine's index, the specs API a list of GPUs: the same counts."""
+    index = FleetIndex.build(f.gpus)
+    for (cluster, group, model, profile), offer in availability(f.gpus).items():
+        tally = tally_of_buckets(index.buckets_for(cluster, model, group))
+        assert obtainable(tally, model, profile) == offer.now, (cluster, group, model, profile)
 
 
 def test_availability_counts_a_group_and_the_whole_cluster():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.services import register_cluster, sync_inventory
+from pools.services import ClusterSettings, register_cluster, sync_inventory
 from portal.errors import PortalError
 
 
@@ -42,11 +42,13 @@ class Command(BaseCommand):
                 raise CommandError(f"Cannot read {kubeconfig}: {error.strerror}") from error
         try:
             cluster, created = register_cluster(
-                name=name,
-                kubeconfig=text,
-                context=context,
-                in_cluster=in_cluster,
-                mig_config_map=mig_config_map,
+                ClusterSettings(
+                    name=name,
+                    kubeconfig=text,
+                    context=context,
+                    in_cluster=in_cluster,
+                    mig_config_map=mig_config_map,
+                )
             )
         except PortalError as error:
             raise CommandError(error.message) from error
