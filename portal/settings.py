@@ -136,6 +136,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "pools.tasks.sweep_stuck_pools",
         "schedule": env.int("POOL_SWEEP_SECONDS", default=60),
     },
+    "meter-usage": {  # meters every ended period not metered yet (METERING_PERIOD_SECONDS, under Billing)
+        "task": "billing.tasks.meter_usage",
+        "schedule": env.int("METERING_RUN_SECONDS", default=300),
+    },
     "clear-expired-sessions": {
         "task": "portal.tasks.clear_expired_sessions",
         "schedule": crontab(minute=17, hour=3),
@@ -180,9 +184,16 @@ CAPACITY_PICTURE_SECONDS = env.int("CAPACITY_PICTURE_SECONDS", default=30)
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 
-# --- Money: the currency shown with prices ---
+# --- Billing --------------------------------------------------------------------
 
+# Every price, usage record and invoice is in this currency (ISO 4217).
 BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="KRW")
+# Months of invoices are calendar months in this time zone.
+BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="Asia/Seoul")
+# Metering cuts time into periods of this many seconds (UTC, from the epoch) and meters a period
+# METERING_DELAY_SECONDS after it ends, when no release or admission can still land inside it.
+METERING_PERIOD_SECONDS = env.int("METERING_PERIOD_SECONDS", default=3600)
+METERING_DELAY_SECONDS = env.int("METERING_DELAY_SECONDS", default=60)
 
 # --- Accounts -----------------------------------------------------------------
 

@@ -5,6 +5,8 @@ They make rows a test needs as given state. A test about a transition goes throu
 (`submit_request`, `approve_request`, `admit_waiting`, …) instead, since only they write events.
 """
 
+from datetime import timedelta
+from decimal import Decimal
 from uuid import uuid4
 
 import factory
@@ -387,3 +389,28 @@ class AllocationFactory(factory.django.DjangoModelFactory):
             kwargs["slices"], found = _free_slices(kwargs["gpu"], profile, live=live)
             kwargs.setdefault("instance_uuid", found)
         return super()._create(model_class, *args, **kwargs)
+
+
+class PriceListFactory(factory.django.DjangoModelFactory):
+    """`PriceListFactory(name="2027 list")`."""
+
+    class Meta:
+        model = "billing.PriceList"
+        django_get_or_create = ["name"]
+
+    name = factory.Sequence(lambda n: f"price list {n}")
+
+
+class PriceFactory(factory.django.DjangoModelFactory):
+    """An hourly price of one spec, in force from a day ago until changed:
+    `PriceFactory(gpu_model="H100-80GB", profile="1g.10gb", hourly_price=Decimal("600"))`."""
+
+    class Meta:
+        model = "billing.Price"
+
+    price_list = factory.SubFactory(PriceListFactory)
+    gpu_model = "H100-80GB"
+    profile = mig.FULL_GPU
+    hourly_price = factory.LazyFunction(lambda: Decimal("4200"))
+    valid_from = factory.LazyFunction(lambda: timezone.now() - timedelta(days=1))
+    valid_to = None

@@ -186,6 +186,14 @@ class Pool(models.Model):
         ordering = ["-reserved_at"]
         verbose_name = _("pool")
         verbose_name_plural = _("pools")
+        indexes = [
+            # Metering asks each period which pools held capacity in it: the live ones, and those
+            # released after it began.
+            models.Index(
+                fields=["reserved_at"], condition=models.Q(released_at__isnull=True), name="pool_live"
+            ),
+            models.Index(fields=["released_at"], name="pool_released_at"),
+        ]
         constraints = [
             models.CheckConstraint(condition=models.Q(state__in=PoolState.values), name="pool_state_valid"),
         ]

@@ -255,8 +255,9 @@ def release_pool(*, pool_id: int, user) -> Pool:
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)
         transition(pool, PoolState.RELEASING, actor=user)
-        pool.save(update_fields=["state"])
-        _free(pool)
+        # Billing stops now, when the capacity is free, whatever the quota change takes later.
+        pool.released_at = _free(pool)
+        pool.save(update_fields=["state", "released_at"])
         dispatch.after_commit(dispatch.FINISH_RELEASE, pool.pk)
     return pool
 
@@ -307,9 +308,10 @@ def _mark_released(*, pool_id: int, reason: str) -> Pool | None:
         if Allocation.objects.filter(pool=pool, released_at__isnull=True).exists():
             _free(pool)  # release_pool freed them already; never leave one live behind a released pool
         transition(pool, PoolState.RELEASED, reason=reason)
-        # Billing stops when the capacity was given back, not when the quota caught up with it.
-        freed = Allocation.objects.filter(pool=pool).aggregate(at=Max("released_at"))["at"]
-        pool.released_at = freed or timezone.now()
+        # Billing stopped when the capacity was given back (release_pool), not when the quota caught up.
+        if pool.released_at is None:
+            freed = Allocation.objects.filter(pool=pool).aggregate(at=Max("released_at"))["at"]
+            pool.released_at = freed or timezone.now()
         pool.save(update_fields=["state", "released_at"])
     if reason:
         log.warning("pool %s released without its quota change: %s", pool.pk, reason)

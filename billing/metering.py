@@ -1,0 +1,96 @@
+"""Metering arithmetic: which periods have ended, and how many seconds of each spec a pool held in one.
+
+Time is cut into fixed periods of `period` seconds counted from the Unix epoch (UTC), so a period
+starts at a multiple of `period`. A pool holds its items from the moment its capacity was reserved
+until it was released (or failed); both moments count in whole seconds (fractions dropped), so the
+seconds metered over all periods add up to exactly `released - reserved` per instance held.
+
+Plain data in and out: no Django, no clock, no database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+
+@dataclass(frozen=True)
+class Holding:
+    """`count` instances of one spec held by a pool from `reserved` to `released` (None: still held)."""
+
+    pool_id: int
+    gpu_model: str
+    profile: str
+    count: int
+    reserved: int  # whole seconds since the epoch
+    released: int | None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a holding used in one period: `seconds` is instance-seconds (count × seconds held)."""
+
+    pool_id: int
+    gpu_model: str
+    profile: str
+    period_start: int
+    count: int
+    seconds: int
+
+
+def whole_seconds(moment: datetime) -> int:
+    """Seconds since the epoch, fractions dropped; `moment` must carry its time zone."""
+    if moment.tzinfo is None:
+        raise ValueError("metering needs aware datetimes")
+    return int(moment.timestamp() // 1)
+
+
+def moment(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def period_start(seconds: int, period: int) -> int:
+    """The start of the period that holds this second."""
+    return seconds - seconds % period
+
+
+def ended_periods(first: int, now: int, period: int, delay: int = 0) -> range:
+    """Starts of the periods from `first` (a period start) whose end lies at least `delay` seconds
+    before `now`: those a run may meter, since nothing that happened in them can still change."""
+    if first % period:
+        raise ValueError(f"{first} is not the start of a {period}-second period")
+    last_end = period_start(now - delay, period)
+    return range(first, max(first, last_end), period)
+
+
+def held(holding: Holding, start: int, period: int) -> int:
+    """Seconds of [start, start + period) in which the holding was held."""
+    end = start + period
+    until = end if holding.released is None else min(holding.released, end)
+    return max(0, until - max(holding.reserved, start))
+
+
+def usage_in_period(holdings: Iterable[Holding], start: int, period: int) -> list[Usage]:
+    """One usage per holding that held anything in the period."""
+    found = []
+    for holding in holdings:
+        seconds = held(holding, start, period)
+        if seconds:
+            found.append(
+                Usage(
+                    holding.pool_id,
+                    holding.gpu_model,
+                    holding.profile,
+                    start,
+                    holding.count,
+                    holding.count * seconds,
+                )
+            )
+    return found
+
+
+def billable_seconds(holding: Holding, until: int) -> int:
+    """Instance-seconds the holding is billed for up to `until` (the sum of its usages up to there)."""
+    end = until if holding.released is None else min(holding.released, until)
+    return holding.count * max(0, end - holding.reserved)

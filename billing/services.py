@@ -1,0 +1,137 @@
+"""Billing's state changes: metering (usage records per pool, spec and period) and prices.
+
+Metering reads each ended period's holdings (the items of every pool whose reservation overlaps
+it), counts their seconds with `billing.metering`, copies the price in force at the period's
+start, and writes the records with the unique constraint as the guard: a second, concurrent or
+late run writes nothing twice. Periods are metered oldest first, from the one after the last
+metered period, so a run after an outage catches up on every period it missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Max, Min, Q
+from django.utils import timezone
+
+from billing import metering
+from billing.models import MeteredPeriod, Price, PriceList, UsageRecord
+from billing.prices import check_price, in_force
+from pools.models import Pool, RequestItem
+
+log = logging.getLogger(__name__)
+
+METERING_LOCK = 0x6D6574  # the first key of the per-period advisory locks of metering
+
+
+@dataclass
+class MeteringReport:
+    periods: list[datetime] = field(default_factory=list)
+    records: int = 0
+
+    def summary(self) -> str:
+        if not self.periods:
+            return "nothing to meter"
+        first, last = self.periods[0], self.periods[-1]
+        span = f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC"
+        return f"metered {len(self.periods)} period(s) {span}: {self.records} records"
+
+
+def first_unmetered() -> int | None:
+    """Start (epoch seconds) of the oldest period not metered yet, or None when nothing was ever held."""
+    period = settings.METERING_PERIOD_SECONDS
+    last = MeteredPeriod.objects.aggregate(last=Max("start"))["last"]
+    if last is not None:
+        return metering.whole_seconds(last) + period
+    earliest = Pool.objects.aggregate(first=Min("reserved_at"))["first"]
+    return None if earliest is None else metering.period_start(metering.whole_seconds(earliest), period)
+
+
+def meter(*, now: datetime | None = None) -> MeteringReport:
+    """Meter every period that has ended (METERING_DELAY_SECONDS ago) and is not metered yet."""
+    now = now or timezone.now()
+    report = MeteringReport()
+    first = first_unmetered()
+    if first is None:
+        return report
+    period = settings.METERING_PERIOD_SECONDS
+    delay = settings.METERING_DELAY_SECONDS
+    for start in metering.ended_periods(first, metering.whole_seconds(now), period, delay):
+        report.records += meter_period(start)
+        report.periods.append(metering.moment(start))
+    if report.periods:
+        log.info("%s", report.summary())
+    return report
+
+
+def meter_period(start: int) -> int:
+    """Write the usage records of one period; returns how many this run wrote (0 when done before)."""
+    period = settings.METERING_PERIOD_SECONDS
+    begins, ends = metering.moment(start), metering.moment(start + period)
+    with transaction.atomic():
+        # Runs of one period queue up here; the later ones find it metered and write nothing.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [METERING_LOCK, start // period])
+        if MeteredPeriod.objects.filter(start=begins).exists():
+            return 0
+        holdings = [
+            metering.Holding(
+                pool_id, model, profile, count, metering.whole_seconds(reserved),
+                None if released is None else metering.whole_seconds(released),
+            )
+            for pool_id, model, profile, count, reserved, released in RequestItem.objects.filter(
+                Q(request__pool__released_at__isnull=True) | Q(request__pool__released_at__gt=begins),
+                request__pool__reserved_at__lt=ends,
+            ).values_list(
+                "request__pool__id", "gpu_model", "profile", "count",
+                "request__pool__reserved_at", "request__pool__released_at",
+            )
+        ]  # fmt: skip
+        prices = in_force(begins)
+        records = [
+            UsageRecord(
+                pool_id=usage.pool_id,
+                gpu_model=usage.gpu_model,
+                profile=usage.profile,
+                period_start=begins,
+                count=usage.count,
+                seconds=usage.seconds,
+                unit_price=prices.get((usage.gpu_model, usage.profile)),
+                currency=settings.BILLING_CURRENCY,
+            )
+            for usage in metering.usage_in_period(holdings, start, period)
+        ]
+        # The unique constraint stays the last guard, should a record exist without its period.
+        UsageRecord.objects.bulk_create(records, ignore_conflicts=True, batch_size=5000)
+        MeteredPeriod.objects.create(start=begins, records=len(records))
+    return len(records)
+
+
+def metering_lag(*, now: datetime | None = None) -> timedelta:
+    """How long ago the oldest period that could be metered ended (zero when metering is up to date)."""
+    now = now or timezone.now()
+    first = first_unmetered()
+    if first is None:
+        return timedelta(0)
+    ended = metering.moment(first + settings.METERING_PERIOD_SECONDS)
+    behind = now - ended - timedelta(seconds=settings.METERING_DELAY_SECONDS)
+    return max(behind, timedelta(0))
+
+
+def add_price(
+    *, price_list: PriceList, gpu_model: str, profile: str, hourly_price, valid_from: datetime,
+    valid_to: datetime | None = None,
+) -> Price:  # fmt: skip
+    """Add a price to a list after the checks of `check_price`."""
+    price = Price(
+        price_list=price_list, gpu_model=gpu_model, profile=profile, hourly_price=hourly_price,
+        valid_from=valid_from, valid_to=valid_to,
+    )  # fmt: skip
+    with transaction.atomic():
+        check_price(price)
+        price.save()
+    return price

@@ -1,0 +1,93 @@
+"""Metering arithmetic, property-based: whatever the times and however the runs fall, each pool is
+metered for exactly the whole seconds it held its capacity, once."""
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from billing.metering import (
+    Holding,
+    billable_seconds,
+    ended_periods,
+    held,
+    moment,
+    period_start,
+    usage_in_period,
+    whole_seconds,
+)
+
+PERIOD = 3600
+# Around the end of November 2026 in Seoul (2026-11-30 15:00 UTC), give or take two days.
+MONTH_END = int(datetime(2026, 11, 30, 15, tzinfo=UTC).timestamp())
+moments = st.integers(MONTH_END - 2 * 86400, MONTH_END + 2 * 86400)
+
+
+@st.composite
+def holdings(draw) -> Holding:
+    reserved = draw(moments)
+    released = draw(st.one_of(st.none(), st.integers(reserved, reserved + 3 * 86400)))
+    return Holding(1, "H100-80GB", "1g.10gb", draw(st.integers(1, 7)), reserved, released)
+
+
+def run_all(holding: Holding, runs: list[int], delay: int = 60) -> tuple[int, int | None]:
+    """The watermark algorithm of billing.services.meter on one holding: (metered seconds, metered until)."""
+    metered: set[int] = set()
+    next_start = period_start(holding.reserved, PERIOD)
+    for now in runs:
+        for start in ended_periods(next_start, now, PERIOD, delay):
+            assert start not in metered  # a period is metered once
+            metered.add(start)
+            next_start = start + PERIOD
+    total = sum(u.seconds for start in metered for u in usage_in_period([holding], start, PERIOD))
+    return total, (max(metered) + PERIOD if metered else None)
+
+
+@settings(max_examples=500, deadline=None)
+@given(holdings(), st.lists(moments, max_size=8))
+def test_any_runs_meter_exactly_what_was_held_up_to_where_they_reached(holding, runs):
+    runs = sorted(runs)  # the clock only moves forward; runs may repeat and come late
+    total, until = run_all(holding, runs)
+    assert total == (billable_seconds(holding, until) if until else 0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(holdings(), st.lists(moments, max_size=4))
+def test_once_released_and_metered_the_total_is_the_exact_duration(holding, runs):
+    released = holding.released if holding.released is not None else holding.reserved + 86400
+    holding = Holding(1, "H100-80GB", "full", holding.count, holding.reserved, released)
+    total, _until = run_all(holding, [*sorted(runs), released + PERIOD + 61])
+    assert total == holding.count * (released - holding.reserved)
+
+
+@settings(max_examples=300, deadline=None)
+@given(holdings(), moments)
+def test_usage_in_each_period_never_exceeds_the_period(holding, start):
+    start = period_start(start, PERIOD)
+    assert 0 <= held(holding, start, PERIOD) <= PERIOD
+
+
+def test_whole_seconds_drop_fractions_and_need_a_time_zone():
+    assert whole_seconds(datetime(2026, 12, 1, 0, 0, 0, 999999, tzinfo=UTC)) == whole_seconds(
+        datetime(2026, 12, 1, tzinfo=UTC)
+    )
+    assert moment(whole_seconds(datetime(2026, 12, 1, tzinfo=UTC))) == datetime(2026, 12, 1, tzinfo=UTC)
+    with pytest.raises(ValueError, match="aware"):
+        whole_seconds(datetime(2026, 12, 1))
+
+
+def test_a_period_is_metered_only_once_its_end_is_delay_seconds_past():
+    start = period_start(MONTH_END, PERIOD)
+    assert list(ended_periods(start, start + PERIOD + 59, PERIOD, delay=60)) == []
+    assert list(ended_periods(start, start + PERIOD + 60, PERIOD, delay=60)) == [start]
+    with pytest.raises(ValueError, match="not the start"):
+        ended_periods(start + 1, start + 10 * PERIOD, PERIOD)
+
+
+def test_a_holding_ending_inside_a_period_counts_only_its_part():
+    start = period_start(MONTH_END, PERIOD)
+    holding = Holding(7, "H200-141GB", "3g.71gb", 2, start + 100, start + 1000)
+    (usage,) = usage_in_period([holding], start, PERIOD)
+    assert (usage.pool_id, usage.count, usage.seconds) == (7, 2, 2 * 900)
+    assert usage_in_period([holding], start + PERIOD, PERIOD) == []
