@@ -5,10 +5,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models.signals import post_delete, post_save
 from django.utils.translation import gettext_lazy as _
 
+from portal.shell import AppPlugin, Link
+
 
 class BillingConfig(AppConfig):
     name = "billing"
     verbose_name = _("Billing")
+    plugin = AppPlugin(
+        urls="billing.urls",
+        nav=(Link(_("Metering"), "billing-metering", permission="billing.view_meteredperiod"),),
+    )
 
     def ready(self) -> None:
         from django.conf import settings

@@ -170,6 +170,7 @@ NOT_TENANT_SCOPED = {
     "api-tokens": "the signed-in person's own tokens",
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
+    "billing-metering": "platform staff only (tests/billing/test_metering_page.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
     "v1:specs": "the catalogue of what can be requested, shared by all tenants",
     "v1:cluster-detail": "cluster names and states, shared by all tenants",
