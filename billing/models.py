@@ -7,6 +7,8 @@ copies the price in force onto each usage record, so a later price never rewrite
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeBoundary, RangeOperators
 from django.db import models
@@ -131,3 +133,140 @@ class UsageRecord(models.Model):
     @property
     def spec(self) -> Spec:
         return Spec(self.gpu_model, self.profile)
+
+
+class BillingProfile(models.Model):
+    """Who a tenant's invoices are addressed to, and the tax they carry."""
+
+    tenant = models.OneToOneField(
+        "portal.Tenant", on_delete=models.CASCADE, related_name="billing_profile", verbose_name=_("tenant")
+    )
+    legal_name = models.CharField(_("legal name"), max_length=200, blank=True)
+    address = models.TextField(_("address"), blank=True)
+    tax_id = models.CharField(_("tax ID"), max_length=64, blank=True)
+    cost_centre = models.CharField(_("cost centre"), max_length=64, blank=True)
+    po_number = models.CharField(_("PO number"), max_length=64, blank=True)
+    contact_email = models.EmailField(_("billing contact e-mail"), blank=True)
+    tax_rate = models.DecimalField(
+        _("tax rate (%)"),
+        max_digits=5,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text=_("Empty: the deployment's default (BILLING_TAX_RATE)."),
+    )
+
+    class Meta:
+        verbose_name = _("billing profile")
+        verbose_name_plural = _("billing profiles")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(tax_rate__isnull=True) | models.Q(tax_rate__gte=0, tax_rate__lte=100),
+                name="billing_profile_tax_rate_percent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"billing profile of {self.tenant}"
+
+
+class InvoiceState(models.TextChoices):
+    DRAFT = "draft", _("draft")
+    ISSUED = "issued", _("issued")
+    PAID = "paid", _("paid")
+    VOID = "void", _("void")
+
+
+class Invoice(models.Model):
+    """One tenant's month. A draft may be rebuilt; once issued it never changes (a database trigger
+    refuses it) except to be marked paid or void."""
+
+    tenant = models.ForeignKey(
+        "portal.Tenant", on_delete=models.PROTECT, related_name="invoices", verbose_name=_("tenant")
+    )
+    month = models.DateField(_("month"), help_text=_("Its first day, in the billing time zone."))
+    state = models.CharField(
+        _("state"), max_length=8, choices=InvoiceState.choices, default=InvoiceState.DRAFT
+    )
+    number = models.CharField(_("number"), max_length=20, null=True, blank=True, unique=True)
+    currency = models.CharField(_("currency"), max_length=3)
+    tax_rate = models.DecimalField(_("tax rate (%)"), max_digits=5, decimal_places=2)
+    subtotal = models.DecimalField(_("subtotal"), **MONEY)
+    tax = models.DecimalField(_("tax"), **MONEY)
+    total = models.DecimalField(_("total"), **MONEY)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    issued_at = models.DateTimeField(_("issued"), null=True, blank=True)
+    paid_at = models.DateTimeField(_("paid"), null=True, blank=True)
+    voided_at = models.DateTimeField(_("voided"), null=True, blank=True)
+    void_reason = models.TextField(_("why void"), blank=True)
+
+    class Meta:
+        ordering = ["-month", "tenant_id"]
+        verbose_name = _("invoice")
+        verbose_name_plural = _("invoices")
+        permissions = [
+            ("issue_invoice", "Can issue, mark paid and void invoices"),
+            ("export_invoice", "Can export invoices"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "month"], condition=~models.Q(state="void"), name="invoice_one_per_month"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(total=models.F("subtotal") + models.F("tax")), name="invoice_total_adds_up"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state="draft", number__isnull=True) | models.Q(number__isnull=False),
+                name="invoice_numbered_once_issued",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.number or f"draft {self.tenant} {self.month:%Y-%m}"
+
+
+class InvoiceLine(models.Model):
+    invoice = models.ForeignKey(
+        Invoice, on_delete=models.CASCADE, related_name="lines", verbose_name=_("invoice")
+    )
+    kind = models.CharField(_("kind"), max_length=8, choices=[("usage", _("usage")), ("tax", _("tax"))])
+    project = models.ForeignKey(
+        "portal.Project",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("project"),
+    )
+    gpu_model = models.CharField(_("GPU model"), max_length=32, blank=True)
+    profile = models.CharField(_("profile"), max_length=32, blank=True)
+    seconds = models.PositiveBigIntegerField(_("instance-seconds"), default=0)
+    unit_price = models.DecimalField(_("hourly price"), **MONEY, null=True, blank=True)
+    amount = models.DecimalField(_("amount"), **MONEY)
+
+    class Meta:
+        ordering = ["invoice_id", "kind", "project_id", "gpu_model", "profile", "pk"]
+        verbose_name = _("invoice line")
+        verbose_name_plural = _("invoice lines")
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.gpu_model} {self.profile}: {self.amount}"
+
+    @property
+    def hours(self) -> Decimal:
+        return Decimal(self.seconds) / Decimal(3600)
+
+
+class InvoiceSequence(models.Model):
+    """The last number given in a year: numbers are gap-free because they are taken under this row's
+    lock in the transaction that issues."""
+
+    year = models.PositiveSmallIntegerField(_("year"), unique=True)
+    last = models.PositiveIntegerField(_("last number"), default=0)
+
+    class Meta:
+        verbose_name = _("invoice sequence")
+        verbose_name_plural = _("invoice sequences")
+
+    def __str__(self) -> str:
+        return f"{self.year}: {self.last}"

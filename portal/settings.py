@@ -4,6 +4,7 @@ Defaults run the demo on a laptop; production sets `DEBUG=false`, which turns
 every secure default on and makes `SECRET_KEY` mandatory.
 """
 
+from decimal import Decimal
 from pathlib import Path
 
 import environ
@@ -190,6 +191,8 @@ SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8
 BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="KRW")
 # Months of invoices are calendar months in this time zone.
 BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="Asia/Seoul")
+# Tax (percent) on an invoice whose tenant's billing profile names no rate of its own.
+BILLING_TAX_RATE = Decimal(env.str("BILLING_TAX_RATE", default="10"))
 # Metering cuts time into periods of this many seconds (UTC, from the epoch) and meters a period
 # METERING_DELAY_SECONDS after it ends, when no release or admission can still land inside it.
 METERING_PERIOD_SECONDS = env.int("METERING_PERIOD_SECONDS", default=3600)

@@ -114,7 +114,7 @@ def test_the_command_meters_now_and_says_how_far_behind(db, capsys):
     assert "nothing to meter" in capsys.readouterr().out
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_concurrent_runs_on_separate_connections_write_each_record_once():
     project = ProjectFactory()
     pools = [
