@@ -1,11 +1,12 @@
 #!/usr/bin/env python
 """Benchmark: metering one period of 100,000 active pools, next to a plain bulk insert of the same rows.
 
-Builds 100,000 pools (1,000 projects of 100 tenants, each pool holding one spec) reserved before the
-period, then times, alternately, `billing.services.meter_period` (reads the pools' items, counts
+Builds 100,000 pools (one project for each of 1,000 tenants, each pool holding one spec) reserved
+before the period, then times, alternately, `billing.services.meter_period` (reads the pools' items, counts
 their seconds, copies the prices in force, writes the records and marks the period) and a plain
 `bulk_create` of the same records already built in memory (the floor any metering could reach).
-Each is repeated on an emptied usage table; the medians and their ratio are printed.
+Each is repeated on an emptied usage table; the medians and their ratio are printed. Then the same
+records, moved into November (Seoul), are closed into the 1,000 tenants' draft invoices, timed.
 
 Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
 REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
@@ -38,6 +39,7 @@ from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from billing import metering  # noqa: E402
 from billing.demo import share_price  # noqa: E402
+from billing.invoices import close_month  # noqa: E402
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord  # noqa: E402
 from billing.services import meter_period  # noqa: E402
 from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestItem, RequestState  # noqa: E402
@@ -51,19 +53,16 @@ SPECS = [
     ("H200-141GB", "1g.18gb"),
 ]
 BATCH = 5000
+TENANTS = 1000
 
 
 def build(pools: int) -> float:
     started = time.perf_counter()
     user = get_user_model().objects.create(username="bench")
     cluster = Cluster.objects.create(name="bench", driver=Cluster.Driver.SIMULATED)
-    tenants = Tenant.objects.bulk_create([Tenant(slug=f"t{n}", name=f"Tenant {n}") for n in range(100)])
+    tenants = Tenant.objects.bulk_create([Tenant(slug=f"t{n}", name=f"Tenant {n}") for n in range(TENANTS)])
     projects = Project.objects.bulk_create(
-        [
-            Project(tenant=t, slug=f"p{n}", name=f"P {n}", namespace=f"{t.slug}-p{n}")
-            for t in tenants
-            for n in range(10)
-        ]
+        [Project(tenant=t, slug="p", name="P", namespace=f"{t.slug}-p") for t in tenants]
     )
     price_list = PriceList.objects.create(name="bench")
     Price.objects.bulk_create(
@@ -133,6 +132,21 @@ def empty() -> None:
     MeteredPeriod.objects.all().delete()
 
 
+def close_november(rows: list[UsageRecord]) -> float:
+    """Time `close_month` over the rows, moved into the last metered period of November (Seoul)."""
+    empty()
+    last_of_november = PERIOD_START - timedelta(hours=1)
+    for row in rows:
+        row.pk, row.period_start = None, last_of_november
+    UsageRecord.objects.bulk_create(rows, batch_size=BATCH)
+    MeteredPeriod.objects.create(start=last_of_november, records=len(rows))
+    began = time.perf_counter()
+    closing = close_month("2026-11", now=PERIOD_START + timedelta(days=1))
+    elapsed = time.perf_counter() - began
+    assert len(closing.created) == TENANTS, closing.summary()
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", type=int, default=100_000)
@@ -158,6 +172,7 @@ def main() -> None:
             inserted.append(time.perf_counter() - began)
             for row in rows:
                 row.pk = None
+        closed = close_november(rows)
     finally:
         teardown_databases(databases, verbosity=0)
     meter_s, insert_s = statistics.median(metered), statistics.median(inserted)
@@ -168,6 +183,7 @@ def main() -> None:
     print(f"meter one period: median {meter_s:.2f} s ({args.pools / meter_s:,.0f} records/s)")
     print(f"plain bulk insert of the same rows: median {insert_s:.2f} s")
     print(f"metering vs plain insert: {meter_s / insert_s:.2f}×")
+    print(f"close a month for {TENANTS} tenants ({args.pools} usage records): {closed:.2f} s")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ class BillingConfig(AppConfig):
     verbose_name = _("Billing")
     plugin = AppPlugin(
         urls="billing.urls",
+        api="billing.api",
         nav=(Link(_("Metering"), "billing-metering", permission="billing.view_meteredperiod"),),
     )
 

@@ -160,6 +160,7 @@ LISTS = [
     ("v1:pool-list", True),
     ("v1:tenant-list", True),
     ("v1:project-list", True),
+    ("v1:usage", True),
 ]
 
 # Routes with no tenant object in them, and why.
@@ -171,6 +172,8 @@ NOT_TENANT_SCOPED = {
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     "billing-metering": "platform staff only (tests/billing/test_metering_page.py)",
+    "v1:invoice-detail": "a tenant's admins and finance; anyone else gets 404 (tests/billing/test_api.py)",
+    "v1:invoice-list": "a tenant's admins see its issued invoices only (tests/billing/test_api.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
     "v1:specs": "the catalogue of what can be requested, shared by all tenants",
     "v1:cluster-detail": "cluster names and states, shared by all tenants",
@@ -248,11 +251,28 @@ def test_tenant_admin_reaches_every_route(route, tenancy, client, api_client):
 
 @pytest.mark.parametrize(("name", "api"), LISTS)
 def test_lists_show_only_own_tenants(name, api, tenancy, client, api_client):
-    from pools.models import PoolRequest
+    from pools.models import Pool, PoolRequest
 
     acme_objects(tenancy)
     own = PoolRequest.objects.create(project=tenancy.recsys, submitted_by=tenancy.globex_member)
     own_pool = make_pool(tenancy.recsys, tenancy.globex_member)
+    if name == "v1:usage":  # an hour of this month used by each tenant
+        from django.utils import timezone
+
+        from billing.models import UsageRecord
+        from billing.selectors import month_bounds
+
+        hour = max(timezone.now().replace(minute=0, second=0, microsecond=0), month_bounds(None)[0])
+        for pool in Pool.objects.all():
+            UsageRecord.objects.create(
+                pool=pool,
+                gpu_model="H100-80GB",
+                profile="full",
+                period_start=hour,
+                count=1,
+                seconds=3600,
+                currency="KRW",
+            )
     http = api_client if api else client
     if api:
         http.force_authenticate(tenancy.globex_member)

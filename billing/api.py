@@ -1,0 +1,126 @@
+"""REST API of billing, served under /api/v1/ by the site shell: usage per pool and spec, invoices."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db.models import Prefetch
+from django.urls import path
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers, viewsets
+from rest_framework.exceptions import ValidationError
+from rest_framework.routers import SimpleRouter
+
+from billing import invoicing, selectors
+from billing.models import Invoice, InvoiceLine
+from pools.specs import Spec
+
+
+class UsageSerializer(serializers.Serializer):
+    pool = serializers.IntegerField(source="pool_id")
+    project = serializers.CharField(source="pool__project__slug")
+    tenant = serializers.CharField(source="pool__project__tenant__slug")
+    spec = serializers.SerializerMethodField()
+    seconds = serializers.IntegerField(source="held", help_text="Instance-seconds: instances held × seconds.")
+    hours = serializers.SerializerMethodField()
+    amount = serializers.SerializerMethodField()
+    currency = serializers.CharField()
+
+    def get_spec(self, row) -> str:
+        return Spec(row["gpu_model"], row["profile"]).id
+
+    def get_hours(self, row) -> str:
+        return str((Decimal(row["held"]) / Decimal(3600)).quantize(Decimal("0.0001")))
+
+    def get_amount(self, row) -> str:
+        return str(invoicing.round_money(row["amount"] or Decimal(0), row["currency"]))
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter("project", str, description="A project's short name."),
+        OpenApiParameter(
+            "month", str, description="YYYY-MM in the billing time zone; default: this month to date."
+        ),
+    ]
+)
+class UsageView(generics.ListAPIView):
+    """Usage per pool and spec in a month: members see their tenants', finance everyone's."""
+
+    serializer_class = UsageSerializer
+
+    def get_queryset(self):
+        params = self.request.query_params
+        month = None
+        if params.get("month"):
+            try:
+                month = invoicing.parse_month(params["month"])
+            except invoicing.BadMonth as error:
+                raise ValidationError({"month": [str(error)]}) from error
+        rows = selectors.visible_usage(self.request.user)
+        if params.get("project"):
+            rows = rows.filter(pool__project__slug=params["project"])
+        start, end = selectors.month_bounds(month)
+        return selectors.usage_by_pool(rows, start, end)
+
+
+class InvoiceLineSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    spec = serializers.SerializerMethodField()
+    hours = serializers.SerializerMethodField()
+
+    class Meta:
+        model = InvoiceLine
+        fields = ["kind", "project", "spec", "hours", "unit_price", "amount"]
+
+    def get_spec(self, line) -> str | None:
+        return Spec(line.gpu_model, line.profile).id if line.kind == "usage" else None
+
+    def get_hours(self, line) -> str | None:
+        return str(line.hours.quantize(Decimal("0.0001"))) if line.kind == "usage" else None
+
+
+class InvoiceSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    month = serializers.DateField(format="%Y-%m")
+    lines = InvoiceLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Invoice
+        fields = [
+            "id",
+            "number",
+            "tenant",
+            "month",
+            "state",
+            "currency",
+            "subtotal",
+            "tax_rate",
+            "tax",
+            "total",
+            "issued_at",
+            "paid_at",
+            "void_reason",
+            "lines",
+        ]
+
+
+class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
+    """Invoices: a tenant's admins see its issued ones, finance sees all."""
+
+    serializer_class = InvoiceSerializer
+
+    def get_queryset(self):
+        lines = InvoiceLine.objects.select_related("project")
+        return (
+            selectors.visible_invoices(self.request.user)
+            .select_related("tenant")
+            .prefetch_related(Prefetch("lines", queryset=lines))
+            .order_by("-month", "tenant__slug", "pk")
+        )
+
+
+router = SimpleRouter(trailing_slash=True)
+router.register("invoices", InvoiceViewSet, basename="invoice")
+
+urlpatterns = [path("usage/", UsageView.as_view(), name="usage")]

@@ -1,0 +1,72 @@
+"""Billing's reads for pages and the API: whose usage and invoices a person may see, and usage per
+pool and spec for a month."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db.models import DecimalField, F, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from billing import invoicing
+from billing.models import Invoice, InvoiceState, UsageRecord
+from portal.models import Membership, Role
+from portal.permissions import staff_may
+
+
+def visible_usage(user) -> QuerySet[UsageRecord]:
+    """Finance (and operators) see every tenant's usage; anyone else that of the tenants they belong to."""
+    if not user.is_authenticated:
+        return UsageRecord.objects.none()
+    if staff_may(user=user, permission="billing.view_usagerecord"):
+        return UsageRecord.objects.all()
+    tenants = Membership.objects.filter(user=user).values("tenant_id")
+    return UsageRecord.objects.filter(pool__project__tenant_id__in=tenants)
+
+
+def visible_invoices(user) -> QuerySet[Invoice]:
+    """Finance sees every invoice; a tenant admin the issued (paid, void) invoices of their tenants."""
+    if not user.is_authenticated:
+        return Invoice.objects.none()
+    if staff_may(user=user, permission="billing.view_invoice"):
+        return Invoice.objects.all()
+    tenants = Membership.objects.filter(user=user, role=Role.ADMIN).values("tenant_id")
+    return Invoice.objects.filter(tenant_id__in=tenants).exclude(state=InvoiceState.DRAFT)
+
+
+def month_bounds(month: tuple[int, int] | None, *, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """A month's bounds in the billing time zone; None: this month, up to now."""
+    now = now or timezone.now()
+    if month is None:
+        local = timezone.localtime(now, timezone=ZoneInfo(settings.BILLING_TIME_ZONE))
+        month = (local.year, local.month)
+    return invoicing.month_span(*month, settings.BILLING_TIME_ZONE)
+
+
+def usage_by_pool(rows: QuerySet[UsageRecord], start: datetime, end: datetime) -> QuerySet:
+    """One row per pool and spec of the usage in [start, end): instance-seconds and the exact amount
+    (rounded once, where it is shown)."""
+    money = DecimalField(max_digits=24, decimal_places=8)
+    return (
+        rows.filter(period_start__gte=start, period_start__lt=end)
+        .values(
+            "pool_id",
+            "pool__project__slug",
+            "pool__project__tenant__slug",
+            "gpu_model",
+            "profile",
+            "currency",
+        )
+        .annotate(
+            held=Sum("seconds"),
+            amount=Sum(
+                F("seconds") * Coalesce(F("unit_price"), Value(Decimal(0))) / Value(Decimal(3600)),
+                output_field=money,
+            ),
+        )
+        .order_by("pool_id", "gpu_model", "profile")
+    )
