@@ -5,13 +5,18 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db.models import Prefetch
+from django.http import Http404, HttpResponse
 from django.urls import path
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import BaseRenderer
 from rest_framework.routers import SimpleRouter
+from rest_framework.settings import api_settings
 
-from billing import invoicing, selectors
+from billing import exports, invoicing, selectors
 from billing.models import Invoice, InvoiceLine
 from pools.specs import Spec
 
@@ -105,10 +110,56 @@ class InvoiceSerializer(serializers.ModelSerializer):
         ]
 
 
+class FileRenderer(BaseRenderer):
+    """Lets `?format=csv|xlsx|pdf` through content negotiation; the export answers the file itself."""
+
+    charset = None
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data
+
+
+EXPORT_RENDERERS = [
+    type(f"{kind.upper()}Renderer", (FileRenderer,), {"format": kind, "media_type": media.split(";")[0]})
+    for kind, media in exports.FORMATS.items()
+]
+
+
 class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
     """Invoices: a tenant's admins see its issued ones, finance sees all."""
 
     serializer_class = InvoiceSerializer
+
+    def handle_exception(self, exc):
+        if self.action == "export":  # a refusal answers JSON, whichever file was asked for
+            renderer = api_settings.DEFAULT_RENDERER_CLASSES[0]()
+            self.request.accepted_renderer, self.request.accepted_media_type = renderer, renderer.media_type
+        return super().handle_exception(exc)
+
+    def perform_content_negotiation(self, request, force=False):
+        try:
+            return super().perform_content_negotiation(request, force)
+        except Http404 as error:  # a format no renderer offers
+            if self.action == "export":
+                offered = ", ".join(exports.FORMATS)
+                raise ValidationError({"format": [f"Formats offered: {offered}."]}) from error
+            raise
+
+    @extend_schema(
+        parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS), required=True)],
+        responses={(200, media.split(";")[0]): OpenApiTypes.BINARY for media in exports.FORMATS.values()},
+    )
+    @action(detail=True, methods=["get"], renderer_classes=EXPORT_RENDERERS)
+    def export(self, request, pk=None):
+        """The invoice as a file: CSV, XLSX or PDF."""
+        kind = request.query_params.get("format", "")
+        if kind not in exports.FORMATS:
+            offered = ", ".join(exports.FORMATS)
+            raise ValidationError({"format": [f"Formats offered: {offered}."]})
+        content, media, name = exports.export(self.get_object(), kind)
+        response = HttpResponse(content, content_type=media)
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
     def get_queryset(self):
         lines = InvoiceLine.objects.select_related("project")

@@ -191,6 +191,12 @@ SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8
 BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="KRW")
 # Months of invoices are calendar months in this time zone.
 BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="Asia/Seoul")
+# The font of invoice PDFs, with a CJK font so that Hangul prints; in a .ttc collection, the index of
+# the face (Noto Sans CJK: 1 is Korean).
+BILLING_PDF_FONT = env.str(
+    "BILLING_PDF_FONT", default="/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
+)
+BILLING_PDF_FONT_INDEX = env.int("BILLING_PDF_FONT_INDEX", default=1)
 # Tax (percent) on an invoice whose tenant's billing profile names no rate of its own.
 BILLING_TAX_RATE = Decimal(env.str("BILLING_TAX_RATE", default="10"))
 # Metering cuts time into periods of this many seconds (UTC, from the epoch) and meters a period

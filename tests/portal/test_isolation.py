@@ -174,6 +174,7 @@ NOT_TENANT_SCOPED = {
     "billing-metering": "platform staff only (tests/billing/test_metering_page.py)",
     "v1:invoice-detail": "a tenant's admins and finance; anyone else gets 404 (tests/billing/test_api.py)",
     "v1:invoice-list": "a tenant's admins see its issued invoices only (tests/billing/test_api.py)",
+    "v1:invoice-export": "as the invoice itself; anyone else gets 404 (tests/billing/test_api.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
     "v1:specs": "the catalogue of what can be requested, shared by all tenants",
     "v1:cluster-detail": "cluster names and states, shared by all tenants",

@@ -1,0 +1,162 @@
+"""One invoice as a file: CSV and XLSX for accounting, PDF as the document sent to the tenant.
+
+Every format carries the same rows (`rows`): the lines of the invoice with project, spec, hours,
+unit price and amount, then subtotal, tax and total. The PDF names the tenant's billing profile,
+the period and the number; it embeds a CJK font (BILLING_PDF_FONT) so that Hangul names print.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.utils.translation import gettext as _
+from fpdf import FPDF, FontFace
+from openpyxl import Workbook
+
+from billing.invoicing import round_money
+from billing.models import BillingProfile, Invoice
+from pools.specs import Spec
+from portal.errors import PortalError
+
+FORMATS = {
+    "csv": "text/csv; charset=utf-8",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "pdf": "application/pdf",
+}
+HEADER = ["project", "spec", "hours", "unit_price", "amount"]
+
+
+class ExportUnavailable(PortalError):
+    status_code = 503
+
+
+def filename(invoice: Invoice, extension: str) -> str:
+    return f"invoice-{invoice.number or f'draft-{invoice.pk}'}-{invoice.tenant.slug}.{extension}"
+
+
+def rows(invoice: Invoice) -> list[list[str]]:
+    """The usage lines, then subtotal, tax (with its rate) and total, as text; money in the currency's
+    minor unit."""
+
+    def money(amount: Decimal) -> str:
+        return f"{round_money(amount, invoice.currency)}"
+
+    found = []
+    for line in invoice.lines.filter(kind="usage").select_related("project").order_by("project__slug", "pk"):
+        price = "" if line.unit_price is None else f"{line.unit_price.normalize():f}"
+        found.append(
+            [
+                line.project.slug if line.project else "",
+                Spec(line.gpu_model, line.profile).id,
+                f"{line.hours.quantize(Decimal('0.0001'))}",
+                price,
+                money(line.amount),
+            ]
+        )
+    found.append(["", "subtotal", "", "", money(invoice.subtotal)])
+    found.append(["", f"tax {invoice.tax_rate.normalize():f}%", "", "", money(invoice.tax)])
+    found.append(["", "total", "", "", money(invoice.total)])
+    return found
+
+
+def as_csv(invoice: Invoice) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(
+        [
+            "invoice",
+            invoice.number or "",
+            "tenant",
+            invoice.tenant.slug,
+            "month",
+            f"{invoice.month:%Y-%m}",
+            "currency",
+            invoice.currency,
+        ]
+    )
+    writer.writerow(HEADER)
+    writer.writerows(rows(invoice))
+    return out.getvalue().encode("utf-8")
+
+
+def as_xlsx(invoice: Invoice) -> bytes:
+    book = Workbook()
+    sheet = book.active
+    sheet.title = f"{invoice.month:%Y-%m}"
+    sheet.append(
+        [
+            "invoice",
+            invoice.number or "",
+            "tenant",
+            invoice.tenant.slug,
+            "month",
+            f"{invoice.month:%Y-%m}",
+            "currency",
+            invoice.currency,
+        ]
+    )
+    sheet.append(HEADER)
+    for project, spec, hours, price, amount in rows(invoice):
+        sheet.append(
+            [
+                project,
+                spec,
+                Decimal(hours) if hours else None,
+                Decimal(price) if price else None,
+                Decimal(amount),
+            ]
+        )
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def as_pdf(invoice: Invoice) -> bytes:
+    font = Path(settings.BILLING_PDF_FONT)
+    if not font.is_file():
+        raise ExportUnavailable(
+            _("PDF export needs the font %(font)s (Debian: fonts-noto-cjk).") % {"font": font}
+        )
+    profile = BillingProfile.objects.filter(tenant=invoice.tenant).first()
+    pdf = FPDF(format="A4")
+    pdf.set_title(filename(invoice, "pdf"))
+    pdf.add_font("portal", fname=str(font), collection_font_number=settings.BILLING_PDF_FONT_INDEX)
+    pdf.add_page()
+    pdf.set_font("portal", size=16)
+    pdf.cell(text=f"{_('Invoice')} {invoice.number or _('(draft)')}", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("portal", size=10)
+    facts = [
+        (_("Tenant"), (profile.legal_name if profile and profile.legal_name else invoice.tenant.name)),
+        (_("Month"), f"{invoice.month:%Y-%m} ({settings.BILLING_TIME_ZONE})"),
+        (_("Issued"), f"{invoice.issued_at:%Y-%m-%d}" if invoice.issued_at else "—"),
+    ]
+    if profile:
+        facts += [
+            (_("Address"), profile.address),
+            (_("Tax ID"), profile.tax_id),
+            (_("Cost centre"), profile.cost_centre),
+            (_("PO number"), profile.po_number),
+        ]
+    for label, value in facts:
+        if value:
+            pdf.multi_cell(0, 6, f"{label}: {value}", new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(4)
+    widths = (40, 60, 25, 30, 35)
+    align = ("LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT")
+    with pdf.table(col_widths=widths, text_align=align, headings_style=FontFace(emphasis=None)) as table:
+        table.row(
+            [_("Project"), _("Spec"), _("Hours"), _("Unit price"), f"{_('Amount')} ({invoice.currency})"]
+        )
+        for values in rows(invoice):
+            table.row(values)
+    return bytes(pdf.output())
+
+
+def export(invoice: Invoice, kind: str) -> tuple[bytes, str, str]:
+    """The file's bytes, content type and name."""
+    make = {"csv": as_csv, "xlsx": as_xlsx, "pdf": as_pdf}[kind]
+    return make(invoice), FORMATS[kind], filename(invoice, kind)
