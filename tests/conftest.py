@@ -162,13 +162,28 @@ def running_worker(queue: str, workdir: Path, *, pool: str = "solo"):
             worker.process.kill()
 
 
+RUNNING: list[Worker] = []  # the session's worker, once a test has started it
+
+
 @pytest.fixture(scope="session")
 def _session_worker(django_db_setup, tmp_path_factory):
     from portal.celery import app
 
     app.control.purge()  # tasks that earlier tests queued belong to databases that are gone
     with running_worker(TASK_QUEUE, tmp_path_factory.mktemp("worker")) as worker:
+        RUNNING.append(worker)
         yield worker
+        RUNNING.clear()
+
+
+@pytest.fixture(autouse=True)
+def _worker_idle_before_flush(request):
+    """A transactional test commits, so the tasks it queues reach the session's worker (once started)
+    even when the test does not use it: the database is emptied only once the worker is idle."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if RUNNING and marker is not None and marker.kwargs.get("transaction"):
+        wait_until_idle(RUNNING[0])
 
 
 @pytest.fixture
