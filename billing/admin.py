@@ -19,6 +19,7 @@ from billing.models import (
     UsageRecord,
 )
 from billing.prices import check_price, metered_until
+from pools.admin.capacity import ReadOnlyAdmin as PoolsReadOnlyAdmin
 from portal.errors import PortalError
 
 
@@ -76,18 +77,9 @@ class PriceAdmin(admin.ModelAdmin):
         super().delete_queryset(request, queryset)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(PoolsReadOnlyAdmin):
     list_per_page = 50
     show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(UsageRecord)

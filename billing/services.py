@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Min, Q
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing import metering
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord
-from billing.prices import check_price, in_force
+from billing.prices import check_price, in_force, metered_until
 from pools.models import Pool, RequestItem
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,11 @@ class MeteringReport:
 
 def first_unmetered() -> int | None:
     """Start (epoch seconds) of the oldest period not metered yet, or None when nothing was ever held."""
-    period = settings.METERING_PERIOD_SECONDS
-    last = MeteredPeriod.objects.aggregate(last=Max("start"))["last"]
-    if last is not None:
-        return metering.whole_seconds(last) + period
+    until = metered_until()
+    if until is not None:
+        return metering.whole_seconds(until)
     earliest = Pool.objects.aggregate(first=Min("reserved_at"))["first"]
+    period = settings.METERING_PERIOD_SECONDS
     return None if earliest is None else metering.period_start(metering.whole_seconds(earliest), period)
 
 
