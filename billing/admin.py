@@ -1,5 +1,5 @@
-"""Django admin of billing: finance keeps price lists and billing profiles and acts on invoices; usage
-and metered periods are read-only."""
+"""Django admin of billing: finance keeps price lists and billing profiles, acts on invoices and issues
+credit notes; usage, metered periods, credit notes once issued and invoice e-mails are read-only."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.utils.translation import gettext_lazy as _
 
-from billing import invoices
+from billing import invoices, invoicing
 from billing.models import (
     BillingProfile,
+    CreditNote,
     Invoice,
     InvoiceLine,
+    InvoiceMail,
+    InvoiceState,
     MeteredPeriod,
     Price,
     PriceList,
@@ -138,6 +141,21 @@ class InvoiceLineInline(admin.TabularInline):
         return f"{line.hours:.2f}" if line.kind == "usage" else ""
 
 
+class CreditNoteInline(admin.TabularInline):
+    model = CreditNote
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ["number", "issued_at", "subtotal", "tax", "total", "reason", "issued_by"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
     """Finance issues, marks paid and voids here; what an invoice says comes only from closing a month."""
@@ -149,7 +167,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     list_select_related = ["tenant"]
     search_fields = ["number", "tenant__slug", "tenant__name"]
     date_hierarchy = "month"
-    inlines = [InvoiceLineInline]
+    inlines = [InvoiceLineInline, CreditNoteInline]
     action_form = InvoiceActionForm
     actions = ["issue_selected", "mark_paid_selected", "void_selected"]
     fields = [
@@ -162,6 +180,7 @@ class InvoiceAdmin(admin.ModelAdmin):
         "tax_rate",
         "tax",
         "total",
+        "credited",
         "issued_at",
         "paid_at",
         "voided_at",
@@ -207,3 +226,104 @@ class InvoiceAdmin(admin.ModelAdmin):
 
     def has_issue_permission(self, request) -> bool:
         return request.user.has_perm("billing.issue_invoice")
+
+    @admin.display(description=_("credited"))
+    def credited(self, invoice):
+        return invoicing.round_money(invoices.credited(invoice), invoice.currency) if invoice.pk else ""
+
+
+class CreditNoteForm(forms.ModelForm):
+    """Checked as `invoices.credit` checks, each refusal beside its field; the service checks again as
+    it issues, under the invoice's lock."""
+
+    invoice = forms.ModelChoiceField(
+        label=_("invoice"),
+        queryset=Invoice.objects.filter(state__in=[InvoiceState.ISSUED, InvoiceState.PAID])
+        .select_related("tenant")
+        .order_by("-issued_at", "-pk"),
+    )
+    amount = forms.DecimalField(
+        label=_("net amount"), help_text=_("Before tax; the invoice's tax rate is added."), max_digits=14
+    )
+
+    class Meta:
+        model = CreditNote
+        fields = ["invoice", "amount", "reason"]
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors:
+            try:
+                invoices.check_credit(
+                    invoice_id=data["invoice"].pk, amount=data["amount"], reason=data.get("reason", "")
+                )
+            except PortalError as error:
+                self.add_error(error.field if error.field in self.fields else None, error.message)
+        return data
+
+    def _post_clean(self):
+        """The number, amounts and times come from the service when it issues, not from the form."""
+
+
+@admin.register(CreditNote)
+class CreditNoteAdmin(admin.ModelAdmin):
+    """Finance issues credit notes here; once issued, one is only read (the database refuses changes)."""
+
+    list_per_page = 50
+    show_full_result_count = False
+    list_display = ["number", "invoice", "tenant", "total", "currency", "issued_at", "issued_by"]
+    list_select_related = ["invoice__tenant", "issued_by"]
+    search_fields = ["number", "invoice__number", "invoice__tenant__slug", "reason"]
+    date_hierarchy = "issued_at"
+    shown = [
+        "number",
+        "invoice",
+        "currency",
+        "subtotal",
+        "tax_rate",
+        "tax",
+        "total",
+        "reason",
+        "issued_at",
+        "issued_by",
+    ]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = CreditNoteForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return ["invoice", "amount", "reason"] if obj is None else self.shown
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else self.shown
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description=_("tenant"), ordering="invoice__tenant__slug")
+    def tenant(self, note):
+        return note.invoice.tenant
+
+    def save_model(self, request, obj, form, change):
+        # Checked by the form already; a refusal now (another credit meanwhile) is answered as such.
+        data = form.cleaned_data
+        note = invoices.credit(
+            invoice_id=data["invoice"].pk, amount=data["amount"], reason=data["reason"], by=request.user
+        )
+        obj.pk, obj.number, obj.invoice = note.pk, note.number, note.invoice
+
+    def save_related(self, request, form, formsets, change):
+        """A credit note has nothing related to save."""
+
+
+@admin.register(InvoiceMail)
+class InvoiceMailAdmin(ReadOnlyAdmin):
+    list_display = ["sent_at", "invoice", "credit_note", "recipients"]
+    list_select_related = ["invoice", "credit_note"]
+    search_fields = ["invoice__number", "credit_note__number", "recipients"]
+    date_hierarchy = "sent_at"

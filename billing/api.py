@@ -8,7 +8,7 @@ from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import generics, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -17,7 +17,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.settings import api_settings
 
 from billing import exports, invoicing, selectors
-from billing.models import Invoice, InvoiceLine
+from billing.models import CreditNote, Invoice, InvoiceLine
 from pools.specs import Spec
 
 
@@ -69,10 +69,29 @@ class UsageView(generics.ListAPIView):
         return selectors.usage_by_pool(rows, start, end)
 
 
+@extend_schema_field({"type": "string", "example": "27720", "nullable": True})
+class Money(serializers.Field):
+    """An amount as text in its currency's minor unit (`27720` KRW, `12.50` USD): rounded once,
+    half-up, as the invoice's lines are; `currency` says where the object keeps its currency."""
+
+    def __init__(self, *, currency=lambda obj: obj.currency, **kwargs):
+        super().__init__(read_only=True, **kwargs)
+        self.currency = currency
+
+    def get_attribute(self, instance):
+        return super().get_attribute(instance), self.currency(instance)
+
+    def to_representation(self, value) -> str | None:
+        amount, currency = value
+        return None if amount is None else str(invoicing.round_money(amount, currency))
+
+
 class InvoiceLineSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     spec = serializers.SerializerMethodField()
     hours = serializers.SerializerMethodField()
+    unit_price = serializers.SerializerMethodField(help_text="Per hour, every digit it was set with.")
+    amount = Money(currency=lambda line: line.invoice.currency)
 
     class Meta:
         model = InvoiceLine
@@ -84,11 +103,31 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
     def get_hours(self, line) -> str | None:
         return str(line.hours.quantize(Decimal("0.0001"))) if line.kind == "usage" else None
 
+    def get_unit_price(self, line) -> str | None:
+        return None if line.unit_price is None else f"{line.unit_price.normalize():f}"
+
+
+class CreditNoteSerializer(serializers.ModelSerializer):
+    """A credit note of an invoice; amounts as text in the currency's minor unit."""
+
+    subtotal = Money()
+    tax = Money()
+    total = Money()
+
+    class Meta:
+        model = CreditNote
+        fields = ["number", "issued_at", "subtotal", "tax", "total", "reason"]
+
 
 class InvoiceSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     month = serializers.DateField(format="%Y-%m")
     lines = InvoiceLineSerializer(many=True, read_only=True)
+    credit_notes = CreditNoteSerializer(many=True, read_only=True)
+    subtotal = Money()
+    tax = Money()
+    total = Money()
+    credited = serializers.SerializerMethodField(help_text="The totals of its credit notes, summed.")
 
     class Meta:
         model = Invoice
@@ -107,7 +146,13 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "paid_at",
             "void_reason",
             "lines",
+            "credit_notes",
+            "credited",
         ]
+
+    def get_credited(self, invoice) -> str:
+        credited = sum((note.total for note in invoice.credit_notes.all()), Decimal(0))
+        return str(invoicing.round_money(credited, invoice.currency))
 
 
 class FileRenderer(BaseRenderer):
@@ -166,7 +211,10 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
         return (
             selectors.visible_invoices(self.request.user)
             .select_related("tenant")
-            .prefetch_related(Prefetch("lines", queryset=lines))
+            .prefetch_related(
+                Prefetch("lines", queryset=lines),
+                Prefetch("credit_notes", queryset=CreditNote.objects.order_by("issued_at", "pk")),
+            )
             .order_by("-month", "tenant__slug", "pk")
         )
 

@@ -5,7 +5,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models.signals import post_delete, post_save
 from django.utils.translation import gettext_lazy as _
 
-from portal.shell import AppPlugin, Link
+from portal.shell import AppPlugin, EmailTopic, Link
+
+# The e-mails of issued invoices and credit notes to a tenant's admins (billing/mail.py), which they may
+# turn off; a tenant's billing contact gets them regardless.
+EMAIL_TOPIC = "invoices"
 
 
 class BillingConfig(AppConfig):
@@ -14,7 +18,24 @@ class BillingConfig(AppConfig):
     plugin = AppPlugin(
         urls="billing.urls",
         api="billing.api",
-        nav=(Link(_("Metering"), "billing-metering", permission="billing.view_meteredperiod"),),
+        nav=(
+            Link(_("Billing"), "billing-home", permission="billing.view_invoice"),
+            Link(_("Metering"), "billing-metering", permission="billing.view_meteredperiod"),
+        ),
+        # A tenant's invoices are for its admins (and finance); what its pools cost, for every member.
+        tenant_tabs=(
+            Link(_("Invoices"), "tenant-invoices", permission="billing.view_invoice", tenant_role="admin"),
+        ),
+        tenant_sections=("billing.tenant_views.tenant_section",),
+        project_sections=("billing.tenant_views.project_section",),
+        pool_sections=("billing.tenant_views.pool_section",),
+        email_topics=(
+            EmailTopic(
+                EMAIL_TOPIC,
+                _("e-mail me my tenants' invoices"),
+                _("Issued invoices and credit notes, with their PDF, if the tenant has no billing contact."),
+            ),
+        ),
     )
 
     def ready(self) -> None:

@@ -1,15 +1,49 @@
-"""Demo data of billing: a price list for every spec, a MIG instance priced by its share of the GPU."""
+"""Demo data of billing: a price list for every spec (a MIG instance priced by its share of the GPU),
+the tenants' billing profiles, and two months of history to look at.
 
-from datetime import datetime
+History. The two previous complete calendar months (in BILLING_TIME_ZONE) get pools of both demo
+tenants that were asked for, approved by `carol`, reserved on the simulated fleet and released, all
+in the past: their rows say what the services would have written then (states, timestamps, events,
+allocations on the GPUs and MIG instances the fleet has), and none of them holds capacity now.
+Every period of those months is then metered, by metering's own `meter_period` wherever a pool
+held anything, so that the beat carries on from the end of last month; the month before last is
+closed and invoiced (acme's invoice paid, globex's left issued) and last month closed into drafts.
+History is made once, and only while nothing in those months is metered or invoiced yet.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.backends.postgresql.psycopg_any import NumericRange
+from django.db.models import Min, Q
+from django.utils import timezone
 
-from billing.models import PriceList
-from billing.services import add_price
+from billing import invoicing, mail, metering
+from billing.invoices import close_month, issue, mark_paid
+from billing.models import BillingProfile, Invoice, InvoiceMail, MeteredPeriod, PriceList
+from billing.prices import metered_until
+from billing.services import add_price, first_unmetered, meter_period
 from pools import mig
-from pools.specs import specs_of
+from pools.models import (
+    Allocation,
+    GpuCapacity,
+    Pool,
+    PoolEvent,
+    PoolRequest,
+    PoolState,
+    RequestItem,
+    RequestState,
+)
+from pools.notifications import NOTIFIED
+from pools.specs import parse_spec, specs_of
+from portal.models import Project, Tenant
 
 LIST_NAME = "Standard"
 # Hourly price of a whole GPU in the demo's currency (KRW); an instance pays its compute slices' share.
@@ -20,6 +54,82 @@ FULL_GPU_HOURLY = {
     "H200-141GB": Decimal("5600"),
     "B200-180GB": Decimal("8400"),
 }
+APPROVER = "carol"
+# Who each demo tenant's invoices go to; acme is billed through its Korean subsidiary.
+PROFILES = {
+    "acme": {
+        "legal_name": "에이크미코리아 주식회사",
+        "address": "06236 서울특별시 강남구 테헤란로 152, 21층",
+        "tax_id": "120-88-01234",
+        "cost_centre": "KR-AI-3100",
+        "po_number": "PO-2026-0417",
+        "contact_email": "billing@acme.example",
+    },
+    "globex": {
+        "legal_name": "Globex Corporation",
+        "address": "1 Globex Plaza\nCypress Creek, OR 97401\nUnited States",
+        "tax_id": "94-1234567",
+        "cost_centre": "CC-4410 Data Science",
+        "po_number": "4500071234",
+        "contact_email": "accounts.payable@globex.example",
+    },
+}
+
+
+@dataclass(frozen=True)
+class PastPool:
+    """A pool of the history: asked for by `who` in a project, reserved on `day` of its month (0: the
+    month before last, 1: last month) at `hour` local time, and released `hours` later."""
+
+    project: str
+    who: str
+    items: tuple[tuple[str, int], ...]
+    purpose: str
+    month: int
+    day: int
+    hour: int
+    hours: int
+    justification: str
+
+
+PAST_POOLS = (
+    PastPool("vision", "bob", (("h200-141gb.full", 8),), "training", 0, 2, 9, 52,
+             "Pre-training the detector backbone on the full data set."),
+    PastPool("recsys", "mallory", (("a100-80gb.full", 4),), "training", 0, 2, 10, 48,
+             "Monthly retraining of the recommender."),
+    PastPool("llm-serving", "alice", (("h200-141gb.mig-3g.71gb", 2), ("h200-141gb.mig-1g.18gb", 2)),
+             "inference", 0, 9, 10, 60, "Load test of the chat model before its launch."),
+    PastPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 3),), "development", 0, 10, 9, 9,
+             "Notebooks for the quarterly churn analysis."),
+    PastPool("analytics", "mallory", (("h100-80gb.mig-2g.20gb", 2),), "development", 0, 10, 10, 30,
+             "Feature exploration for the pricing model."),
+    PastPool("vision", "alice", (("h200-141gb.mig-1g.18gb", 3),), "inference", 0, 11, 13, 5,
+             "Comparing the detector's quantised variants."),
+    PastPool("vision", "bob", (("h200-141gb.full", 2),), "training", 0, 19, 8, 20,
+             "Fine-tuning on the newly labelled images."),
+    PastPool("recsys", "mallory", (("a100-80gb.full", 8),), "training", 0, 19, 9, 40,
+             "Hyper-parameter sweep of the ranking model."),
+    PastPool("analytics", "mallory", (("h100-80gb.full", 1),), "development", 0, 28, 10, 90,
+             "Profiling the feature pipeline across the month end."),
+    PastPool("llm-serving", "alice", (("h200-141gb.mig-4g.71gb", 1), ("h200-141gb.mig-2g.35gb", 1)),
+             "inference", 0, 28, 20, 80, "Canary of the next model version, kept over the month end."),
+    PastPool("vision", "bob", (("h200-141gb.full", 4),), "training", 1, 4, 7, 30,
+             "Re-training after the annotation fixes."),
+    PastPool("recsys", "mallory", (("a100-80gb.full", 4),), "training", 1, 4, 8, 26,
+             "Monthly retraining of the recommender."),
+    PastPool("llm-serving", "alice", (("h200-141gb.mig-3g.71gb", 1),), "inference", 1, 11, 11, 50,
+             "Serving the summariser to the pilot customers."),
+    PastPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 2), ("h100-80gb.mig-2g.20gb", 1)),
+             "development", 1, 12, 9, 12, "Dashboards of the marketing campaign."),
+    PastPool("vision", "alice", (("h200-141gb.mig-1g.18gb", 4), ("h200-141gb.mig-2g.35gb", 2)),
+             "inference", 1, 12, 15, 4, "Batch inference over the image archive."),
+    PastPool("vision", "bob", (("h200-141gb.full", 8),), "training", 1, 21, 20, 48,
+             "Training the segmentation head."),
+    PastPool("recsys", "mallory", (("a100-80gb.full", 2),), "training", 1, 22, 12, 20,
+             "Distilling the ranking model."),
+    PastPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 4),), "development", 1, 23, 13, 3,
+             "Workshop notebooks for new analysts."),
+)  # fmt: skip
 
 
 def share_price(gpu_model: str, profile: str) -> Decimal:
@@ -31,11 +141,16 @@ def share_price(gpu_model: str, profile: str) -> Decimal:
 
 
 def load(stdout) -> None:
+    made = [_prices(), _profiles(), _history(now=timezone.now())]
+    stdout.write("Billing: " + ("; ".join(part for part in made if part) or "already there") + ".")
+
+
+def _prices() -> str:
     price_list, created = PriceList.objects.get_or_create(
         name=LIST_NAME, defaults={"description": "Demo prices: a MIG instance costs its share of the GPU."}
     )
     if not created or price_list.prices.exists():
-        return
+        return ""
     since = datetime(2026, 1, 1, tzinfo=ZoneInfo(settings.BILLING_TIME_ZONE))
     specs = specs_of(list(FULL_GPU_HOURLY))
     for spec in specs:
@@ -46,4 +161,239 @@ def load(stdout) -> None:
             hourly_price=share_price(spec.gpu_model, spec.profile),
             valid_from=since,
         )
-    stdout.write(f"price list {LIST_NAME}: {len(specs)} prices in {settings.BILLING_CURRENCY}")
+    return f"price list {LIST_NAME} ({len(specs)} prices in {settings.BILLING_CURRENCY})"
+
+
+def _profiles() -> str:
+    made = []
+    for tenant in Tenant.objects.filter(slug__in=PROFILES).order_by("slug"):
+        _profile, created = BillingProfile.objects.get_or_create(
+            tenant=tenant, defaults=PROFILES[tenant.slug]
+        )
+        if created:
+            made.append(tenant.slug)
+    return f"billing profiles of {', '.join(made)}" if made else ""
+
+
+def history_months(now: datetime) -> tuple[date, date]:
+    """The month before last and last month (their first days): the two previous complete calendar
+    months in the billing time zone."""
+    local = timezone.localtime(now, ZoneInfo(settings.BILLING_TIME_ZONE))
+    last = (date(local.year, local.month, 1) - timedelta(days=1)).replace(day=1)
+    return (last - timedelta(days=1)).replace(day=1), last
+
+
+def _span(month: date) -> tuple[datetime, datetime]:
+    return invoicing.month_span(month.year, month.month, settings.BILLING_TIME_ZONE)
+
+
+def _history(*, now: datetime) -> str:
+    months = history_months(now)
+    begins, ends = _span(months[0])[0], _span(months[1])[1]
+    period = settings.METERING_PERIOD_SECONDS
+    first = metering.period_start(metering.whole_seconds(begins), period)
+    touched = (
+        MeteredPeriod.objects.filter(start__gte=metering.moment(first), start__lt=ends).exists()
+        or Invoice.objects.filter(month__in=months).exists()
+    )
+    names, slugs = {APPROVER, *(p.who for p in PAST_POOLS)}, {p.project for p in PAST_POOLS}
+    people = {u.username: u for u in get_user_model().objects.filter(username__in=names)}
+    projects = {p.slug: p for p in Project.objects.filter(slug__in=slugs, tenant__slug__in=PROFILES)}
+    if touched or len(people) < len(names) or len(projects) < len(slugs):
+        return ""
+    pools = _past_pools(months, people, projects, now=min(now, ends))
+    if not pools:
+        return ""
+    # Every period that has ended, as `meter` would, from where metering stands (or the history begins)
+    # to where it stands after the history, if anywhere: no gap is left, no period metered twice.
+    reached = metered_until()
+    if reached is not None and reached < begins:
+        first = metering.whole_seconds(reached)
+    later = MeteredPeriod.objects.filter(start__gte=ends).aggregate(first=Min("start"))["first"]
+    delay = settings.METERING_DELAY_SECONDS
+    stop = metering.ended_periods(first, metering.whole_seconds(now), period, delay).stop
+    records = _meter(
+        range(first, stop if later is None else min(stop, metering.whole_seconds(later)), period)
+    )
+    older, last = (f"{month:%Y-%m}" for month in months)
+    told = [f"{len(pools)} past pools in {older} and {last}, {records} usage records"]
+    told.append(_invoice_older(older, months[1]) if _metered(months[0]) else f"{older} not metered yet")
+    if _metered(months[1]):
+        told.append(f"{last} in {len(close_month(last, now=now).created)} drafts")
+    else:
+        told.append(f"{last} to close once metered to its end")
+    return ", ".join(told)
+
+
+def _metered(month: date) -> bool:
+    """Whether metering has reached the month's end, as closing it requires."""
+    return (first_unmetered() or 0) >= metering.whole_seconds(_span(month)[1])
+
+
+def _meter(starts: range) -> int:
+    """Meter these periods with metering's own `meter_period` wherever a pool held anything. A period
+    in which no pool held anything gets at once what `meter_period` would give it, the mark that it
+    is metered with no usage: two months of hourly periods are metered in a moment."""
+    period = starts.step
+    begins, ends = metering.moment(starts.start), metering.moment(starts.stop)
+    held: set[int] = set()
+    overlapping = Pool.objects.filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=begins), reserved_at__lt=ends
+    ).values_list("reserved_at", "released_at")
+    for reserved, released in overlapping:
+        until = starts.stop if released is None else metering.whole_seconds(released) + 1
+        since = max(starts.start, metering.period_start(metering.whole_seconds(reserved), period))
+        held.update(start for start in range(since, until, period) if start in starts)
+    MeteredPeriod.objects.bulk_create(
+        [MeteredPeriod(start=metering.moment(start), records=0) for start in starts if start not in held],
+        ignore_conflicts=True,
+    )
+    return sum(meter_period(start) for start in sorted(held))
+
+
+def _invoice_older(text: str, next_month: date) -> str:
+    """Close the month before last early the next month, issue its invoices (e-mailed then, as the
+    e-mail task records it) a day later; acme has paid since."""
+    closed_at = datetime(next_month.year, next_month.month, 2, 9, tzinfo=ZoneInfo(settings.BILLING_TIME_ZONE))
+    issued_at = closed_at + timedelta(days=1, hours=1)
+    closing = close_month(text, now=closed_at)
+    states = []
+    for invoice in sorted(closing.created, key=lambda invoice: invoice.tenant.slug):
+        slug = invoice.tenant.slug
+        if slug not in PROFILES:
+            continue
+        Invoice.objects.filter(pk=invoice.pk).update(created_at=closed_at)
+        issue(invoice_id=invoice.pk, at=issued_at)
+        sent = ", ".join(mail.recipients(invoice.tenant))
+        InvoiceMail.objects.create(
+            invoice=invoice, recipients=sent, sent_at=issued_at + timedelta(seconds=40)
+        )
+        if slug == "acme":
+            mark_paid(invoice_id=invoice.pk, at=issued_at + timedelta(days=12, hours=5))
+        states.append(f"{slug} {'paid' if slug == 'acme' else 'issued'}")
+    return f"{text} invoiced ({', '.join(states)})"
+
+
+@dataclass
+class _Slot:
+    """One MIG instance, or one full GPU, of the fleet as it is, and when the history holds it."""
+
+    gpu: GpuCapacity
+    profile: str
+    lower: int
+    upper: int
+    uuid: str
+    held: list[tuple[datetime, datetime]] = field(default_factory=list)
+
+    def free(self, begins: datetime, ends: datetime) -> bool:
+        return all(ends <= since or begins >= until for since, until in self.held)
+
+
+def _slots() -> dict[tuple[int, str, str, str], list[_Slot]]:
+    """(cluster id, GPU group, GPU model, profile) → the fleet's instances and full GPUs, in the
+    order placement reads the fleet. The history uses the layouts the GPUs have: no re-partitioning."""
+    found: dict[tuple[int, str, str, str], list[_Slot]] = defaultdict(list)
+    gpus = (
+        GpuCapacity.objects.filter(present=True, node__present=True, node__group__isnull=False)
+        .select_related("node__group")
+        .order_by("node__cluster__name", "node__name", "index")
+    )
+    for gpu in gpus:
+        key = (gpu.node.cluster_id, gpu.node.group.name, gpu.model)
+        if not gpu.mig_enabled:
+            found[(*key, mig.FULL_GPU)].append(_Slot(gpu, mig.FULL_GPU, 0, mig.MEMORY_SLICES, gpu.uuid))
+            continue
+        model = mig.gpu_model(gpu.model)
+        for instance in gpu.layout:
+            profile, start = instance["profile"], instance["start"]
+            size = model.profile(profile).memory_slices
+            found[(*key, profile)].append(_Slot(gpu, profile, start, start + size, instance.get("uuid", "")))
+    return found
+
+
+def _place(
+    slots: dict[tuple[int, str, str, str], list[_Slot]], past: PastPool, begins: datetime, ends: datetime
+) -> tuple[int, list[_Slot]] | None:
+    """The first cluster where every item of the pool finds instances free over its whole time."""
+    for cluster_id in sorted({key[0] for key in slots}):
+        chosen: list[_Slot] = []
+        for spec_id, count in past.items:
+            spec = parse_spec(spec_id)
+            free = [
+                slot
+                for slot in slots.get((cluster_id, past.purpose, spec.gpu_model, spec.profile), [])
+                if slot.free(begins, ends)
+            ]
+            if len(free) < count:
+                break
+            chosen += free[:count]
+        else:
+            return cluster_id, chosen
+    return None
+
+
+def _past_pools(months: tuple[date, date], people: dict, projects: dict, *, now: datetime) -> list[Pool]:
+    """The history's requests, pools, allocations and events, as the services write them."""
+    zone = ZoneInfo(settings.BILLING_TIME_ZONE)
+    slots = _slots()
+    requests, events, allocations, pools = [], [], [], []
+
+    def event(request, at, to, *, pool=None, actor=None, was=""):
+        emailed = at + timedelta(seconds=20) if to in NOTIFIED else None
+        made = PoolEvent(
+            request=request, pool=pool, actor=actor, from_state=was, to_state=to, emailed_at=emailed
+        )
+        made.when = at
+        events.append(made)
+
+    for past in PAST_POOLS:
+        month = months[past.month]
+        reserved = datetime(month.year, month.month, past.day, past.hour, tzinfo=zone).astimezone(UTC)
+        released = reserved + timedelta(hours=past.hours)
+        placed = _place(slots, past, reserved, released) if released <= now else None
+        if placed is None:
+            continue
+        cluster_id, chosen = placed
+        who, approver = people[past.who], people[APPROVER]
+        submitted, approved = reserved - timedelta(minutes=95), reserved - timedelta(seconds=4)
+        active, closed = reserved + timedelta(seconds=75), released + timedelta(seconds=9)
+        request = PoolRequest.objects.create(
+            project=projects[past.project], purpose=past.purpose, justification=past.justification,
+            state=RequestState.FULFILLED, submitted_by=who, decided_by=approver, decided_at=approved,
+            approved_at=approved,
+        )  # fmt: skip
+        request.submitted_at = submitted
+        requests.append(request)
+        RequestItem.objects.bulk_create(
+            RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
+            for spec, count in ((parse_spec(spec_id), count) for spec_id, count in past.items)
+        )
+        pool = Pool.objects.create(
+            request=request, project=request.project, cluster_id=cluster_id, state=PoolState.RELEASED,
+            reserved_at=reserved, active_at=active, released_at=released,
+        )  # fmt: skip
+        pools.append(pool)
+        for slot in chosen:
+            slot.held.append((reserved, released))
+            allocation = Allocation(
+                pool=pool, gpu=slot.gpu, profile=slot.profile, slices=NumericRange(slot.lower, slot.upper),
+                resource_name=mig.resource_name(slot.profile), instance_uuid=slot.uuid, released_at=released,
+            )  # fmt: skip
+            allocation.when = reserved
+            allocations.append(allocation)
+        event(request, submitted, RequestState.SUBMITTED, actor=who)
+        event(request, approved, RequestState.APPROVED, actor=approver, was=RequestState.SUBMITTED)
+        event(request, reserved, RequestState.FULFILLED, was=RequestState.APPROVED)
+        event(request, reserved, PoolState.PROVISIONING, pool=pool)
+        event(request, active, PoolState.ACTIVE, pool=pool, was=PoolState.PROVISIONING)
+        event(request, released, PoolState.RELEASING, pool=pool, actor=who, was=PoolState.ACTIVE)
+        event(request, closed, PoolState.RELEASED, pool=pool, was=PoolState.RELEASING)
+
+    # Creating a row stamps it with the present; the history's moments are written over it.
+    PoolRequest.objects.bulk_update(requests, ["submitted_at"])
+    for model, rows, stamp in ((Allocation, allocations, "allocated_at"), (PoolEvent, events, "at")):
+        model.objects.bulk_create(rows)
+        for row in rows:
+            setattr(row, stamp, row.when)
+        model.objects.bulk_update(rows, [stamp], batch_size=500)
+    return pools

@@ -1,4 +1,5 @@
-"""One invoice as a file: CSV and XLSX for accounting, PDF as the document sent to the tenant.
+"""One invoice as a file: CSV and XLSX for accounting, PDF as the document sent to the tenant; a credit
+note as a PDF document too.
 
 Every format carries the same rows (`rows`): the lines of the invoice with project, spec, hours,
 unit price and amount, then subtotal, tax and total. The PDF names the tenant's billing profile,
@@ -11,14 +12,16 @@ import csv
 import io
 from decimal import Decimal
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
+from django.utils.timezone import localtime
 from django.utils.translation import gettext as _
 from fpdf import FPDF, FontFace
 from openpyxl import Workbook
 
 from billing.invoicing import round_money
-from billing.models import BillingProfile, Invoice
+from billing.models import BillingProfile, CreditNote, Invoice
 from pools.specs import Spec
 from portal.errors import PortalError
 
@@ -115,17 +118,23 @@ def as_xlsx(invoice: Invoice) -> bytes:
     return out.getvalue()
 
 
-def as_pdf(invoice: Invoice) -> bytes:
+def _document(title: str) -> FPDF:
+    """An A4 page with the CJK font (named "portal"), or the refusal naming the missing font."""
     font = Path(settings.BILLING_PDF_FONT)
     if not font.is_file():
         raise ExportUnavailable(
             _("PDF export needs the font %(font)s (Debian: fonts-noto-cjk).") % {"font": font}
         )
-    profile = BillingProfile.objects.filter(tenant=invoice.tenant).first()
     pdf = FPDF(format="A4")
-    pdf.set_title(filename(invoice, "pdf"))
+    pdf.set_title(title)
     pdf.add_font("portal", fname=str(font), collection_font_number=settings.BILLING_PDF_FONT_INDEX)
     pdf.add_page()
+    return pdf
+
+
+def as_pdf(invoice: Invoice) -> bytes:
+    pdf = _document(filename(invoice, "pdf"))
+    profile = BillingProfile.objects.filter(tenant=invoice.tenant).first()
     pdf.set_font("portal", size=16)
     pdf.cell(text=f"{_('Invoice')} {invoice.number or _('(draft)')}", new_x="LMARGIN", new_y="NEXT")
     pdf.set_font("portal", size=10)
@@ -160,3 +169,130 @@ def export(invoice: Invoice, kind: str) -> tuple[bytes, str, str]:
     """The file's bytes, content type and name."""
     make = {"csv": as_csv, "xlsx": as_xlsx, "pdf": as_pdf}[kind]
     return make(invoice), FORMATS[kind], filename(invoice, kind)
+
+
+MONTH_HEADER = [
+    "month",
+    "invoice",
+    "state",
+    "tenant",
+    "legal_name",
+    "cost_centre",
+    "po_number",
+    "project",
+    "spec",
+    "hours",
+    "unit_price",
+    "amount",
+    "tax",
+    "currency",
+]
+
+
+def month_rows(month) -> list[list[str]]:
+    """Every invoice of a month that is not void, for accounting: one row per usage line (its amount),
+    then one per invoice for its tax; the amounts add up to the subtotals, the taxes to the tax."""
+    invoices = (
+        Invoice.objects.filter(month=month)
+        .exclude(state="void")
+        .select_related("tenant", "tenant__billing_profile")
+        .prefetch_related("lines__project")
+        .order_by("tenant__slug", "pk")
+    )
+    found = []
+    for invoice in invoices:
+        profile = getattr(invoice.tenant, "billing_profile", None)
+        head = [
+            f"{invoice.month:%Y-%m}",
+            invoice.number or "",
+            invoice.state,
+            invoice.tenant.slug,
+            profile.legal_name if profile else "",
+            profile.cost_centre if profile else "",
+            profile.po_number if profile else "",
+        ]
+        for line in sorted(invoice.lines.all(), key=lambda line: (line.kind != "usage", line.pk)):
+            money = f"{round_money(line.amount, invoice.currency)}"
+            if line.kind == "usage":
+                price = "" if line.unit_price is None else f"{line.unit_price.normalize():f}"
+                project = line.project.slug if line.project else ""
+                hours = f"{line.hours.quantize(Decimal('0.0001'))}"
+                spec = Spec(line.gpu_model, line.profile).id
+                found.append([*head, project, spec, hours, price, money, "", invoice.currency])
+            else:
+                found.append([*head, "", "", "", "", "", money, invoice.currency])
+    return found
+
+
+def month_csv(month) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(MONTH_HEADER)
+    writer.writerows(month_rows(month))
+    return out.getvalue().encode("utf-8")
+
+
+def month_xlsx(month) -> bytes:
+    """The same rows; hours and money as numbers, so that the sheet sums them."""
+    numbers = {MONTH_HEADER.index(name) for name in ("hours", "unit_price", "amount", "tax")}
+    book = Workbook()
+    sheet = book.active
+    sheet.title = f"{month:%Y-%m}"
+    sheet.append(MONTH_HEADER)
+    for row in month_rows(month):
+        sheet.append(
+            [
+                Decimal(value) if index in numbers and value else value or None
+                for index, value in enumerate(row)
+            ]
+        )
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+MONTH_FORMATS = {"csv": (month_csv, FORMATS["csv"]), "xlsx": (month_xlsx, FORMATS["xlsx"])}
+
+
+def export_month(month, kind: str) -> tuple[bytes, str, str]:
+    make, media = MONTH_FORMATS[kind]
+    return make(month), media, f"invoices-{month:%Y-%m}.{kind}"
+
+
+def credit_note_filename(note: CreditNote) -> str:
+    return f"credit-note-{note.number}-{note.invoice.tenant.slug}.pdf"
+
+
+def credit_note_pdf(note: CreditNote) -> bytes:
+    """The credit note as the document sent to the tenant: who, which invoice, why, net, tax, total."""
+    invoice, tenant = note.invoice, note.invoice.tenant
+    pdf = _document(credit_note_filename(note))
+    profile = BillingProfile.objects.filter(tenant=tenant).first()
+    pdf.set_font("portal", size=16)
+    pdf.cell(text=f"{_('Credit note')} {note.number}", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("portal", size=10)
+    facts = [
+        (_("Tenant"), profile.legal_name if profile and profile.legal_name else tenant.name),
+        (_("Issued"), f"{localtime(note.issued_at, ZoneInfo(settings.BILLING_TIME_ZONE)):%Y-%m-%d}"),
+        (_("Credits invoice"), f"{invoice.number} ({invoice.month:%Y-%m})"),
+    ]
+    if profile:
+        facts += [
+            (_("Address"), profile.address),
+            (_("Tax ID"), profile.tax_id),
+            (_("Cost centre"), profile.cost_centre),
+            (_("PO number"), profile.po_number),
+        ]
+    facts.append((_("Reason"), note.reason))
+    for label, value in facts:
+        if value:
+            pdf.multi_cell(0, 6, f"{label}: {value}", new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(4)
+    with pdf.table(
+        col_widths=(120, 70), text_align=("LEFT", "RIGHT"), headings_style=FontFace(emphasis=None)
+    ) as table:
+        table.row(["", f"{_('Amount')} ({note.currency})"])
+        table.row([_("Net amount"), f"{round_money(note.subtotal, note.currency)}"])
+        table.row([f"{_('Tax')} {note.tax_rate.normalize():f}%", f"{round_money(note.tax, note.currency)}"])
+        table.row([_("Total credited"), f"{round_money(note.total, note.currency)}"])
+    return bytes(pdf.output())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeBoundary, RangeOperators
 from django.db import models
@@ -215,9 +216,12 @@ class Invoice(models.Model):
             models.CheckConstraint(
                 condition=models.Q(total=models.F("subtotal") + models.F("tax")), name="invoice_total_adds_up"
             ),
+            # Issued and paid invoices carry their number, drafts none; a void one keeps what it had.
             models.CheckConstraint(
-                condition=models.Q(state="draft", number__isnull=True) | models.Q(number__isnull=False),
-                name="invoice_numbered_once_issued",
+                condition=models.Q(state__in=["issued", "paid"], number__isnull=False)
+                | models.Q(state="draft", number__isnull=True)
+                | models.Q(state="void"),
+                name="invoice_number_by_state",
             ),
         ]
 
@@ -258,15 +262,103 @@ class InvoiceLine(models.Model):
 
 
 class InvoiceSequence(models.Model):
-    """The last number given in a year: numbers are gap-free because they are taken under this row's
-    lock in the transaction that issues."""
+    """The last number given in a year of one series (invoices: "", credit notes: "CN"): numbers are
+    gap-free because they are taken under this row's lock in the transaction that issues."""
 
-    year = models.PositiveSmallIntegerField(_("year"), unique=True)
+    INVOICES = ""
+    CREDIT_NOTES = "CN"
+
+    series = models.CharField(_("series"), max_length=8, blank=True, default=INVOICES)
+    year = models.PositiveSmallIntegerField(_("year"))
     last = models.PositiveIntegerField(_("last number"), default=0)
 
     class Meta:
         verbose_name = _("invoice sequence")
         verbose_name_plural = _("invoice sequences")
+        constraints = [models.UniqueConstraint(fields=["series", "year"], name="invoice_sequence_once")]
 
     def __str__(self) -> str:
-        return f"{self.year}: {self.last}"
+        return f"{self.series or 'invoices'} {self.year}: {self.last}"
+
+
+class CreditNote(models.Model):
+    """A correction of an issued (or paid) invoice: an amount given back, with the invoice's tax on it.
+    It is issued when it is made and never changes or goes away (a database trigger refuses it); the
+    credit notes of an invoice never add up to more than its total."""
+
+    invoice = models.ForeignKey(
+        Invoice, on_delete=models.PROTECT, related_name="credit_notes", verbose_name=_("invoice")
+    )
+    number = models.CharField(_("number"), max_length=20, unique=True)
+    currency = models.CharField(_("currency"), max_length=3)
+    tax_rate = models.DecimalField(_("tax rate (%)"), max_digits=5, decimal_places=2)
+    subtotal = models.DecimalField(_("net amount"), **MONEY)
+    tax = models.DecimalField(_("tax"), **MONEY)
+    total = models.DecimalField(_("total"), **MONEY)
+    reason = models.TextField(_("reason"))
+    issued_at = models.DateTimeField(_("issued"))
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("issued by"),
+    )
+
+    class Meta:
+        ordering = ["-issued_at", "-pk"]
+        verbose_name = _("credit note")
+        verbose_name_plural = _("credit notes")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(subtotal__gt=0, tax__gte=0, total__gt=0), name="credit_note_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(total=models.F("subtotal") + models.F("tax")),
+                name="credit_note_total_adds_up",
+            ),
+            models.CheckConstraint(condition=~models.Q(reason=""), name="credit_note_has_reason"),
+        ]
+
+    def __str__(self) -> str:
+        return self.number
+
+
+class InvoiceMail(models.Model):
+    """That an invoice or a credit note was e-mailed (or had nobody to go to): at most once each, as the
+    unique constraints say. Issued documents never change, so the fact is kept beside them."""
+
+    invoice = models.OneToOneField(
+        Invoice,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="mail",
+        verbose_name=_("invoice"),
+    )
+    credit_note = models.OneToOneField(
+        CreditNote,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="mail",
+        verbose_name=_("credit note"),
+    )
+    recipients = models.TextField(_("sent to"), blank=True, help_text=_("Empty: nobody to send it to."))
+    sent_at = models.DateTimeField(_("sent"))
+
+    class Meta:
+        ordering = ["-sent_at"]
+        verbose_name = _("invoice e-mail")
+        verbose_name_plural = _("invoice e-mails")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(invoice__isnull=False, credit_note__isnull=True)
+                | models.Q(invoice__isnull=True, credit_note__isnull=False),
+                name="invoice_mail_of_one_document",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.invoice or self.credit_note} → {self.recipients or '—'}"

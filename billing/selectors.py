@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from billing import invoicing
 from billing.models import Invoice, InvoiceState, UsageRecord
-from portal.models import Membership, Role
-from portal.permissions import staff_may
+from portal.models import Membership, Role, Tenant
+from portal.permissions import is_tenant_admin, staff_may
 
 
 def visible_usage(user) -> QuerySet[UsageRecord]:
@@ -36,6 +36,25 @@ def visible_invoices(user) -> QuerySet[Invoice]:
         return Invoice.objects.all()
     tenants = Membership.objects.filter(user=user, role=Role.ADMIN).values("tenant_id")
     return Invoice.objects.filter(tenant_id__in=tenants).exclude(state=InvoiceState.DRAFT)
+
+
+def may_see_invoices(*, user, tenant: Tenant) -> bool:
+    """A tenant's admins and finance see its invoices; its other members do not."""
+    return is_tenant_admin(user=user, tenant_id=tenant.pk) or staff_may(
+        user=user, permission="billing.view_invoice"
+    )
+
+
+def tenant_invoices(*, user, tenant: Tenant) -> QuerySet[Invoice]:
+    """The tenant's issued, paid and void invoices that the user may see (never a draft), newest month
+    first."""
+    return (
+        visible_invoices(user)
+        .filter(tenant=tenant)
+        .exclude(state=InvoiceState.DRAFT)
+        .select_related("tenant")
+        .order_by("-month", "-pk")
+    )
 
 
 def month_bounds(month: tuple[int, int] | None, *, now: datetime | None = None) -> tuple[datetime, datetime]:

@@ -2,9 +2,25 @@
 
 from celery import shared_task
 
-from billing import services
+from billing import mail, services
 
 
 @shared_task(name="billing.tasks.meter_usage")
 def meter_usage() -> str:
     return services.meter().summary()
+
+
+@shared_task(
+    name="billing.tasks.email_invoice", autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600,
+    max_retries=8,
+)  # fmt: skip
+def email_invoice(invoice_id: int) -> str:
+    return mail.send_invoice(invoice_id)
+
+
+@shared_task(
+    name="billing.tasks.email_credit_note", autoretry_for=(OSError,), retry_backoff=True,
+    retry_backoff_max=600, max_retries=8,
+)  # fmt: skip
+def email_credit_note(credit_note_id: int) -> str:
+    return mail.send_credit_note(credit_note_id)

@@ -19,6 +19,7 @@ from pools.forms import ListFilterForm, PoolRequestForm
 from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
+from portal import shell
 from portal.errors import PortalError
 from portal.permissions import can_request_pools, require_pool_requester, staff_may
 
@@ -138,6 +139,7 @@ def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
         "tenant": pool.project.tenant,
         "allocations": pool.allocations.all(),
         "resources": sorted(resources.items()),
+        "sections": shell.pool_sections(request, pool),
     }
     return render(request, "pools/pool_detail.html", context)
 

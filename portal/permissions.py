@@ -24,6 +24,22 @@ def tenant_role(*, user: AbstractBaseUser, tenant_id: int) -> Role | None:
     return Role(role) if role else None
 
 
+# Tenant roles from the least allowed to the most: each may see what those before it see.
+ROLE_RANK = (Role.VIEWER, Role.MEMBER, Role.ADMIN)
+
+
+def holds_tenant_role(*, user: AbstractBaseUser, tenant_slug: str, role: str) -> bool:
+    """The user's role in the tenant is `role` or a higher one; a superuser counts as an admin."""
+    if not user.is_authenticated:
+        return False
+    if user.is_superuser:
+        return True
+    held = (
+        Membership.objects.filter(user=user, tenant__slug=tenant_slug).values_list("role", flat=True).first()
+    )
+    return held is not None and ROLE_RANK.index(Role(held)) >= ROLE_RANK.index(Role(role))
+
+
 def can_request_pools(*, user: AbstractBaseUser, tenant_id: int) -> bool:
     return tenant_role(user=user, tenant_id=tenant_id) in REQUESTING_ROLES
 

@@ -199,6 +199,8 @@ BILLING_PDF_FONT = env.str(
 BILLING_PDF_FONT_INDEX = env.int("BILLING_PDF_FONT_INDEX", default=1)
 # Tax (percent) on an invoice whose tenant's billing profile names no rate of its own.
 BILLING_TAX_RATE = Decimal(env.str("BILLING_TAX_RATE", default="10"))
+# An issued invoice not paid this many days after it was issued is overdue.
+BILLING_PAYMENT_DAYS = env.int("BILLING_PAYMENT_DAYS", default=30)
 # Metering cuts time into periods of this many seconds (UTC, from the epoch) and meters a period
 # METERING_DELAY_SECONDS after it ends, when no release or admission can still land inside it.
 METERING_PERIOD_SECONDS = env.int("METERING_PERIOD_SECONDS", default=3600)

@@ -1,9 +1,10 @@
-"""What each app adds to the site shell: pages, API routes, links, project-page sections and e-mail topics.
+"""What each app adds to the site shell: pages, API routes, links, sections of the tenant, project and pool
+pages, and e-mail topics.
 
 An app declares one `AppPlugin` as the `plugin` attribute of its AppConfig, naming its modules by dotted
-path (nothing is imported while apps load). The shell — `portal/urls.py`, the top bar, the tenant and
-project pages, the notification settings — reads every plugin and knows no app by name, so an app joins
-the site without editing the shell's templates, URLs or models.
+path (nothing is imported while apps load). The shell — `portal/urls.py`, the top bar, the tenant,
+project and pool pages, the notification settings — reads every plugin and knows no app by name, so an
+app joins the site without editing the shell's templates, URLs or models.
 
     class BillingConfig(AppConfig):
         plugin = AppPlugin(
@@ -25,11 +26,14 @@ from django.utils.module_loading import import_string
 
 @dataclass(frozen=True)
 class Link:
-    """A link to one of the app's pages. With `permission`, only platform staff holding it see the link."""
+    """A link to one of the app's pages. With `permission`, only platform staff holding it see the link.
+    A tenant tab with `tenant_role` ("viewer", "member", "admin") shows to the tenant's people holding that
+    role or a higher one, and also to staff holding `permission` when both are given."""
 
     label: str
     url_name: str
     permission: str | None = None
+    tenant_role: str | None = None
 
     def visible_to(self, user) -> bool:
         from portal.permissions import staff_may  # AppConfigs import this module before models can load
@@ -37,6 +41,15 @@ class Link:
         if self.permission is None:
             return bool(user and user.is_authenticated)
         return staff_may(user=user, permission=self.permission)
+
+    def visible_in_tenant(self, user, tenant_slug: str) -> bool:
+        from portal.permissions import holds_tenant_role, staff_may
+
+        if self.tenant_role is None:
+            return self.visible_to(user)
+        if holds_tenant_role(user=user, tenant_slug=tenant_slug, role=self.tenant_role):
+            return True
+        return self.permission is not None and staff_may(user=user, permission=self.permission)
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,8 @@ class AppPlugin:
     - `tenant_tabs`: links on a tenant's page; their URL takes the tenant's `tenant_slug`.
     - `project_sections`: dotted paths of `section(request, project)`, each returning safe HTML (e.g.
       `render_to_string`), shown in order on a project page; anything else is escaped.
+    - `tenant_sections`, `pool_sections`: the same for a tenant's page (`section(request, tenant)`, after
+      its projects) and a pool's page (`section(request, pool)`).
     - `email_topics`: the e-mails it sends, each of which a person may turn off.
     """
 
@@ -66,6 +81,8 @@ class AppPlugin:
     nav: tuple[Link, ...] = ()
     tenant_tabs: tuple[Link, ...] = ()
     project_sections: tuple[str, ...] = ()
+    tenant_sections: tuple[str, ...] = ()
+    pool_sections: tuple[str, ...] = ()
     email_topics: tuple[EmailTopic, ...] = ()
 
 
@@ -100,13 +117,23 @@ def tenant_tabs(user, tenant_slug: str) -> list[Shown]:
         Shown(link.label, reverse(link.url_name, kwargs={"tenant_slug": tenant_slug}))
         for plugin in plugins()
         for link in plugin.tenant_tabs
-        if link.visible_to(user)
+        if link.visible_in_tenant(user, tenant_slug)
     ]
 
 
 def project_sections(request, project) -> list[str]:
     paths = [path for plugin in plugins() for path in plugin.project_sections]
     return [import_string(path)(request, project) for path in paths]
+
+
+def tenant_sections(request, tenant) -> list[str]:
+    paths = [path for plugin in plugins() for path in plugin.tenant_sections]
+    return [import_string(path)(request, tenant) for path in paths]
+
+
+def pool_sections(request, pool) -> list[str]:
+    paths = [path for plugin in plugins() for path in plugin.pool_sections]
+    return [import_string(path)(request, pool) for path in paths]
 
 
 def email_topics() -> list[EmailTopic]:

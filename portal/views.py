@@ -39,6 +39,7 @@ def _tenant_page(request, tenant, *, status=200, project_form=None, invitation_f
         "invitation_form": invitation_form or InvitationForm(),
         "roles": Role.choices,
         "tabs": shell.tenant_tabs(request.user, tenant.slug),
+        "sections": shell.tenant_sections(request, tenant),
     }
     return render(request, "portal/tenant.html", context, status=status)
 

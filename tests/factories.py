@@ -414,3 +414,30 @@ class PriceFactory(factory.django.DjangoModelFactory):
     hourly_price = factory.LazyFunction(lambda: Decimal("4200"))
     valid_from = factory.LazyFunction(lambda: timezone.now() - timedelta(days=1))
     valid_to = None
+
+
+class InvoiceFactory(factory.django.DjangoModelFactory):
+    """A tenant's invoice of a month as given state (usually a month before the one a test closes):
+    `InvoiceFactory(tenant=acme, month=date(2026, 10, 1), subtotal=Decimal("10000"), tax=Decimal("1000"))`.
+    Issued, paid and void ones get a number and the moments of their state; no lines."""
+
+    class Meta:
+        model = "billing.Invoice"
+
+    tenant = factory.SubFactory(TenantFactory)
+    month = factory.LazyFunction(lambda: timezone.now().date().replace(day=1))
+    state = "draft"
+    currency = "KRW"
+    tax_rate = Decimal("10")
+    subtotal = Decimal("0")
+    tax = factory.LazyAttribute(
+        lambda invoice: (invoice.subtotal * invoice.tax_rate / 100).quantize(Decimal(1))
+    )
+    total = factory.LazyAttribute(lambda invoice: invoice.subtotal + invoice.tax)
+    number = factory.LazyAttributeSequence(
+        lambda invoice, n: None if invoice.state == "draft" else f"{invoice.month.year - 1000}-{n + 1:05d}"
+    )
+    issued_at = factory.LazyAttribute(lambda invoice: None if invoice.state == "draft" else timezone.now())
+    paid_at = factory.LazyAttribute(lambda invoice: timezone.now() if invoice.state == "paid" else None)
+    voided_at = factory.LazyAttribute(lambda invoice: timezone.now() if invoice.state == "void" else None)
+    void_reason = factory.LazyAttribute(lambda invoice: "test" if invoice.state == "void" else "")

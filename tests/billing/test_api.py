@@ -75,8 +75,17 @@ def test_tenant_admins_see_their_issued_invoices_and_finance_sees_all(billed, te
     listed = api_for(tenancy.acme_admin).get("/api/v1/invoices/").json()
     assert [i["number"] for i in listed["results"]] == ["2026-00001"]
     shown = api_for(tenancy.acme_admin).get(f"/api/v1/invoices/{acme.pk}/").json()
-    assert shown["month"] == "2026-11" and Decimal(shown["total"]) == Decimal("27720")
-    assert [line["kind"] for line in shown["lines"]] == ["tax", "usage"] or len(shown["lines"]) == 2
+    assert shown["month"] == "2026-11"
+    # Money in the currency's minor unit (none for KRW), the unit price as it was set.
+    assert (shown["subtotal"], shown["tax"], shown["total"]) == ("25200", "2520", "27720")
+    lines = {line["kind"]: line for line in shown["lines"]}
+    assert len(shown["lines"]) == 2
+    assert (lines["usage"]["amount"], lines["usage"]["unit_price"], lines["usage"]["hours"]) == (
+        "25200",
+        "4200",
+        "6.0000",
+    )
+    assert (lines["tax"]["amount"], lines["tax"]["unit_price"]) == ("2520", None)
     assert api_for(tenancy.acme_member).get(f"/api/v1/invoices/{acme.pk}/").status_code == 404
     assert api_for(tenancy.globex_member).get(f"/api/v1/invoices/{acme.pk}/").status_code == 404
 

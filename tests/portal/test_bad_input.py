@@ -174,6 +174,10 @@ def _base_values(t, objects):
         "v1:project-detail": t.vision.pk,
         "v1:capacity-node-detail": node.pk,
         "v1:capacity-gpu-detail": node.gpus.first().pk,
+        **dict.fromkeys(
+            ["billing-invoice", "billing-invoice-act", "tenant-invoice-download", "v1:invoice-detail"],
+            objects["invoice"].pk,
+        ),
     }
     common = {
         "tenant_slug": "acme",
@@ -185,6 +189,9 @@ def _base_values(t, objects):
         "key": "set-password",
         "object_id": str(t.vision.pk),
         "url": "nowhere/",
+        "month": "2026-01",
+        "kind": "csv",
+        "act": "paid",
     }
     return by_route, common, request.pk
 

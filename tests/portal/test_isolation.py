@@ -35,7 +35,23 @@ def acme_objects(t):
     sync_cluster(cluster=ClusterFactory(name="iso", fleet=[("n", 1, "H100-80GB", [None] * 8)]))
     request = PoolRequest.objects.create(project=t.vision, submitted_by=t.acme_member)
     pool = make_pool(t.vision, t.acme_member)
-    return {"invitation": invitation, "member": member, "request": request, "pool": pool}
+    invoice = make_invoice(t.acme)
+    return {"invitation": invitation, "member": member, "request": request, "pool": pool, "invoice": invoice}
+
+
+def make_invoice(tenant):
+    from datetime import date
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.models import Invoice
+
+    money = {"subtotal": Decimal(100), "tax": Decimal(10), "total": Decimal(110), "tax_rate": Decimal(10)}
+    return Invoice.objects.create(
+        tenant=tenant, month=date(2026, 1, 1), state="issued", number="2026-00001", currency="KRW",
+        issued_at=timezone.now(), **money,
+    )  # fmt: skip
 
 
 def make_pool(project, user):
@@ -136,6 +152,17 @@ ROUTES = [
     Route("pool-request", "get", lambda t, o: page("pool-request", o["request"]), 200),
     Route("pool-request-cancel", "post", lambda t, o: page("pool-request-cancel", o["request"]), 302),
     Route("pool", "get", lambda t, o: page("pool", o["pool"]), 200),
+    Route(
+        "tenant-invoices", "get", lambda t, o: reverse("tenant-invoices", kwargs={"tenant_slug": "acme"}), 200
+    ),
+    Route(
+        "tenant-invoice-download",
+        "get",
+        lambda t, o: reverse(
+            "tenant-invoice-download", kwargs={"tenant_slug": "acme", "pk": o["invoice"].pk, "kind": "csv"}
+        ),
+        200,
+    ),
     Route("pool-release", "post", lambda t, o: page("pool-release", o["pool"]), 302),
     Route(
         "v1:pool-detail", "get", lambda t, o: reverse("v1:pool-detail", args=[o["pool"].pk]), 200, api=True
@@ -172,6 +199,20 @@ NOT_TENANT_SCOPED = {
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     "billing-metering": "platform staff only (tests/billing/test_metering_page.py)",
+    **dict.fromkeys(
+        [
+            "billing-home",
+            "billing-month",
+            "billing-month-chart",
+            "billing-month-close",
+            "billing-month-issue",
+            "billing-month-export",
+            "billing-invoice",
+            "billing-invoice-act",
+            "billing-credit-note-pdf",
+        ],
+        "finance only; anyone else gets 404 (tests/billing/test_finance.py)",
+    ),
     "v1:invoice-detail": "a tenant's admins and finance; anyone else gets 404 (tests/billing/test_api.py)",
     "v1:invoice-list": "a tenant's admins see its issued invoices only (tests/billing/test_api.py)",
     "v1:invoice-export": "as the invoice itself; anyone else gets 404 (tests/billing/test_api.py)",
