@@ -132,6 +132,25 @@ def _document(title: str) -> FPDF:
     return pdf
 
 
+def _profile_facts(profile: BillingProfile | None) -> list[tuple[str, str]]:
+    """Where a document is addressed: the tenant's billing profile, as far as it is filled in."""
+    if profile is None:
+        return []
+    return [
+        (_("Address"), profile.address),
+        (_("Tax ID"), profile.tax_id),
+        (_("Cost centre"), profile.cost_centre),
+        (_("PO number"), profile.po_number),
+    ]
+
+
+def _write_facts(pdf: FPDF, facts: list[tuple[str, str]]) -> None:
+    """One `label: value` line per fact that has a value."""
+    for label, value in facts:
+        if value:
+            pdf.multi_cell(0, 6, f"{label}: {value}", new_x="LMARGIN", new_y="NEXT")
+
+
 def as_pdf(invoice: Invoice) -> bytes:
     pdf = _document(filename(invoice, "pdf"))
     profile = BillingProfile.objects.filter(tenant=invoice.tenant).first()
@@ -143,16 +162,7 @@ def as_pdf(invoice: Invoice) -> bytes:
         (_("Month"), f"{invoice.month:%Y-%m} ({settings.BILLING_TIME_ZONE})"),
         (_("Issued"), f"{invoice.issued_at:%Y-%m-%d}" if invoice.issued_at else "—"),
     ]
-    if profile:
-        facts += [
-            (_("Address"), profile.address),
-            (_("Tax ID"), profile.tax_id),
-            (_("Cost centre"), profile.cost_centre),
-            (_("PO number"), profile.po_number),
-        ]
-    for label, value in facts:
-        if value:
-            pdf.multi_cell(0, 6, f"{label}: {value}", new_x="LMARGIN", new_y="NEXT")
+    _write_facts(pdf, facts + _profile_facts(profile))
     pdf.ln(4)
     widths = (40, 60, 25, 30, 35)
     align = ("LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT")
@@ -276,17 +286,7 @@ def credit_note_pdf(note: CreditNote) -> bytes:
         (_("Issued"), f"{localtime(note.issued_at, ZoneInfo(settings.BILLING_TIME_ZONE)):%Y-%m-%d}"),
         (_("Credits invoice"), f"{invoice.number} ({invoice.month:%Y-%m})"),
     ]
-    if profile:
-        facts += [
-            (_("Address"), profile.address),
-            (_("Tax ID"), profile.tax_id),
-            (_("Cost centre"), profile.cost_centre),
-            (_("PO number"), profile.po_number),
-        ]
-    facts.append((_("Reason"), note.reason))
-    for label, value in facts:
-        if value:
-            pdf.multi_cell(0, 6, f"{label}: {value}", new_x="LMARGIN", new_y="NEXT")
+    _write_facts(pdf, [*facts, *_profile_facts(profile), (_("Reason"), note.reason)])
     pdf.ln(4)
     with pdf.table(
         col_widths=(120, 70), text_align=("LEFT", "RIGHT"), headings_style=FontFace(emphasis=None)

@@ -136,6 +136,7 @@ def test_one_invoice_is_issued_paid_and_voided_from_its_page(closed, finance_cli
     acme, globex = closed
     invoice = Invoice.objects.get(tenant=acme)
     page = finance_client.get(f"/billing/invoices/{invoice.pk}/")
+    assert "<title>Draft invoice · " in page.content.decode()
     assert (
         page.status_code == 200
         and f"/api/v1/invoices/{invoice.pk}/export/?format=pdf" in page.content.decode()
