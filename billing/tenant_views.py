@@ -9,12 +9,14 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from billing import exports, invoicing, selectors, spend
+from billing.models import CreditNote
 from pools.models import Pool
 from portal import selectors as tenancy
 from portal.models import Project, Tenant
@@ -84,7 +86,9 @@ def tenant_invoices(request: HttpRequest, tenant_slug: str) -> HttpResponse:
     tenant = tenancy.visible_tenant(user=request.user, slug=tenant_slug)
     if not selectors.may_see_invoices(user=request.user, tenant=tenant):
         return _forbidden(request, tenant)
-    invoices = selectors.tenant_invoices(user=request.user, tenant=tenant)
+    invoices = selectors.tenant_invoices(user=request.user, tenant=tenant).prefetch_related(
+        Prefetch("credit_notes", queryset=CreditNote.objects.order_by("issued_at", "pk"))
+    )
     page = Paginator(invoices, INVOICES_PER_PAGE).get_page(request.GET.get("page"))
     rows = [(invoice, invoicing.round_money(invoice.total, invoice.currency)) for invoice in page]
     context = {"tenant": tenant, "page": page, "rows": rows, "formats": list(exports.FORMATS)}
@@ -103,4 +107,19 @@ def tenant_invoice_download(request: HttpRequest, tenant_slug: str, pk: int, kin
     content, media, name = exports.export(invoice, kind)
     response = HttpResponse(content, content_type=media)
     response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@login_required
+def tenant_credit_note_pdf(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    """A credit note of one of the tenant's invoices, as the PDF its billing contact was sent."""
+    tenant = tenancy.visible_tenant(user=request.user, slug=tenant_slug)
+    if not selectors.may_see_invoices(user=request.user, tenant=tenant):
+        return _forbidden(request, tenant)
+    invoices = selectors.tenant_invoices(user=request.user, tenant=tenant)
+    note = get_object_or_404(
+        CreditNote.objects.select_related("invoice__tenant"), pk=pk, invoice__in=invoices
+    )
+    response = HttpResponse(exports.credit_note_pdf(note), content_type=exports.FORMATS["pdf"])
+    response["Content-Disposition"] = f'attachment; filename="{exports.credit_note_filename(note)}"'
     return response

@@ -27,6 +27,11 @@ urlpatterns = [
         tenant_views.tenant_invoice_download,
         name="tenant-invoice-download",
     ),
+    path(
+        "t/<slug:tenant_slug>/credit-notes/<int:pk>/pdf/",
+        tenant_views.tenant_credit_note_pdf,
+        name="tenant-credit-note-pdf",
+    ),
     path("billing/", views.finance_home, name="billing-home"),
     path("billing/<month:month>/", views.finance_month, name="billing-month"),
     path("billing/<month:month>/chart.svg", views.finance_chart, name="billing-month-chart"),

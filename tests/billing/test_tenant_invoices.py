@@ -164,3 +164,22 @@ def test_downloads_read_back_as_the_api_exports_them(issued, tenancy, client_for
     text = "".join(page.extract_text() for page in PdfReader(io.BytesIO(response.content)).pages)
     text = text.replace("\x00", "")  # the CJK font's text comes back with NULs between letters
     assert issued.number in text and "25200" in text.replace(",", "")
+
+
+def test_an_admin_sees_the_credit_notes_of_an_invoice_and_downloads_them(months, tenancy, client_for):
+    from billing.invoices import credit
+
+    note = credit(invoice_id=months["issued"].pk, amount=Decimal("1000"), reason="node down on the 9th")
+    theirs = credit(invoice_id=months["theirs"].pk, amount=Decimal("10"), reason="theirs")
+    page = client_for(tenancy.acme_admin).get(invoices_page()).content.decode()
+    assert note.number in page and "node down on the 9th" in page and "−1,100 KRW" in page
+    assert theirs.number not in page
+
+    def pdf(pk):
+        return reverse("tenant-credit-note-pdf", kwargs={"tenant_slug": "acme", "pk": pk})
+
+    answer = client_for(tenancy.acme_admin).get(pdf(note.pk))
+    assert answer.status_code == 200 and answer.content[:4] == b"%PDF"
+    assert client_for(tenancy.acme_admin).get(pdf(theirs.pk)).status_code == 404
+    assert client_for(tenancy.acme_member).get(pdf(note.pk)).status_code == 403
+    assert client_for(tenancy.globex_member).get(pdf(note.pk)).status_code == 404

@@ -178,6 +178,8 @@ def _base_values(t, objects):
             ["billing-invoice", "billing-invoice-act", "tenant-invoice-download", "v1:invoice-detail"],
             objects["invoice"].pk,
         ),
+        "tenant-credit-note-pdf": objects["credit_note"].pk,
+        "billing-credit-note-pdf": objects["credit_note"].pk,
     }
     common = {
         "tenant_slug": "acme",

@@ -36,7 +36,23 @@ def acme_objects(t):
     request = PoolRequest.objects.create(project=t.vision, submitted_by=t.acme_member)
     pool = make_pool(t.vision, t.acme_member)
     invoice = make_invoice(t.acme)
-    return {"invitation": invitation, "member": member, "request": request, "pool": pool, "invoice": invoice}
+    note = make_credit_note(invoice)
+    return {
+        "invitation": invitation,
+        "member": member,
+        "request": request,
+        "pool": pool,
+        "invoice": invoice,
+        "credit_note": note,
+    }
+
+
+def make_credit_note(invoice):
+    from decimal import Decimal
+
+    from billing.invoices import credit
+
+    return credit(invoice_id=invoice.pk, amount=Decimal(10), reason="a GPU was down")
 
 
 def make_invoice(tenant):
@@ -160,6 +176,14 @@ ROUTES = [
         "get",
         lambda t, o: reverse(
             "tenant-invoice-download", kwargs={"tenant_slug": "acme", "pk": o["invoice"].pk, "kind": "csv"}
+        ),
+        200,
+    ),
+    Route(
+        "tenant-credit-note-pdf",
+        "get",
+        lambda t, o: reverse(
+            "tenant-credit-note-pdf", kwargs={"tenant_slug": "acme", "pk": o["credit_note"].pk}
         ),
         200,
     ),
