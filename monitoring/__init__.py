@@ -1,1 +1,0 @@
-"""Monitoring: GPU health samples, rollups, alerts and the Prometheus export."""

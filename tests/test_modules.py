@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ("portal", "pools", "billing", "monitoring")
-PURE = ("pools.mig", "pools.placement")  # plain data in and out: no Django, no I/O
+# Plain data in and out, no Django: the MIG geometry, the placement engine, the GPU collectors.
+PURE = ("pools.mig", "pools.placement", "monitoring.collectors")
 
 
 def project_modules() -> dict[str, Path]:
@@ -116,11 +117,11 @@ def _import_alone(module: str) -> tuple[str, int, str]:
     return module, done.returncode, done.stderr[-600:]
 
 
-def test_every_pools_module_imports_alone():
+def test_every_pools_and_monitoring_module_imports_alone():
     """Each in a fresh interpreter, as `python -c "import ..."` would: an import that only works after
     some other module happens to be loaded fails here."""
-    modules = [name for name in project_modules() if name == "pools" or name.startswith("pools.")]
-    assert "pools.placement.engine" in modules and "pools.services.queue" in modules
+    modules = [name for name in project_modules() if name.partition(".")[0] in ("pools", "monitoring")]
+    assert "pools.placement.engine" in modules and "monitoring.collectors.nvml" in modules
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
         failed = [(module, err) for module, rc, err in pool.map(_import_alone, modules) if rc]
     assert failed == []

@@ -1,0 +1,70 @@
+"""The collector contract: one `read()` gives a `Reading` of a host's GPUs and their MIG instances.
+
+Every figure is optional: a GPU or an instance that cannot report one (NVML answers NotSupported on
+MIG handles for utilisation, temperature, power and ECC) leaves it None and says why in `problems`,
+and the rest of the reading stands. A collector that cannot read at all raises `CollectorUnavailable`
+with one line a person can act on.
+
+Units: watts, degrees Celsius, percent (0–100), bytes, error counts since the driver loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+class CollectorUnavailable(Exception):
+    """The collector cannot read anything here; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class InstanceReading:
+    """A MIG instance: its own memory and SM activity; power, temperature and ECC belong to its GPU."""
+
+    uuid: str
+    gpu_instance_id: int
+    profile: str | None = None  # e.g. "3g.71gb"
+    placement: tuple[int, int] | None = None  # (first memory slice, slices)
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    sm_active_pct: float | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    uuid: str
+    model: str | None = None  # the name the driver gives, e.g. "NVIDIA H200"
+    mig_enabled: bool | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    utilisation_pct: float | None = None
+    sm_active_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    ecc_corrected: int | None = None  # volatile: since the driver loaded
+    ecc_uncorrected: int | None = None
+    xid_events: tuple[int, ...] = ()  # XIDs seen since the previous reading
+    instances: tuple[InstanceReading, ...] = ()
+    problems: tuple[str, ...] = ()  # "field: why", one per figure that could not be read
+
+
+@dataclass(frozen=True)
+class Reading:
+    host: str
+    at: datetime
+    gpus: tuple[GpuReading, ...] = ()
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Collector(Protocol):
+    """Reads a host's GPUs; `close()` gives back what it holds (driver handles, event sets)."""
+
+    name: str
+
+    def read(self) -> Reading: ...
+
+    def close(self) -> None: ...
