@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db.models import Prefetch
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
@@ -201,10 +201,7 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
         if kind not in exports.FORMATS:
             offered = ", ".join(exports.FORMATS)
             raise ValidationError({"format": [f"Formats offered: {offered}."]})
-        content, media, name = exports.export(self.get_object(), kind)
-        response = HttpResponse(content, content_type=media)
-        response["Content-Disposition"] = f'attachment; filename="{name}"'
-        return response
+        return exports.download(exports.export(self.get_object(), kind))
 
     def get_queryset(self):
         lines = InvoiceLine.objects.select_related("project")

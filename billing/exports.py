@@ -15,6 +15,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.utils.timezone import localtime
 from django.utils.translation import gettext as _
 from fpdf import FPDF, FontFace
@@ -179,6 +180,19 @@ def export(invoice: Invoice, kind: str) -> tuple[bytes, str, str]:
     """The file's bytes, content type and name."""
     make = {"csv": as_csv, "xlsx": as_xlsx, "pdf": as_pdf}[kind]
     return make(invoice), FORMATS[kind], filename(invoice, kind)
+
+
+def export_credit_note(note: CreditNote) -> tuple[bytes, str, str]:
+    """The credit note's PDF: its bytes, content type and name."""
+    return credit_note_pdf(note), FORMATS["pdf"], credit_note_filename(note)
+
+
+def download(file: tuple[bytes, str, str]) -> HttpResponse:
+    """A file of `export`, `export_month` or `export_credit_note` as a download."""
+    content, media, name = file
+    response = HttpResponse(content, content_type=media)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 MONTH_HEADER = [

@@ -11,11 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum
-from django.utils import timezone
 
 from billing.models import Invoice, InvoiceState
 
@@ -47,11 +45,6 @@ def shift(month: date, months: int) -> date:
     """The first day of the month `months` later (or earlier, when negative)."""
     index = month.year * 12 + month.month - 1 + months
     return date(index // 12, index % 12 + 1, 1)
-
-
-def this_month(now: datetime | None = None) -> date:
-    local = timezone.localtime(now or timezone.now(), ZoneInfo(settings.BILLING_TIME_ZONE))
-    return date(local.year, local.month, 1)
 
 
 @dataclass(frozen=True)

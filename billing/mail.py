@@ -49,12 +49,14 @@ def recipients(tenant: Tenant) -> list[str]:
     return [admin.email for admin in admins if Preferences.wants_email(admin, EMAIL_TOPIC)]
 
 
-def _send(template: str, context: dict, to: list[str], attachment: tuple[str, bytes, str]) -> None:
+def _send(template: str, context: dict, to: list[str], file: tuple[bytes, str, str]) -> None:
+    """The e-mail of `template` with `file` (bytes, content type, name, as billing.exports gives them)."""
     with translation.override(settings.LANGUAGE_CODE):
         subject = render_to_string(f"billing/email/{template}_subject.txt", context).strip()
         body = render_to_string(f"billing/email/{template}_message.txt", context)
     message = EmailMessage(settings.EMAIL_SUBJECT_PREFIX + subject, body, to=to)
-    message.attach(*attachment)
+    content, media, name = file
+    message.attach(name, content, media)
     message.send()
 
 
@@ -74,10 +76,10 @@ def send_invoice(invoice_id: int) -> str:
         to = recipients(invoice.tenant)
         if to:
             with translation.override(settings.LANGUAGE_CODE):
-                pdf = exports.as_pdf(invoice)
+                file = exports.export(invoice, "pdf")
             total = round_money(invoice.total, invoice.currency)
             context = {"invoice": invoice, "tenant": invoice.tenant, "total": total}
-            _send("invoice", context, to, (exports.filename(invoice, "pdf"), pdf, exports.FORMATS["pdf"]))
+            _send("invoice", context, to, file)
         InvoiceMail.objects.create(invoice=invoice, recipients=", ".join(to), sent_at=timezone.now())
     return SENT if to else NOBODY
 
@@ -99,10 +101,9 @@ def send_credit_note(credit_note_id: int) -> str:
         to = recipients(tenant)
         if to:
             with translation.override(settings.LANGUAGE_CODE):
-                pdf = exports.credit_note_pdf(note)
+                file = exports.export_credit_note(note)
             total = round_money(note.total, note.currency)
             context = {"note": note, "invoice": note.invoice, "tenant": tenant, "total": total}
-            attachment = (exports.credit_note_filename(note), pdf, exports.FORMATS["pdf"])
-            _send("credit_note", context, to, attachment)
+            _send("credit_note", context, to, file)
         InvoiceMail.objects.create(credit_note=note, recipients=", ".join(to), sent_at=timezone.now())
     return SENT if to else NOBODY

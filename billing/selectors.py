@@ -3,7 +3,7 @@ pool and spec for a month."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
@@ -57,12 +57,17 @@ def tenant_invoices(*, user, tenant: Tenant) -> QuerySet[Invoice]:
     )
 
 
+def this_month(now: datetime | None = None) -> date:
+    """The first day of the month it is now in the billing time zone."""
+    local = timezone.localtime(now or timezone.now(), ZoneInfo(settings.BILLING_TIME_ZONE))
+    return date(local.year, local.month, 1)
+
+
 def month_bounds(month: tuple[int, int] | None, *, now: datetime | None = None) -> tuple[datetime, datetime]:
     """A month's bounds in the billing time zone; None: this month, up to now."""
-    now = now or timezone.now()
     if month is None:
-        local = timezone.localtime(now, timezone=ZoneInfo(settings.BILLING_TIME_ZONE))
-        month = (local.year, local.month)
+        first = this_month(now)
+        month = (first.year, first.month)
     return invoicing.month_span(*month, settings.BILLING_TIME_ZONE)
 
 

@@ -4,9 +4,7 @@ pages, shown to every member) and its invoices (a page for its admins and financ
 from __future__ import annotations
 
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
@@ -15,7 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from billing import exports, invoicing, selectors, spend
+from billing import exports, selectors, spend
 from billing.models import CreditNote
 from pools.models import Pool
 from portal import selectors as tenancy
@@ -26,10 +24,6 @@ SPEND_PAGE = "spend_page"  # the sections share their page with others: their pa
 INVOICES_PER_PAGE = 25
 
 
-def _month(now: datetime) -> datetime:
-    return timezone.localtime(now, ZoneInfo(settings.BILLING_TIME_ZONE))
-
-
 def _spend_context(request: HttpRequest, rows, found: dict[int, spend.Spend], now: datetime) -> dict:
     """A page of rows (pools or projects, by id in `found`), each with its figures, and the total."""
     page = Paginator(rows, SPEND_ROWS_PER_PAGE).get_page(request.GET.get(SPEND_PAGE))
@@ -37,7 +31,7 @@ def _spend_context(request: HttpRequest, rows, found: dict[int, spend.Spend], no
         "page": page,
         "rows": [(row, spend.figures(found[row.pk])) for row in page],
         "total": spend.figures(spend.total(found.values())),
-        "month": _month(now),
+        "month": selectors.this_month(now),
         "now": now,
         "page_parameter": SPEND_PAGE,
     }
@@ -70,7 +64,7 @@ def pool_section(request: HttpRequest, pool: Pool) -> str:
     context = {
         "pool": pool,
         "figures": spend.figures(found.get(pool.pk, spend.Spend())),
-        "month": _month(now),
+        "month": selectors.this_month(now),
         "now": now,
     }
     return render_to_string("billing/_pool_spend.html", context, request=request)
@@ -90,8 +84,7 @@ def tenant_invoices(request: HttpRequest, tenant_slug: str) -> HttpResponse:
         Prefetch("credit_notes", queryset=CreditNote.objects.order_by("issued_at", "pk"))
     )
     page = Paginator(invoices, INVOICES_PER_PAGE).get_page(request.GET.get("page"))
-    rows = [(invoice, invoicing.round_money(invoice.total, invoice.currency)) for invoice in page]
-    context = {"tenant": tenant, "page": page, "rows": rows, "formats": list(exports.FORMATS)}
+    context = {"tenant": tenant, "page": page, "formats": list(exports.FORMATS)}
     return render(request, "billing/tenant_invoices.html", context)
 
 
@@ -104,10 +97,7 @@ def tenant_invoice_download(request: HttpRequest, tenant_slug: str, pk: int, kin
     if kind not in exports.FORMATS:
         raise Http404  # no such file
     invoice = get_object_or_404(selectors.tenant_invoices(user=request.user, tenant=tenant), pk=pk)
-    content, media, name = exports.export(invoice, kind)
-    response = HttpResponse(content, content_type=media)
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
+    return exports.download(exports.export(invoice, kind))
 
 
 @login_required
@@ -120,6 +110,4 @@ def tenant_credit_note_pdf(request: HttpRequest, tenant_slug: str, pk: int) -> H
     note = get_object_or_404(
         CreditNote.objects.select_related("invoice__tenant"), pk=pk, invoice__in=invoices
     )
-    response = HttpResponse(exports.credit_note_pdf(note), content_type=exports.FORMATS["pdf"])
-    response["Content-Disposition"] = f'attachment; filename="{exports.credit_note_filename(note)}"'
-    return response
+    return exports.download(exports.export_credit_note(note))

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
-from billing import charts, exports, finance, invoices, invoicing, metering, services
+from billing import charts, exports, finance, invoices, invoicing, metering, selectors, services
 from billing.models import CreditNote, Invoice, InvoiceState, MeteredPeriod
 from portal.errors import Conflict, InvalidInput, PortalError
 from portal.models import Tenant
@@ -94,7 +94,7 @@ def _month(text: str) -> date:
 def finance_home(request: HttpRequest) -> HttpResponse:
     """The last month that has ended: the one finance closes and issues."""
     _require(request, "billing.view_invoice")
-    return redirect("billing-month", month=f"{finance.shift(finance.this_month(), -1):{MONTH}}")
+    return redirect("billing-month", month=f"{finance.shift(selectors.this_month(), -1):{MONTH}}")
 
 
 @login_required
@@ -115,7 +115,7 @@ def finance_month(request: HttpRequest, month: str) -> HttpResponse:
     context = {
         "month": first,
         "previous": finance.shift(first, -1),
-        "next": finance.shift(first, 1) if finance.shift(first, 1) <= finance.this_month(now) else None,
+        "next": finance.shift(first, 1) if finance.shift(first, 1) <= selectors.this_month(now) else None,
         "totals": finance.month_totals(first, now=now),
         "rows": finance.rows(list(page.object_list), first, now=now),
         "page": page,
@@ -229,10 +229,7 @@ def finance_month_export(request: HttpRequest, month: str, kind: str) -> HttpRes
     _require(request, "billing.export_invoice")
     if kind not in exports.MONTH_FORMATS:
         raise Http404
-    content, media, name = exports.export_month(_month(month), kind)
-    response = HttpResponse(content, content_type=media)
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
+    return exports.download(exports.export_month(_month(month), kind))
 
 
 def _finance_invoice(request: HttpRequest, pk: int) -> Invoice:
@@ -318,6 +315,4 @@ def _credit(request: HttpRequest, invoice: Invoice) -> HttpResponse:
 def credit_note_pdf(request: HttpRequest, pk: int) -> HttpResponse:
     _require(request, "billing.export_invoice")
     note = get_object_or_404(CreditNote.objects.select_related("invoice__tenant"), pk=pk)
-    response = HttpResponse(exports.credit_note_pdf(note), content_type=exports.FORMATS["pdf"])
-    response["Content-Disposition"] = f'attachment; filename="{exports.credit_note_filename(note)}"'
-    return response
+    return exports.download(exports.export_credit_note(note))

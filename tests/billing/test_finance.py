@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from openpyxl import load_workbook
 
-from billing import finance
+from billing import finance, selectors
 from billing.invoices import close_month, credit, issue, mark_paid
 from billing.models import BillingProfile, Invoice, InvoiceState
 from tests.billing.test_invoices import AFTER, november  # noqa: F401  (the fixture)
@@ -36,7 +36,7 @@ def test_finance_finds_the_workspace_from_the_top_bar_and_lands_on_the_last_ende
     page = finance_client.get("/")
     assert b'href="/billing/"' in page.content
     landing = finance_client.get("/billing/")
-    last = finance.shift(finance.this_month(), -1)
+    last = finance.shift(selectors.this_month(), -1)
     assert landing.status_code == 302 and landing["Location"] == f"/billing/{last:%Y-%m}/"
 
 
@@ -93,7 +93,7 @@ def test_closing_is_previewed_then_done_and_the_preview_writes_nothing(november,
 
 
 def test_a_month_not_yet_ended_cannot_be_closed_and_says_when_it_can(finance_client, db):
-    month = f"{finance.this_month():%Y-%m}"
+    month = f"{selectors.this_month():%Y-%m}"
     page = finance_client.get(f"/billing/{month}/")
     assert page.context["closable"] is False and "has not ended yet" in page.context["not_closable"]
     preview = finance_client.get(f"/billing/{month}/close/")
