@@ -434,8 +434,9 @@ class InvoiceFactory(factory.django.DjangoModelFactory):
         lambda invoice: (invoice.subtotal * invoice.tax_rate / 100).quantize(Decimal(1))
     )
     total = factory.LazyAttribute(lambda invoice: invoice.subtotal + invoice.tax)
+    # A series of its own, so that it never takes a number `billing.invoices.issue` would give.
     number = factory.LazyAttributeSequence(
-        lambda invoice, n: None if invoice.state == "draft" else f"{invoice.month.year - 1000}-{n + 1:05d}"
+        lambda invoice, n: None if invoice.state == "draft" else f"F{invoice.month.year}-{n + 1:05d}"
     )
     issued_at = factory.LazyAttribute(lambda invoice: None if invoice.state == "draft" else timezone.now())
     paid_at = factory.LazyAttribute(lambda invoice: timezone.now() if invoice.state == "paid" else None)

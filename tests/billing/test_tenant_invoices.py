@@ -14,7 +14,7 @@ from billing import exports
 from billing.invoices import close_month, issue
 from billing.models import Invoice
 from billing.services import meter
-from tests.factories import PoolFactory, PriceFactory
+from tests.factories import InvoiceFactory, PoolFactory, PriceFactory
 
 NOVEMBER_START = datetime(2026, 10, 31, 15, tzinfo=UTC)
 AFTER = datetime(2026, 11, 30, 17, tzinfo=UTC)
@@ -29,16 +29,13 @@ def download(invoice, kind, tenant="acme"):
 
 
 def invoice(tenant, month: date, state: str, number: str | None = None, total: str = "1000") -> Invoice:
-    return Invoice.objects.create(
+    return InvoiceFactory(
         tenant=tenant,
         month=month,
         state=state,
         number=number,
-        currency="KRW",
-        tax_rate=Decimal(10),
         subtotal=Decimal(total),
         tax=Decimal(0),
-        total=Decimal(total),
         issued_at=None if state == "draft" else datetime(month.year, month.month, 3, tzinfo=UTC),
     )
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from tests.factories import InvitationFactory
+from tests.factories import InvitationFactory, InvoiceFactory
 
 OUR_APPS = ("portal.", "pools.", "billing.", "monitoring.")
 
@@ -59,15 +59,9 @@ def make_invoice(tenant):
     from datetime import date
     from decimal import Decimal
 
-    from django.utils import timezone
-
-    from billing.models import Invoice
-
-    money = {"subtotal": Decimal(100), "tax": Decimal(10), "total": Decimal(110), "tax_rate": Decimal(10)}
-    return Invoice.objects.create(
-        tenant=tenant, month=date(2026, 1, 1), state="issued", number="2026-00001", currency="KRW",
-        issued_at=timezone.now(), **money,
-    )  # fmt: skip
+    return InvoiceFactory(
+        tenant=tenant, month=date(2026, 1, 1), state="issued", number="2026-00001", subtotal=Decimal(100)
+    )
 
 
 def make_pool(project, user):
