@@ -26,9 +26,11 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing import invoicing, mail, metering
+from billing.finance import shift
 from billing.invoices import close_month, issue, mark_paid
 from billing.models import BillingProfile, Invoice, InvoiceMail, MeteredPeriod, PriceList
 from billing.prices import metered_until
+from billing.selectors import this_month
 from billing.services import add_price, first_unmetered, meter_period
 from pools import mig
 from pools.models import (
@@ -178,9 +180,8 @@ def _profiles() -> str:
 def history_months(now: datetime) -> tuple[date, date]:
     """The month before last and last month (their first days): the two previous complete calendar
     months in the billing time zone."""
-    local = timezone.localtime(now, ZoneInfo(settings.BILLING_TIME_ZONE))
-    last = (date(local.year, local.month, 1) - timedelta(days=1)).replace(day=1)
-    return (last - timedelta(days=1)).replace(day=1), last
+    last = shift(this_month(now), -1)
+    return shift(last, -1), last
 
 
 def _span(month: date) -> tuple[datetime, datetime]:

@@ -101,6 +101,7 @@ def finance_home(request: HttpRequest) -> HttpResponse:
 def finance_month(request: HttpRequest, month: str) -> HttpResponse:
     _require(request, "billing.view_invoice")
     first, now = _month(month), timezone.now()
+    following = finance.shift(first, 1)
     state = request.GET.get("state", "")
     if state not in {"", "overdue", *InvoiceState.values}:
         state = ""
@@ -115,7 +116,7 @@ def finance_month(request: HttpRequest, month: str) -> HttpResponse:
     context = {
         "month": first,
         "previous": finance.shift(first, -1),
-        "next": finance.shift(first, 1) if finance.shift(first, 1) <= selectors.this_month(now) else None,
+        "next": following if following <= selectors.this_month(now) else None,
         "totals": finance.month_totals(first, now=now),
         "rows": finance.rows(list(page.object_list), first, now=now),
         "page": page,
