@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -21,9 +21,14 @@ CACHE_KEY = "billing:prices-now"
 CACHE_SECONDS = 60  # also bounds how late a price that starts by the clock is seen
 
 
+def valid_during(start: datetime, end: datetime) -> QuerySet[Price]:
+    """Every price in force at some moment of [start, end]."""
+    return Price.objects.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start), valid_from__lte=end)
+
+
 def in_force(at: datetime) -> dict[tuple[str, str], Decimal]:
     """(GPU model, profile) → hourly price of every price valid at `at`."""
-    rows = Price.objects.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=at), valid_from__lte=at)
+    rows = valid_during(at, at)
     return {
         (model, profile): price
         for model, profile, price in rows.values_list("gpu_model", "profile", "hourly_price")

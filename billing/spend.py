@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from billing import invoicing, metering
 from billing.models import Price, UsageRecord
+from billing.prices import valid_during
 from billing.selectors import month_bounds
 from billing.services import first_unmetered
 from pools.models import Pool, RequestItem
@@ -212,9 +213,7 @@ def _holdings(pool_ids: QuerySet, since: datetime, now: datetime) -> list[meteri
 def _prices_between(start: datetime, end: datetime) -> list[Price]:
     """Every price in force at some moment of [start, end], in one query."""
     return list(
-        Price.objects.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start), valid_from__lte=end).only(
-            "gpu_model", "profile", "hourly_price", "valid_from", "valid_to"
-        )
+        valid_during(start, end).only("gpu_model", "profile", "hourly_price", "valid_from", "valid_to")
     )
 
 
