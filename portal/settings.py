@@ -141,6 +141,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "billing.tasks.meter_usage",
         "schedule": env.int("METERING_RUN_SECONDS", default=300),
     },
+    "collect-gpu-figures": {  # the simulated fleet and clusters with a Prometheus URL (under Monitoring)
+        "task": "monitoring.tasks.collect",
+        "schedule": env.int("MONITORING_COLLECT_SECONDS", default=30),
+    },
+    "roll-up-gpu-samples": {
+        "task": "monitoring.tasks.roll_up_samples",
+        "schedule": 60,
+    },
+    "prune-gpu-samples": {  # drops days past MONITORING_RAW_DAYS, makes the next days' partitions
+        "task": "monitoring.tasks.prune_samples",
+        "schedule": crontab(minute=7),
+    },
     "clear-expired-sessions": {
         "task": "portal.tasks.clear_expired_sessions",
         "schedule": crontab(minute=17, hour=3),
@@ -205,6 +217,27 @@ BILLING_PAYMENT_DAYS = env.int("BILLING_PAYMENT_DAYS", default=30)
 # METERING_DELAY_SECONDS after it ends, when no release or admission can still land inside it.
 METERING_PERIOD_SECONDS = env.int("METERING_PERIOD_SECONDS", default=3600)
 METERING_DELAY_SECONDS = env.int("METERING_DELAY_SECONDS", default=60)
+
+# --- Monitoring -----------------------------------------------------------------
+
+# How long each form of GPU figures is kept: raw samples (whole days, dropped as partitions), 5-minute and
+# 1-hour roll-ups (min / avg / max).
+MONITORING_RAW_DAYS = env.int("MONITORING_RAW_DAYS", default=3)
+MONITORING_5M_DAYS = env.int("MONITORING_5M_DAYS", default=35)
+MONITORING_1H_DAYS = env.int("MONITORING_1H_DAYS", default=400)
+# Samples are refused when older than this (an agent's buffer holds at most about this much) or more than
+# MONITORING_SAMPLE_MAX_AHEAD_SECONDS in the future (a host's clock gone wrong).
+MONITORING_SAMPLE_MAX_AGE_SECONDS = env.int("MONITORING_SAMPLE_MAX_AGE_SECONDS", default=6 * 3600)
+MONITORING_SAMPLE_MAX_AHEAD_SECONDS = env.int("MONITORING_SAMPLE_MAX_AHEAD_SECONDS", default=300)
+# The most readings (hosts × instants) and GPUs one batch from an agent may carry.
+MONITORING_BATCH_MAX_READINGS = env.int("MONITORING_BATCH_MAX_READINGS", default=1000)
+MONITORING_BATCH_MAX_GPUS = env.int("MONITORING_BATCH_MAX_GPUS", default=20000)
+# How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
+MONITORING_COLLECT_SECONDS = env.int("MONITORING_COLLECT_SECONDS", default=30)
+MONITORING_PROMETHEUS_TIMEOUT_SECONDS = env.float("MONITORING_PROMETHEUS_TIMEOUT_SECONDS", default=5.0)
+# /metrics answers a request bearing this token (Authorization: Bearer …) or coming from these networks.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_ALLOWED_NETWORKS = env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])
 
 # --- Accounts -----------------------------------------------------------------
 

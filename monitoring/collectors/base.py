@@ -1,4 +1,4 @@
-"""The collector contract: one `read()` gives a `Reading` of a host's GPUs and their MIG instances.
+"""The collector contract: `readings()` gives a `Reading` per host: its GPUs and their MIG instances.
 
 Every figure is optional: a GPU or an instance that cannot report one (NVML answers NotSupported on
 MIG handles for utilisation, temperature, power and ECC) leaves it None and says why in `problems`,
@@ -61,10 +61,12 @@ class Reading:
 
 
 class Collector(Protocol):
-    """Reads a host's GPUs; `close()` gives back what it holds (driver handles, event sets)."""
+    """Reads GPUs now: `readings()` gives one Reading per host it sees (a node agent sees its own host; a
+    cluster's Prometheus, every host it scrapes). `close()` gives back what it holds (driver handles,
+    event sets, connections)."""
 
     name: str
 
-    def read(self) -> Reading: ...
+    def readings(self) -> tuple[Reading, ...]: ...
 
     def close(self) -> None: ...

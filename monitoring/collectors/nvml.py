@@ -81,7 +81,11 @@ class NvmlCollector:
 
     # --- a reading -------------------------------------------------------------------------------
 
+    def readings(self) -> tuple[Reading, ...]:
+        return (self.read(),)
+
     def read(self) -> Reading:
+        """This host's GPUs."""
         nvml = self.nvml
         try:
             count = nvml.nvmlDeviceGetCount()

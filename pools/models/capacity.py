@@ -16,6 +16,7 @@ so their history stays.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import URLValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.functional import cached_property
@@ -52,6 +53,16 @@ class Cluster(models.Model):
         max_length=253,
         default="gpu-operator/custom-mig-parted-config",
         help_text=_("namespace/name of the mig-parted ConfigMap the GPU Operator is told to use."),
+    )
+    prometheus_url = models.URLField(
+        _("Prometheus URL"),
+        blank=True,
+        validators=[URLValidator(schemes=["http", "https"])],
+        help_text=_(
+            "The cluster's Prometheus that scrapes the GPU Operator's dcgm-exporter, e.g. "
+            "http://prometheus.monitoring:9090. GPU figures are read from it; leave empty when node agents "
+            "push them instead."
+        ),
     )
     status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.NEW)
     last_sync_at = models.DateTimeField(_("last sync"), null=True, blank=True)

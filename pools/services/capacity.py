@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from pools import capacity_version
-from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity
+from pools.models import Allocation, Cluster, GpuCapacity, GpuGroup, NodeCapacity
 from pools.services import dispatch
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
@@ -254,6 +254,21 @@ def set_node_drained(*, node: NodeCapacity, drained: bool) -> NodeCapacity:
             capacity_version.changed()
             _run_queue_if_undrained(drained)
     return node
+
+
+def bind_instance_uuids(*, gpu: GpuCapacity, uuids: dict[int, str]) -> int:
+    """Name the MIG instance behind each live allocation of `gpu`, by the instance's first memory slice
+    ({start: UUID}, as a node reports them), so that what a device reports can be told to its pool.
+    Returns how many allocations changed."""
+    changed = 0
+    with transaction.atomic():
+        for allocation in Allocation.objects.select_for_update().filter(gpu=gpu, released_at__isnull=True):
+            uuid = uuids.get(allocation.slices.lower, "")
+            if uuid and allocation.instance_uuid != uuid:
+                allocation.instance_uuid = uuid
+                allocation.save(update_fields=["instance_uuid"])
+                changed += 1
+    return changed
 
 
 def set_node_group(*, node: NodeCapacity, group: GpuGroup | None) -> NodeCapacity:

@@ -1,0 +1,161 @@
+"""Readings into storage: samples, newest figures, events, instance binding; refusals that store nothing."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from monitoring.collectors import GpuReading, InstanceReading, Reading
+from monitoring.ingest import ingest
+from monitoring.models import GpuEvent, Latest, Sample
+from portal.errors import InvalidInput
+from tests.factories import AllocationFactory, ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+@pytest.fixture
+def node():
+    cluster = ClusterFactory(name="sim")
+    node = NodeCapacityFactory(cluster=cluster, name="gpu-node-1", gpu_model="H100-80GB")
+    GpuCapacityFactory(node=node, index=0)
+    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
+    return node
+
+
+def reading(node, *, at=NOW, host=None, **figures):
+    full, cut = node.gpus.order_by("index")
+    instances = tuple(
+        InstanceReading(
+            uuid=entry["uuid"],
+            gpu_instance_id=n + 1,
+            profile=entry["profile"],
+            placement=(entry["start"], 4),
+            memory_used_bytes=1 << 30,
+            memory_total_bytes=40 << 30,
+            sm_active_pct=30.0 + n,
+        )
+        for n, entry in enumerate(cut.layout)
+    )
+    return Reading(
+        host=host or node.name,
+        at=at,
+        gpus=(
+            GpuReading(
+                0, full.uuid, **{"power_w": 300.0, "temperature_c": 60.0, "ecc_uncorrected": 0, **figures}
+            ),
+            GpuReading(1, cut.uuid, mig_enabled=True, power_w=200.0, instances=instances),
+        ),
+    )
+
+
+def test_a_reading_stores_a_sample_per_gpu_and_instance(node):
+    result = ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
+
+    full, cut = node.gpus.order_by("index")
+    assert result.samples == 4
+    assert Sample.objects.filter(gpu=full, slot=-1).get().power_w == 300.0
+    assert sorted(Sample.objects.filter(gpu=cut).values_list("slot", "sm_active_pct")) == [
+        (-1, None),
+        (0, 30.0),
+        (4, 31.0),
+    ]
+    assert Latest.objects.get(gpu=cut, slot=4).profile == "3g.40gb"
+
+
+def test_the_same_batch_twice_is_stored_once(node):
+    ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
+    again = ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
+
+    assert again.samples == 0
+    assert Sample.objects.count() == 4
+
+
+def test_newest_figures_never_go_back_in_time(node):
+    ingest(cluster=node.cluster, readings=[reading(node, temperature_c=None)], source="agent")
+    ingest(cluster=node.cluster, readings=[reading(node, at=NOW - timedelta(minutes=1))], source="agent")
+
+    full = node.gpus.get(index=0)
+    assert Latest.objects.get(gpu=full, slot=-1).at == NOW
+    assert Sample.objects.filter(gpu=full).count() == 2
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"host": "elsewhere"}, "elsewhere is not a node of cluster sim"),
+        ({"at": NOW + timedelta(hours=1)}, "outside"),
+        ({"at": NOW - timedelta(days=2)}, "outside"),
+    ],
+)
+def test_an_unknown_host_or_a_time_out_of_bounds_refuses_the_batch(node, change, why):
+    good = reading(node)
+    with pytest.raises(InvalidInput, match=why):
+        ingest(cluster=node.cluster, readings=[good, reading(node, **change)], source="agent")
+
+    assert not Sample.objects.exists()
+    assert not Latest.objects.exists()
+
+
+def test_an_unknown_gpu_refuses_the_batch_unless_not_strict(node):
+    stranger = Reading(node.name, NOW, (GpuReading(7, "GPU-nobody"),))
+
+    with pytest.raises(InvalidInput, match="has no GPU GPU-nobody"):
+        ingest(cluster=node.cluster, readings=[reading(node), stranger], source="agent")
+    assert not Sample.objects.exists()
+
+    result = ingest(cluster=node.cluster, readings=[reading(node), stranger], source="dcgm", strict=False)
+    assert result.samples == 4
+    assert any("GPU-nobody" in problem for problem in result.problems)
+
+
+def test_xids_a_rise_of_uncorrected_ecc_and_a_missing_gpu_are_events_once(node):
+    full, cut = node.gpus.order_by("index")
+    ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
+    later = NOW + timedelta(seconds=15)
+    ingest(
+        cluster=node.cluster,
+        readings=[reading(node, at=later, ecc_uncorrected=2, xid_events=(48,))],
+        source="agent",
+    )
+    only_full = Reading(
+        node.name, later + timedelta(seconds=15), (GpuReading(0, full.uuid, ecc_uncorrected=2),)
+    )
+    ingest(cluster=node.cluster, readings=[only_full], source="agent")
+    again = Reading(node.name, later + timedelta(seconds=30), (GpuReading(0, full.uuid, ecc_uncorrected=2),))
+    ingest(cluster=node.cluster, readings=[again], source="agent")
+
+    events = sorted(GpuEvent.objects.values_list("gpu_id", "kind", "code"))
+    assert events == [(full.pk, "ecc", 2), (full.pk, "xid", 48), (cut.pk, "lost", None)]
+
+
+def test_instance_uuids_bind_to_allocations_and_a_foreign_layout_is_flagged(node):
+    cut = node.gpus.get(index=1)
+    allocation = AllocationFactory(gpu=cut, profile="3g.40gb", instance_uuid="")
+    ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
+
+    allocation.refresh_from_db()
+    assert allocation.instance_uuid == next(
+        e["uuid"] for e in cut.layout if e["start"] == allocation.slices.lower
+    )
+    assert not GpuEvent.objects.filter(kind="layout").exists()
+
+    odd = Reading(
+        node.name,
+        NOW + timedelta(seconds=15),
+        (
+            GpuReading(
+                1, cut.uuid, mig_enabled=True, instances=(InstanceReading("MIG-x", 1, "7g.80gb", (0, 8)),)
+            ),
+        ),
+    )
+    ingest(cluster=node.cluster, readings=[odd], source="agent", strict=False)
+    ingest(
+        cluster=node.cluster,
+        readings=[odd.__class__(odd.host, odd.at + timedelta(seconds=15), odd.gpus)],
+        source="agent",
+        strict=False,
+    )
+    [event] = GpuEvent.objects.filter(kind="layout")
+    assert "7g.80gb@0" in event.detail and "3g.40gb@4" in event.detail
