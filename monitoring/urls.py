@@ -1,0 +1,3 @@
+"""Pages of the monitoring app, and /metrics."""
+
+urlpatterns: list = []
