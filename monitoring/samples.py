@@ -193,8 +193,15 @@ def roll_up(*, now: datetime | None = None) -> dict[int, int]:
         with transaction.atomic(), connection.cursor() as cursor:
             mark = RollupMark.objects.select_for_update().filter(seconds=seconds).first()
             end = _floor(now, seconds)
-            if mark is None:
-                start = _floor(now - timedelta(days=settings.MONITORING_RAW_DAYS), seconds)
+            if mark is None:  # the first run: from the oldest sample (or 5-minute roll-up) there is
+                source = (
+                    "min(at) FROM monitoring_sample"
+                    if seconds == FIVE_MINUTES
+                    else (f"min(bucket) FROM monitoring_rollup WHERE seconds = {FIVE_MINUTES}")
+                )
+                cursor.execute(f"SELECT {source}")
+                oldest = cursor.fetchone()[0]
+                start = _floor(oldest, seconds) if oldest is not None else end
             else:
                 start = min(mark.done_until, mark.redo_from or mark.done_until)
                 start = _floor(start, seconds)

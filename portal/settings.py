@@ -235,6 +235,9 @@ MONITORING_BATCH_MAX_GPUS = env.int("MONITORING_BATCH_MAX_GPUS", default=20000)
 # How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
 MONITORING_COLLECT_SECONDS = env.int("MONITORING_COLLECT_SECONDS", default=30)
 MONITORING_PROMETHEUS_TIMEOUT_SECONDS = env.float("MONITORING_PROMETHEUS_TIMEOUT_SECONDS", default=5.0)
+# The simulated fleet has an uncorrected ECC error on a GPU with a chance of one in this many per minute
+# (about one a day on the demo's fleet), which drains that GPU as a real one would be.
+MONITORING_SIMULATED_ECC_ONE_IN = env.int("MONITORING_SIMULATED_ECC_ONE_IN", default=150000)
 # /metrics answers a request bearing this token (Authorization: Bearer …) or coming from these networks.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_ALLOWED_NETWORKS = env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])

@@ -249,6 +249,36 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.CreateModel(
+            name="CollectorStatus",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("source", models.CharField(max_length=16, verbose_name="source")),
+                ("last_run_at", models.DateTimeField(verbose_name="last run")),
+                ("last_success_at", models.DateTimeField(blank=True, null=True, verbose_name="last success")),
+                ("last_error", models.TextField(blank=True, verbose_name="last error")),
+                ("problems", models.JSONField(blank=True, default=list, verbose_name="what was skipped")),
+                ("gpus", models.PositiveIntegerField(default=0, verbose_name="GPUs read")),
+                (
+                    "cluster",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="collector_status",
+                        to="pools.cluster",
+                        verbose_name="cluster",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "collector status",
+                "verbose_name_plural": "collector statuses",
+            },
+        ),
+        migrations.CreateModel(
             name="Rollup",
             fields=[
                 (

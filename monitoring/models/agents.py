@@ -36,3 +36,25 @@ class AgentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}: {self.name} ({self.prefix}…)"
+
+
+class CollectorStatus(models.Model):
+    """How the portal's own collection of a cluster's figures went (the simulated fleet, or the cluster's
+    Prometheus): shown to operators, so that a collector that fails is seen, not only logged."""
+
+    cluster = models.OneToOneField(
+        "pools.Cluster", on_delete=models.CASCADE, related_name="collector_status", verbose_name=_("cluster")
+    )
+    source = models.CharField(_("source"), max_length=16)
+    last_run_at = models.DateTimeField(_("last run"))
+    last_success_at = models.DateTimeField(_("last success"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    problems = models.JSONField(_("what was skipped"), default=list, blank=True)
+    gpus = models.PositiveIntegerField(_("GPUs read"), default=0)
+
+    class Meta:
+        verbose_name = _("collector status")
+        verbose_name_plural = _("collector statuses")
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} ({self.source})"
