@@ -21,17 +21,17 @@ from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils.translation import gettext as _
 
-from monitoring import samples
+from monitoring import faults, samples
 from monitoring.collectors import GpuReading, Reading
 from monitoring.models import GpuEvent, Latest
 from monitoring.models.samples import WHOLE_GPU
-from pools.models import Cluster, GpuCapacity, NodeCapacity
+from pools.models import Allocation, Cluster, GpuCapacity, NodeCapacity
 from pools.services import capacity
 from portal.errors import InvalidInput
 
-# XIDs after which a GPU is not to be trusted with new work (double-bit ECC, row-remap failure, fallen off
-# the bus, uncontained ECC, GSP errors, unrecovered ECC).
-FAULT_XIDS = frozenset({48, 64, 79, 95, 119, 120, 140})
+FAULT_XIDS = faults.FAULT_XIDS  # the fatal XIDs, defined with the rules that act on them
+# Sources whose XID figure is the last XID seen (a gauge), not the XIDs since the previous reading.
+LAST_XID_SOURCES = frozenset({"dcgm"})
 
 
 @dataclass
@@ -71,14 +71,15 @@ def ingest(
         rows += gpu_rows
         latest += gpu_latest
     with transaction.atomic():
-        previous = _previous_counts([t.gpu.pk for t in targets])
+        previous = _previous_counts([t.gpu.pk for t in targets if t.reading.ecc_uncorrected])
         result.samples = samples.store(rows)
         _store_latest(latest, source=source)
-        result.events = GpuEvent.objects.bulk_create(_events(targets, previous, readings, cluster))
-        for target in targets:
-            uuids = {i.placement[0]: i.uuid for i in target.reading.instances if i.placement and i.uuid}
-            if uuids:
-                capacity.bind_instance_uuids(gpu=target.gpu, uuids=uuids)
+        result.events = GpuEvent.objects.bulk_create(_events(targets, previous, readings, cluster, source))
+        _bind_instances(targets)
+        # In the batch's transaction: a fault (the drain, the flagged pools) is stored with the events that
+        # show it or not at all. After commit, a failure would leave events that never open their fault,
+        # and no later reading repeats them (the ECC count is stored now; a GPU is lost once).
+        faults.handle(result.events)
     result.gpus = len(targets)
     return result
 
@@ -86,11 +87,18 @@ def ingest(
 # --- checking ----------------------------------------------------------------------------------------
 
 
+def accepted_times(*, now: datetime) -> tuple[datetime, datetime]:
+    """The oldest and the newest time a reading may carry at `now`; outside them a batch is refused."""
+    return (
+        now - timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AGE_SECONDS),
+        now + timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AHEAD_SECONDS),
+    )
+
+
 def _targets(
     cluster: Cluster, readings: Sequence[Reading], *, strict: bool, now: datetime, problems: list[str]
 ) -> list[_Target]:
-    oldest = now - timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AGE_SECONDS)
-    newest = now + timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AHEAD_SECONDS)
+    oldest, newest = accepted_times(now=now)
     hosts = {reading.host for reading in readings}
     nodes = {
         node.name: node for node in NodeCapacity.objects.filter(cluster=cluster, name__in=hosts, present=True)
@@ -218,25 +226,59 @@ def _latest(row: samples.Row, *, host: str, problems: list[str], profile: str = 
     }
 
 
-_LATEST_COLUMNS = (*samples.COLUMNS, "host", "profile", "instance_uuid")
+_LATEST_COLUMNS = (*samples.COLUMNS, "host", "profile", "instance_uuid", "problems")
+_LATEST_TYPES = (*samples.TYPES, "text", "text", "text", "text")
 
 
 def _store_latest(latest: list[dict], *, source: str) -> None:
-    """Upsert the newest figures; a row older than what is there already changes nothing."""
+    """Upsert the newest figures in one statement; a row older than what is there already changes nothing."""
     if not latest:
         return
+    # One statement may not upsert a row twice: of a slot read at several instants (an agent's buffered
+    # batch), only the newest reading counts.
+    newest: dict[tuple[int, int], dict] = {}
+    for entry in latest:
+        key = (entry["gpu_id"], entry["slot"])
+        if key not in newest or newest[key]["at"] <= entry["at"]:
+            newest[key] = entry
+    latest = list(newest.values())
     names = ", ".join(_LATEST_COLUMNS)
-    placeholders = ", ".join(["%s"] * (len(_LATEST_COLUMNS) + 2))
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*_LATEST_COLUMNS[2:], "source", "problems"))
+    values = ", ".join(f"{c}::jsonb" if c == "problems" else c for c in _LATEST_COLUMNS)
+    arrays = ", ".join(f"%s::{kind}[]" for kind in _LATEST_TYPES)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*_LATEST_COLUMNS[2:], "source"))
+    columns = [
+        [json.dumps(entry[c]) if c == "problems" else entry[c] for entry in latest] for c in _LATEST_COLUMNS
+    ]
     with connection.cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO monitoring_latest ({names}, source, problems) VALUES ({placeholders}) "
+        cursor.execute(
+            f"INSERT INTO monitoring_latest ({names}, source) SELECT {values}, %s "
+            f"FROM unnest({arrays}) AS t({names}) "
             f"ON CONFLICT (gpu_id, slot) DO UPDATE SET {updates} WHERE monitoring_latest.at <= EXCLUDED.at",
-            [
-                [*(entry[c] for c in _LATEST_COLUMNS), source, json.dumps(entry["problems"])]
-                for entry in latest
-            ],
+            [source, *columns],
         )
+
+
+def _bind_instances(targets: list[_Target]) -> None:
+    """Bind the instance UUIDs hosts report to the allocations holding those instances, where they
+    differ from what the allocations say (seldom: after a MIG change)."""
+    reported = {
+        (t.gpu.pk, i.placement[0]): i.uuid
+        for t in targets
+        for i in t.reading.instances
+        if i.placement and i.uuid
+    }
+    if not reported:
+        return
+    live = Allocation.objects.filter(gpu_id__in={gpu for gpu, _ in reported}, released_at__isnull=True)
+    stale = {
+        gpu_id
+        for gpu_id, slices, uuid in live.values_list("gpu_id", "slices", "instance_uuid")
+        if reported.get((gpu_id, slices.lower), uuid) != uuid
+    }
+    for target in targets:
+        if target.gpu.pk in stale:
+            uuids = {s: u for (gpu, s), u in reported.items() if gpu == target.gpu.pk}
+            capacity.bind_instance_uuids(gpu=target.gpu, uuids=uuids)
 
 
 # --- events ------------------------------------------------------------------------------------------
@@ -250,34 +292,45 @@ def _previous_counts(gpu_ids: list[int]) -> dict[int, int | None]:
 
 
 def _events(
-    targets: list[_Target], previous: dict[int, int | None], readings: Sequence[Reading], cluster: Cluster
+    targets: list[_Target],
+    previous: dict[int, int | None],
+    readings: Sequence[Reading],
+    cluster: Cluster,
+    source: str,
 ) -> list[GpuEvent]:
     events = []
-    last_layout = _last_layout_events([t.gpu.pk for t in targets])
+    mismatches = {t.gpu.pk: _layout_mismatch(t.gpu, t.reading) for t in targets}
+    with_mismatch = [gpu for gpu, mismatch in mismatches.items() if mismatch]
+    last_layout = _last_of_kind(with_mismatch, GpuEvent.Kind.LAYOUT, "detail") if with_mismatch else {}
+    # dcgm-exporter's XID figure is the last XID until the driver reloads: the same one again is no news.
+    with_xids = [t.gpu.pk for t in targets if t.reading.xid_events]
+    gauge = source in LAST_XID_SOURCES and with_xids
+    last_xid = _last_of_kind(with_xids, GpuEvent.Kind.XID, "code") if gauge else {}
     for target in targets:
         g, gpu = target.reading, target.gpu
         for xid in g.xid_events:
+            if last_xid.get(gpu.pk) == xid:
+                continue
             detail = _("fatal: the GPU takes no new work") if xid in FAULT_XIDS else ""
             events.append(GpuEvent(gpu=gpu, at=target.at, kind=GpuEvent.Kind.XID, code=xid, detail=detail))
         before = previous.get(gpu.pk)
         # The count is since the driver loaded: a lower figure than before is a reload, not a repair.
         if g.ecc_uncorrected and g.ecc_uncorrected > (before or 0):
             events.append(GpuEvent(gpu=gpu, at=target.at, kind=GpuEvent.Kind.ECC, code=g.ecc_uncorrected))
-        mismatch = _layout_mismatch(gpu, g)
+        mismatch = mismatches[gpu.pk]
         if mismatch and mismatch != last_layout.get(gpu.pk):
             events.append(GpuEvent(gpu=gpu, at=target.at, kind=GpuEvent.Kind.LAYOUT, detail=mismatch))
     events += _lost(targets, readings, cluster)
     return events
 
 
-def _last_layout_events(gpu_ids: list[int]) -> dict[int, str]:
-    """Each GPU's last layout complaint, so that the same one is not recorded again at every reading."""
+def _last_of_kind(gpu_ids: list[int], kind: str, field: str) -> dict:
+    """`field` of each GPU's newest event of `kind` (its last layout complaint, its last XID), so that the
+    same one is not recorded again at every reading."""
     newest = (
-        GpuEvent.objects.filter(gpu_id__in=gpu_ids, kind=GpuEvent.Kind.LAYOUT)
-        .order_by("gpu_id", "-at")
-        .distinct("gpu_id")
+        GpuEvent.objects.filter(gpu_id__in=gpu_ids, kind=kind).order_by("gpu_id", "-at").distinct("gpu_id")
     )
-    return {event.gpu_id: event.detail for event in newest}
+    return {event.gpu_id: getattr(event, field) for event in newest}
 
 
 def _layout_mismatch(gpu: GpuCapacity, reading: GpuReading) -> str:
@@ -314,6 +367,8 @@ def _lost(targets: list[_Target], readings: Sequence[Reading], cluster: Cluster)
     missing = GpuCapacity.objects.filter(
         node__cluster=cluster, node__name__in=complete, present=True
     ).exclude(pk__in=reported)
+    if not missing.exists():
+        return []
     missing = missing.annotate(
         seen=Max("latest_figures__at", filter=Q(latest_figures__slot=WHOLE_GPU)),
         lost=Max("events__at", filter=Q(events__kind=GpuEvent.Kind.LOST)),

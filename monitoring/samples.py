@@ -18,7 +18,7 @@ from monitoring.models.samples import COUNTERS, METRICS
 
 # The columns of a sample row, in order.
 COLUMNS = ("gpu_id", "slot", "at", *METRICS, "memory_total_bytes", *COUNTERS)
-_TYPES = (
+TYPES = (
     "bigint",
     "smallint",
     "timestamptz",
@@ -119,17 +119,27 @@ def store(rows: Sequence[Row]) -> int:
     if not rows:
         return 0
     ensure_partitions({row.at.astimezone(UTC).date() for row in rows})
-    columns = list(zip(*(row.values() for row in rows), strict=True))
-    unnest = ", ".join(f"%s::{kind}[]" for kind in _TYPES)
+    by_column = zip(*(row.values() for row in rows), strict=True)
+    columns = [_typed(column, kind) for column, kind in zip(by_column, TYPES, strict=True)]
+    unnest = ", ".join(f"%s::{kind}[]" for kind in TYPES)
     names = ", ".join(COLUMNS)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO monitoring_sample ({names}) SELECT * FROM unnest({unnest}) ON CONFLICT DO NOTHING",
-            [list(column) for column in columns],
+            columns,
         )
         written = cursor.rowcount
         _mark_late(cursor, min(row.at for row in rows))
     return written
+
+
+def _typed(values: tuple, kind: str) -> list:
+    """One column's values as one Python type, so that the array sent for it is of one type."""
+    if kind == "double precision":
+        return [None if v is None else float(v) for v in values]
+    if kind in ("bigint", "smallint"):
+        return [None if v is None else int(v) for v in values]
+    return list(values)
 
 
 def _mark_late(cursor, earliest: datetime) -> None:
@@ -285,6 +295,24 @@ def resolution_for(span: timedelta, *, now: datetime, start: datetime) -> int:
     return ONE_HOUR
 
 
+@dataclass(frozen=True)
+class Window:
+    """A (GPU, slot) and the time [since, until) it counts in a series: an allocation while it was held, so
+    that a pool's chart shows no figure of the instance from before or after its pool held it. A roll-up
+    bucket counts when its middle falls inside."""
+
+    gpu_id: int
+    slot: int
+    since: datetime
+    until: datetime | None = None  # still held
+
+
+# Raw samples are put in steps of at least this many seconds, so that GPUs read at different instants
+# add up (memory) or average (the rest) in the same point.
+RAW_STEP_SECONDS = 60
+RAW_POINTS = 360
+
+
 def series(
     *,
     metric: str,
@@ -292,41 +320,63 @@ def series(
     end: datetime,
     gpu_ids: Sequence[int] | None = None,
     slots: Sequence[tuple[int, int]] | None = None,
+    windows: Sequence[Window] | None = None,
     now: datetime | None = None,
 ) -> tuple[int, list[Point]]:
     """A metric over [start, end): of one GPU or several (`gpu_ids`, whole-GPU figures), of given
-    (gpu, slot) pairs (a pool's instances), or of the whole fleet (neither). Several GPUs or instances are
-    averaged per point (low: the lowest, high: the highest), except memory, which adds up. Returns the
-    resolution used and the points."""
+    (gpu, slot) pairs (`slots`), of (gpu, slot) pairs each within its own time (`windows`: a pool's
+    allocations), or of the whole fleet (none of these). Each GPU or instance is first reduced to one figure
+    per point (raw samples in steps of RAW_STEP_SECONDS or more); then several are averaged per point
+    (low: the lowest, high: the highest), except memory, which adds up. Returns the resolution used
+    (0: raw samples) and the points."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}")
     now = now or datetime.now(UTC)
     seconds = resolution_for(end - start, now=now, start=start)
     combine = "sum" if metric == "memory_used_bytes" else "avg"
-    where, params = ["TRUE"], []
-    if slots is not None:
+    low, high = ("sum", "sum") if combine == "sum" else ("min", "max")
+    moment = "s.at" if seconds == 0 else f"s.bucket + interval '{seconds // 2} seconds'"
+    where, params = [], []
+    if windows is not None:
+        if not windows:
+            return seconds, []
+        where.append(
+            "(s.gpu_id, s.slot) IN (SELECT * FROM unnest(%s::bigint[], %s::smallint[])) AND EXISTS ("
+            "SELECT 1 FROM unnest(%s::bigint[], %s::smallint[], %s::timestamptz[], %s::timestamptz[]) "
+            "AS w(w_gpu, w_slot, w_since, w_until) WHERE w_gpu = s.gpu_id AND w_slot = s.slot "
+            f"AND {moment} >= w_since AND {moment} < COALESCE(w_until, 'infinity'))"
+        )
+        pairs = [(w.gpu_id, w.slot) for w in windows]
+        params += [[g for g, _ in pairs], [s for _, s in pairs]]
+        params += [[w.gpu_id for w in windows], [w.slot for w in windows]]
+        params += [[w.since for w in windows], [w.until for w in windows]]
+    elif slots is not None:
         if not slots:
             return seconds, []
-        where.append("(gpu_id, slot) IN (SELECT * FROM unnest(%s::bigint[], %s::smallint[]))")
+        where.append("(s.gpu_id, s.slot) IN (SELECT * FROM unnest(%s::bigint[], %s::smallint[]))")
         params += [[g for g, _ in slots], [s for _, s in slots]]
     else:
-        where.append("slot = -1")
+        where.append("s.slot = -1")
         if gpu_ids is not None:
-            where.append("gpu_id = ANY(%s::bigint[])")
+            where.append("s.gpu_id = ANY(%s::bigint[])")
             params.append(list(gpu_ids))
-    low, high = ("sum", "sum") if combine == "sum" else ("min", "max")
     if seconds == 0:
-        sql = (
-            f"SELECT at, {low}({metric}), {combine}({metric}), {high}({metric}) FROM monitoring_sample "
-            f"WHERE at >= %s AND at < %s AND {' AND '.join(where)} GROUP BY at ORDER BY at"
+        step = max(RAW_STEP_SECONDS, -(-int((end - start).total_seconds()) // RAW_POINTS))
+        per_slot = (
+            f"SELECT s.gpu_id, s.slot, to_timestamp(floor(extract(epoch FROM s.at) / {step}) * {step}) AS t, "
+            f"min(s.{metric}) AS lo, avg(s.{metric}) AS v, max(s.{metric}) AS hi FROM monitoring_sample s "
+            f"WHERE s.at >= %s AND s.at < %s AND {' AND '.join(where)} GROUP BY 1, 2, 3"
         )
     else:
-        sql = (
-            f"SELECT bucket, {low}({metric}_min), {combine}({metric}_avg), {high}({metric}_max) "
-            f"FROM monitoring_rollup WHERE seconds = {seconds} AND bucket >= %s AND bucket < %s "
-            f"AND {' AND '.join(where)} GROUP BY bucket ORDER BY bucket"
+        per_slot = (
+            f"SELECT s.gpu_id, s.slot, s.bucket AS t, s.{metric}_min AS lo, s.{metric}_avg AS v, "
+            f"s.{metric}_max AS hi FROM monitoring_rollup s WHERE s.seconds = {seconds} "
+            f"AND s.bucket >= %s AND s.bucket < %s AND {' AND '.join(where)}"
         )
-    params = [start, end, *params]
+    sql = (
+        f"SELECT t, {low}(lo)::float8, {combine}(v)::float8, {high}(hi)::float8 "
+        f"FROM ({per_slot}) AS per_slot GROUP BY t ORDER BY t"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [start, end, *params])
         return seconds, [Point(at, low, value, high) for at, low, value, high in cursor.fetchall()]

@@ -56,6 +56,24 @@ def provision_pool(self, pool_id: int) -> str:
     return outcome
 
 
+@shared_task(bind=True, max_retries=None)
+def settle_pool_move(self, pool_id: int, requota: bool = False) -> str:
+    """Drive a re-placed pool's new GPUs (MIG layout, instance UUIDs, quota) as provision_pool drives a new
+    pool's: polled while the MIG change runs, transient errors retried with back-off until the last try."""
+    from pools.services.replacement import TRANSIENT, WAITING, settle_move
+
+    retries = self.request.retries
+    last_try = retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS
+    try:
+        outcome = settle_move(pool_id=pool_id, requota=requota, last_try=last_try)
+    except TRANSIENT as error:
+        delay = min(settings.PROVISION_POLL_SECONDS * 2 ** min(retries, 10), 300)
+        raise self.retry(countdown=delay) from error
+    if outcome == WAITING:
+        raise self.retry(countdown=settings.PROVISION_POLL_SECONDS)
+    return outcome
+
+
 @shared_task(bind=True, max_retries=20)
 def finish_pool_release(self, pool_id: int) -> str:
     """Shrink the quota of a released pool; retried with back-off, and on the last try the release

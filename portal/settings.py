@@ -153,6 +153,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "monitoring.tasks.prune_samples",
         "schedule": crontab(minute=7),
     },
+    "evaluate-alerts": {  # MONITORING_ALERT_* under Monitoring
+        "task": "monitoring.tasks.evaluate_alerts",
+        "schedule": 60,
+    },
+    "deliver-alert-notifications": {  # retries fall due between runs
+        "task": "monitoring.tasks.deliver_alert_notifications",
+        "schedule": 30,
+    },
     "clear-expired-sessions": {
         "task": "portal.tasks.clear_expired_sessions",
         "schedule": crontab(minute=17, hour=3),
@@ -238,6 +246,17 @@ MONITORING_PROMETHEUS_TIMEOUT_SECONDS = env.float("MONITORING_PROMETHEUS_TIMEOUT
 # The simulated fleet has an uncorrected ECC error on a GPU with a chance of one in this many per minute
 # (about one a day on the demo's fleet), which drains that GPU as a real one would be.
 MONITORING_SIMULATED_ECC_ONE_IN = env.int("MONITORING_SIMULATED_ECC_ONE_IN", default=150000)
+# Alerts: a threshold holds over a duration when the samples in it are never further apart than
+# MONITORING_ALERT_SAMPLE_GAP_SECONDS (nor further from its ends). Notifications go by e-mail to the operators
+# and as a JSON POST to MONITORING_ALERT_WEBHOOK_URL (if set; a rule may name another webhook as well), each
+# retried after MONITORING_ALERT_RETRY_SECONDS, doubling up to MONITORING_ALERT_RETRY_MAX_SECONDS, until
+# MONITORING_ALERT_MAX_ATTEMPTS tries have failed.
+MONITORING_ALERT_SAMPLE_GAP_SECONDS = env.int("MONITORING_ALERT_SAMPLE_GAP_SECONDS", default=120)
+MONITORING_ALERT_WEBHOOK_URL = env.str("MONITORING_ALERT_WEBHOOK_URL", default="")
+MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+MONITORING_ALERT_RETRY_SECONDS = env.int("MONITORING_ALERT_RETRY_SECONDS", default=30)
+MONITORING_ALERT_RETRY_MAX_SECONDS = env.int("MONITORING_ALERT_RETRY_MAX_SECONDS", default=3600)
+MONITORING_ALERT_MAX_ATTEMPTS = env.int("MONITORING_ALERT_MAX_ATTEMPTS", default=10)
 # /metrics answers a request bearing this token (Authorization: Bearer …) or coming from these networks.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_ALLOWED_NETWORKS = env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])

@@ -10,5 +10,23 @@ from monitoring.collectors.base import (
     InstanceReading,
     Reading,
 )
+from monitoring.collectors.dcgm_prometheus import DcgmPrometheusCollector
+from monitoring.collectors.simulated import (
+    SimulatedCollector,
+    SimulatedGpu,
+    SimulatedHost,
+    SimulatedInstance,
+)
 
-__all__ = ["Collector", "CollectorUnavailable", "GpuReading", "InstanceReading", "Reading"]
+__all__ = [
+    "Collector",
+    "CollectorUnavailable",
+    "DcgmPrometheusCollector",
+    "GpuReading",
+    "InstanceReading",
+    "Reading",
+    "SimulatedCollector",
+    "SimulatedGpu",
+    "SimulatedHost",
+    "SimulatedInstance",
+]

@@ -3,7 +3,9 @@
 Beat runs `sweep_stuck_pools`. A pool in one of those states past POOL_REDRIVE_SECONDS
 (counted from its reservation, or from when its release was asked) has its task enqueued
 again, at most once per that period: the tasks are safe to repeat. Past POOL_STUCK_SECONDS
-a provisioning pool fails (its capacity goes back to the queue) and a release is closed.
+a provisioning pool fails (its capacity goes back to the queue) and a release is closed. An active
+pool re-placed onto GPUs whose MIG change is in flight (pools/services/replacement.py) is settled again
+past POOL_REDRIVE_SECONDS; settling gives up a change stuck past MIG_PENDING_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.utils.translation import gettext as _
 from pools.models import Pool, PoolEvent, PoolState
 from pools.services import dispatch
 from pools.services.provisioning import close_release, fail_pool
+from pools.services.replacement import redrive_moves
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +48,9 @@ def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
     POOL_STUCK_SECONDS. Safe to run twice at once: ending rechecks the state under the pool's row
     lock, and a pool is re-driven at most once per POOL_REDRIVE_SECONDS."""
     now = now or timezone.now()
-    redrive_at = now - timedelta(seconds=settings.POOL_REDRIVE_SECONDS)
     stuck_at = now - timedelta(seconds=settings.POOL_STUCK_SECONDS)
     report = SweepReport()
-    for pool in _in_flight_since(max(redrive_at, stuck_at)):  # a stuck deadline set first still counts
+    for pool in overdue_pools(now=now):
         minutes = int((now - pool.since).total_seconds() // 60)
         try:
             if pool.since > stuck_at:
@@ -62,7 +64,18 @@ def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
                 (report.failed if pool.state == PoolState.PROVISIONING else report.released).append(pool.pk)
         except Exception:  # one pool that cannot be ended must not keep the others in flight
             log.exception("pool %s: the sweeper could not handle it", pool.pk)
+    report.redriven += redrive_moves(now=now)  # a re-placed active pool whose MIG change is in flight
     return report
+
+
+def overdue_pools(*, now: datetime | None = None) -> list[Pool]:
+    """Pools in provisioning or releasing past their first deadline, each with `since` (when it entered
+    that state): those the sweeper re-drives, and those it should have ended already (`since` before
+    now - POOL_STUCK_SECONDS). Read by monitoring's /metrics."""
+    now = now or timezone.now()
+    redrive_at = now - timedelta(seconds=settings.POOL_REDRIVE_SECONDS)
+    stuck_at = now - timedelta(seconds=settings.POOL_STUCK_SECONDS)
+    return _in_flight_since(max(redrive_at, stuck_at))  # a stuck deadline set first still counts
 
 
 def _end_stuck(pool: Pool, minutes: int) -> bool:

@@ -16,6 +16,7 @@ from portal.celery import app
 ADMIT = "pools.tasks.admit_waiting_requests"
 PROVISION = "pools.tasks.provision_pool"
 FINISH_RELEASE = "pools.tasks.finish_pool_release"
+SETTLE_MOVE = "pools.tasks.settle_pool_move"
 SYNC = "pools.tasks.sync_cluster_now"
 EVENT_EMAIL = "pools.tasks.send_event_email"
 

@@ -60,9 +60,9 @@ RELEASE_RETRIED = (DriverError, *TRANSIENT)
 
 def _layouts_to_apply(pool: Pool) -> dict[str, list[GpuLayout]]:
     """Per node name, the planned layouts of the GPUs this pool was given that still wait for one."""
-    gpus = GpuCapacity.objects.filter(allocations__pool=pool, planned_layout__isnull=False).select_related(
-        "node"
-    )
+    gpus = GpuCapacity.objects.filter(
+        allocations__pool=pool, allocations__released_at__isnull=True, planned_layout__isnull=False
+    ).select_related("node")
     layouts: dict[str, list[GpuLayout]] = defaultdict(list)
     for gpu in gpus.distinct():
         plan = gpu.planned_layout
@@ -166,8 +166,9 @@ def _apply_project_quota(pool: Pool, driver: ClusterDriver) -> None:
         driver.remove_quota(pool.project.namespace)
 
 
-def _mig_changes(pool: Pool, driver) -> bool:
-    """Ask for each node's MIG change once, then watch it; True while any is still under way."""
+def _mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
+    """Ask for each node's MIG change once, then watch it; True while any is still under way. A change
+    still pending MIG_PENDING_TIMEOUT_SECONDS after `since` (default: the reservation) is stuck."""
     under_way = False
     for node, layouts in _layouts_to_apply(pool).items():
         config = pool.mig_configs.get(node)
@@ -183,7 +184,7 @@ def _mig_changes(pool: Pool, driver) -> bool:
         if status.state == MigState.FAILED:
             raise DriverError(_("The GPU Operator could not re-partition %(node)s.") % {"node": node})
         if status.state != MigState.SUCCESS:
-            waited = timezone.now() - pool.reserved_at
+            waited = timezone.now() - (since or pool.reserved_at)
             if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
                 raise DriverError(
                     _("%(node)s is still %(state)s after %(minutes)s minutes; the re-partitioning is stuck.")

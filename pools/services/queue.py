@@ -111,6 +111,14 @@ def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, 
         state=PoolState.PROVISIONING,
         reserved_at=now,
     )
+    recount_allocated(reserve_plan(pool, plan))
+    PoolEvent.objects.create(request=request, pool=pool, to_state=PoolState.PROVISIONING)
+    return pool
+
+
+def reserve_plan(pool: Pool, plan: placement.Placement) -> set[int]:
+    """The allocations of a placed plan for `pool`, and the planned layouts of the GPUs it re-partitions
+    (admission and re-placing share this); returns the ids of the nodes whose counts changed."""
     gpus = {g.pk: g for g in GpuCapacity.objects.filter(pk__in=[int(a.gpu) for a in plan.assignments])}
     for change in plan.reconfigure:
         GpuCapacity.objects.filter(pk=int(change.gpu)).update(
@@ -133,9 +141,7 @@ def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, 
         )
         for a in plan.assignments
     )
-    recount_allocated({g.node_id for g in gpus.values()})
-    PoolEvent.objects.create(request=request, pool=pool, to_state=PoolState.PROVISIONING)
-    return pool
+    return {g.node_id for g in gpus.values()}
 
 
 def recount_allocated(node_ids: set[int]) -> None:

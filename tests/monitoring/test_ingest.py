@@ -159,3 +159,13 @@ def test_instance_uuids_bind_to_allocations_and_a_foreign_layout_is_flagged(node
     )
     [event] = GpuEvent.objects.filter(kind="layout")
     assert "7g.80gb@0" in event.detail and "3g.40gb@4" in event.detail
+
+
+def test_a_last_xid_gauge_records_a_new_xid_once(node):
+    full = node.gpus.get(index=0)
+    for n, xid in enumerate([79, 79, 79, 13, 13]):
+        at = NOW + timedelta(seconds=15 * n)
+        gpu = GpuReading(0, full.uuid, xid_events=(xid,))
+        ingest(cluster=node.cluster, readings=[Reading(node.name, at, (gpu,))], source="dcgm", strict=False)
+
+    assert list(GpuEvent.objects.filter(kind="xid").order_by("at").values_list("code", flat=True)) == [79, 13]

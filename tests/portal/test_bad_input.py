@@ -11,7 +11,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from portal import tokens
 from portal.models import Project
-from tests.factories import UserFactory
+from tests.factories import AlertFactory, UserFactory
 from tests.portal.test_isolation import acme_objects
 
 LISTS = [
@@ -144,6 +144,7 @@ QUERIES = [
     "q=" + "a" * 2000 + "&cluster=" + "b" * 2000,  # long, but under the limit: the views see them
     "p=99999999999999999999&page=99999999999999999999&o=99999",
     "p=-1&page=x&o=-3.x",
+    "range=1y&usage_range=forever&sort=-nothing&state=x&events_page=-1&tenants_page=x",
 ]
 
 
@@ -179,7 +180,14 @@ def _base_values(t, objects):
             objects["invoice"].pk,
         ),
         "tenant-credit-note-pdf": objects["credit_note"].pk,
+        **dict.fromkeys(["monitoring-pool", "monitoring-pool-chart", "pool-usage-chart"], pool.pk),
+        **dict.fromkeys(["monitoring-gpu", "monitoring-gpu-chart"], node.gpus.first().pk),
+        "monitoring-fault-replace": pool.pk,
+        "monitoring-fault-clear": _open_fault(node.gpus.first()).pk,
         "billing-credit-note-pdf": objects["credit_note"].pk,
+        **dict.fromkeys(
+            ["monitoring-alert", "monitoring-alert-acknowledge"], AlertFactory(gpu=node.gpus.first()).pk
+        ),
     }
     common = {
         "tenant_slug": "acme",
@@ -194,8 +202,17 @@ def _base_values(t, objects):
         "month": "2026-01",
         "kind": "csv",
         "act": "paid",
+        "metric": "sm_active_pct",
     }
     return by_route, common, request.pk
+
+
+def _open_fault(gpu):
+    from django.utils import timezone
+
+    from monitoring.models import GpuFault
+
+    return GpuFault.objects.create(gpu=gpu, kind="ecc", code=1, at=timezone.now(), drained_by_portal=False)
 
 
 def _urls(t, objects):

@@ -163,6 +163,14 @@ ROUTES = [
     Route("pool-request-cancel", "post", lambda t, o: page("pool-request-cancel", o["request"]), 302),
     Route("pool", "get", lambda t, o: page("pool", o["pool"]), 200),
     Route(
+        "pool-usage-chart",
+        "get",
+        lambda t, o: reverse(
+            "pool-usage-chart", kwargs={"tenant_slug": "acme", "pk": o["pool"].pk, "metric": "sm_active_pct"}
+        ),
+        200,
+    ),
+    Route(
         "tenant-invoices", "get", lambda t, o: reverse("tenant-invoices", kwargs={"tenant_slug": "acme"}), 200
     ),
     Route(
@@ -216,6 +224,24 @@ NOT_TENANT_SCOPED = {
     "api-tokens": "the signed-in person's own tokens",
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
+    **dict.fromkeys(
+        [
+            "monitoring-fleet",
+            "monitoring-gpu",
+            "monitoring-gpu-chart",
+            "monitoring-pool",
+            "monitoring-pool-chart",
+        ],
+        "operators only; anyone else gets 404 (tests/monitoring/test_fleet_pages.py)",
+    ),
+    "metrics": "a bearer token or an allowed network; others get 403 (tests/monitoring/test_metrics.py)",
+    "monitoring-faults": "approvers and operators; anyone else gets 404 (tests/monitoring/test_faults.py)",
+    "monitoring-fault-clear": "operators only; anyone else gets 404 (tests/monitoring/test_faults.py)",
+    "monitoring-fault-replace": "approvers only; tenants too get 404 (tests/monitoring/test_faults.py)",
+    **dict.fromkeys(
+        ["monitoring-alerts", "monitoring-alert", "monitoring-alert-acknowledge", "monitoring-rules"],
+        "operators only; anyone else gets 404 (tests/monitoring/test_alert_pages.py)",
+    ),
     "billing-metering": "platform staff only (tests/billing/test_metering_page.py)",
     **dict.fromkeys(
         [
@@ -242,6 +268,7 @@ NOT_TENANT_SCOPED = {
     "v1:capacity-node-detail": "platform staff only",
     "v1:capacity-gpu-list": "platform staff only",
     "v1:capacity-gpu-detail": "platform staff only",
+    "v1:monitoring-samples": "node agents by agent token; its cluster is the token's (test_agent_api.py)",
 }
 
 

@@ -1,0 +1,296 @@
+"""The fleet as a whole: allocated against used per cluster, the hottest and idlest, recent events, and
+each tenant's efficiency over a range (the words are those of monitoring.selectors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from monitoring import samples
+from monitoring.models import GpuEvent, Latest
+from monitoring.models.samples import WHOLE_GPU
+from pools import mig
+
+FRESH = timedelta(minutes=10)
+TOP = 10  # hottest and idlest GPUs shown
+
+
+def fresh_since(now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) - FRESH
+
+
+def _compute_table() -> tuple[list[str], list[str], list[int]]:
+    """(GPU model, MIG profile, compute slices) of the catalogue, as three arrays for SQL."""
+    rows = [
+        (model.name, profile.name, profile.compute_slices)
+        for model in mig.GPU_MODELS.values()
+        for profile in model.profiles.values()
+    ]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+
+
+# A live or past allocation as SQL sees it: its sample slot and its compute slices. A full GPU is read
+# whole (slot -1); an unknown profile counts no compute, as the capacity summary does.
+_HELD = f"""
+    compute(model, profile, slices) AS (
+        SELECT * FROM unnest(%(models)s::text[], %(profiles)s::text[], %(slices)s::int[])
+    ),
+    held AS (
+        SELECT a.id, a.pool_id, a.gpu_id, a.allocated_at, a.released_at,
+               CASE WHEN a.profile = '{mig.FULL_GPU}' THEN {WHOLE_GPU} ELSE lower(a.slices) END AS slot,
+               CASE WHEN a.profile = '{mig.FULL_GPU}' THEN {mig.COMPUTE_SLICES}
+                    ELSE COALESCE(c.slices, 0) END AS compute
+        FROM pools_allocation a
+        JOIN pools_gpucapacity g ON g.id = a.gpu_id
+        LEFT JOIN compute c ON c.model = g.model AND c.profile = a.profile
+    )"""
+
+
+def _held_params() -> dict:
+    models, profiles, slices = _compute_table()
+    return {"models": models, "profiles": profiles, "slices": slices}
+
+
+def _fetch(sql: str, params: dict) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+# --- per cluster: allocated against used, now -------------------------------------------------------
+
+
+class _Shares:
+    """Shares of allocated, measured and used compute slices (see the module's words)."""
+
+    compute_total: int
+    allocated: int
+    measured: int
+    used: float
+
+    @property
+    def allocated_share(self) -> float | None:
+        return _share(self.allocated, self.compute_total)
+
+    @property
+    def efficiency(self) -> float | None:
+        return _share(self.used, self.measured)
+
+    @property
+    def coverage(self) -> float | None:
+        return _share(self.measured, self.allocated)
+
+
+@dataclass(frozen=True)
+class ClusterUsage(_Shares):
+    cluster_id: int
+    name: str
+    gpus: int
+    reporting: int  # GPUs with fresh figures
+    compute_total: int
+    allocated: int
+    measured: int
+    used: float
+    power_w: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+def cluster_usage(*, now: datetime | None = None) -> list[ClusterUsage]:
+    """Per cluster, in one query: present GPUs and their fresh figures; compute slices in all, allocated,
+    measured and used (see the module's words)."""
+    sql = f"""
+        WITH {_HELD},
+        gpus AS (
+            SELECT n.cluster_id, count(*) AS gpus, count(l.id) AS reporting,
+                   COALESCE(sum(l.power_w), 0) AS power_w,
+                   COALESCE(sum(l.memory_used_bytes), 0) AS memory_used,
+                   COALESCE(sum(l.memory_total_bytes), 0) AS memory_total
+            FROM pools_gpucapacity g
+            JOIN pools_nodecapacity n ON n.id = g.node_id
+            LEFT JOIN monitoring_latest l ON l.gpu_id = g.id AND l.slot = {WHOLE_GPU} AND l.at >= %(fresh)s
+            WHERE g.present AND n.present
+            GROUP BY n.cluster_id
+        ),
+        busy AS (
+            SELECT n.cluster_id, sum(h.compute) AS allocated,
+                   COALESCE(sum(h.compute) FILTER (WHERE l.sm_active_pct IS NOT NULL), 0) AS measured,
+                   COALESCE(sum(h.compute * l.sm_active_pct / 100.0), 0) AS used
+            FROM held h
+            JOIN pools_gpucapacity g ON g.id = h.gpu_id
+            JOIN pools_nodecapacity n ON n.id = g.node_id
+            LEFT JOIN monitoring_latest l ON l.gpu_id = h.gpu_id AND l.slot = h.slot AND l.at >= %(fresh)s
+            WHERE h.released_at IS NULL
+            GROUP BY n.cluster_id
+        )
+        SELECT c.id, c.name, COALESCE(gpus.gpus, 0), COALESCE(gpus.reporting, 0),
+               COALESCE(gpus.gpus, 0) * {mig.COMPUTE_SLICES}, COALESCE(busy.allocated, 0),
+               COALESCE(busy.measured, 0), COALESCE(busy.used, 0)::float8,
+               COALESCE(gpus.power_w, 0)::float8, COALESCE(gpus.memory_used, 0)::bigint,
+               COALESCE(gpus.memory_total, 0)::bigint
+        FROM pools_cluster c
+        LEFT JOIN gpus ON gpus.cluster_id = c.id
+        LEFT JOIN busy ON busy.cluster_id = c.id
+        ORDER BY c.name
+    """
+    rows = _fetch(sql, {**_held_params(), "fresh": fresh_since(now)})
+    return [ClusterUsage(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class FleetTotals(_Shares):
+    gpus: int = 0
+    reporting: int = 0
+    compute_total: int = 0
+    allocated: int = 0
+    measured: int = 0
+    used: float = 0.0
+    power_w: float = 0.0
+    memory_used_bytes: int = 0
+    memory_total_bytes: int = 0
+
+
+def fleet_totals(clusters: list[ClusterUsage]) -> FleetTotals:
+    """The clusters' figures added up."""
+    return FleetTotals(**{f.name: sum(getattr(c, f.name) for c in clusters) for f in fields(FleetTotals)})
+
+
+# --- hottest and idlest -----------------------------------------------------------------------------
+
+
+def hottest(*, limit: int = TOP, now: datetime | None = None) -> list[Latest]:
+    """The present GPUs running hottest now (fresh figures), with their node and cluster."""
+    return list(
+        Latest.objects.filter(
+            slot=WHOLE_GPU, at__gte=fresh_since(now), temperature_c__isnull=False, gpu__present=True
+        )
+        .select_related("gpu__node__cluster")
+        .order_by("-temperature_c", "gpu_id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class Idle:
+    gpu_id: int
+    cluster: str
+    node: str
+    index: int
+    profile: str
+    slot: int
+    sm_active_pct: float
+    memory_used_bytes: int | None
+    tenant: str
+    project: str
+    pool_id: int
+
+
+def idlest(*, limit: int = TOP, now: datetime | None = None) -> list[Idle]:
+    """Allocated GPUs and instances with the lowest SM activity now: compute paid for and not used."""
+    sql = f"""
+        WITH {_HELD}
+        SELECT h.gpu_id, c.name, n.name, g.index, a.profile, h.slot, l.sm_active_pct, l.memory_used_bytes,
+               t.slug, pr.slug, h.pool_id
+        FROM held h
+        JOIN pools_allocation a ON a.id = h.id
+        JOIN pools_gpucapacity g ON g.id = h.gpu_id
+        JOIN pools_nodecapacity n ON n.id = g.node_id
+        JOIN pools_cluster c ON c.id = n.cluster_id
+        JOIN pools_pool p ON p.id = h.pool_id
+        JOIN portal_project pr ON pr.id = p.project_id
+        JOIN portal_tenant t ON t.id = pr.tenant_id
+        JOIN monitoring_latest l ON l.gpu_id = h.gpu_id AND l.slot = h.slot AND l.at >= %(fresh)s
+        WHERE h.released_at IS NULL AND l.sm_active_pct IS NOT NULL
+        ORDER BY l.sm_active_pct, h.gpu_id, h.slot
+        LIMIT %(limit)s
+    """
+    rows = _fetch(sql, {**_held_params(), "fresh": fresh_since(now), "limit": limit})
+    return [Idle(*row) for row in rows]
+
+
+def recent_events() -> QuerySet[GpuEvent]:
+    """GPU events, newest first, with their GPU, node and cluster; the page pages through them."""
+    return GpuEvent.objects.select_related("gpu__node__cluster").order_by("-at", "-pk")
+
+
+# --- per tenant: efficiency over a range -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantEfficiency:
+    tenant_id: int
+    slug: str
+    name: str
+    allocated_hours: float  # compute-slice hours held in the range
+    measured_hours: float
+    used_hours: float
+
+    @property
+    def efficiency(self) -> float | None:
+        return _share(self.used_hours, self.measured_hours)
+
+    @property
+    def coverage(self) -> float | None:
+        return _share(self.measured_hours, self.allocated_hours)
+
+
+def rollup_for(*, start: datetime, end: datetime, now: datetime) -> int:
+    """The roll-up a range is read from: 5 minutes where a chart would read raw samples or 5-minute
+    buckets, else 1 hour (samples.resolution_for says which detail is still kept)."""
+    return samples.resolution_for(end - start, now=now, start=start) or samples.FIVE_MINUTES
+
+
+def tenant_efficiency(
+    *, start: datetime, end: datetime, now: datetime | None = None
+) -> list[TenantEfficiency]:
+    """Per tenant that held capacity in [start, end), from roll-ups: compute-slice hours allocated,
+    measured and used, each allocation counted only while it was held (buckets cut at its ends)."""
+    now = now or timezone.now()
+    seconds = rollup_for(start=start, end=end, now=now)
+    sql = f"""
+        WITH {_HELD},
+        span AS (
+            SELECT h.gpu_id, h.slot, h.compute, pr.tenant_id,
+                   GREATEST(h.allocated_at, %(start)s) AS since,
+                   LEAST(COALESCE(h.released_at, 'infinity'), %(end)s) AS until
+            FROM held h
+            JOIN pools_pool p ON p.id = h.pool_id
+            JOIN portal_project pr ON pr.id = p.project_id
+            WHERE h.allocated_at < %(end)s AND (h.released_at IS NULL OR h.released_at > %(start)s)
+              AND h.compute > 0
+        ),
+        allocated AS (
+            SELECT tenant_id, sum(compute * extract(epoch FROM until - since)) AS seconds
+            FROM span GROUP BY tenant_id
+        ),
+        seen AS (
+            SELECT s.tenant_id,
+                   sum(s.compute * o.seconds) AS measured,
+                   sum(s.compute * o.seconds * r.sm_active_pct_avg / 100.0) AS used
+            FROM span s
+            JOIN monitoring_rollup r ON r.gpu_id = s.gpu_id AND r.slot = s.slot AND r.seconds = %(res)s
+                 AND r.bucket >= %(start)s - make_interval(secs => %(res)s) AND r.bucket < %(end)s
+                 AND r.bucket < s.until AND r.bucket + make_interval(secs => %(res)s) > s.since
+                 AND r.sm_active_pct_avg IS NOT NULL
+            CROSS JOIN LATERAL (
+                SELECT extract(epoch FROM LEAST(r.bucket + make_interval(secs => %(res)s), s.until)
+                                          - GREATEST(r.bucket, s.since)) AS seconds
+            ) o
+            GROUP BY s.tenant_id
+        )
+        SELECT t.id, t.slug, t.name, (a.seconds / 3600)::float8,
+               (COALESCE(seen.measured, 0) / 3600)::float8, (COALESCE(seen.used, 0) / 3600)::float8
+        FROM allocated a
+        JOIN portal_tenant t ON t.id = a.tenant_id
+        LEFT JOIN seen ON seen.tenant_id = a.tenant_id
+        ORDER BY t.name, t.id
+    """
+    params = {**_held_params(), "start": start, "end": end, "res": seconds}
+    return [TenantEfficiency(*row) for row in _fetch(sql, params)]
