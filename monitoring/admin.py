@@ -11,7 +11,16 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from monitoring import agents, alerts
-from monitoring.models import AgentToken, Alert, AlertDelivery, AlertRule
+from monitoring.models import (
+    AgentToken,
+    Alert,
+    AlertDelivery,
+    AlertRule,
+    CollectorStatus,
+    GpuEvent,
+    GpuFault,
+    Latest,
+)
 from portal.errors import PortalError
 
 
@@ -198,3 +207,65 @@ class AgentTokenAdmin(admin.ModelAdmin):
             ngettext("%(count)d token revoked.", "%(count)d tokens revoked.", count) % {"count": count},
             messages.SUCCESS,
         )
+
+
+# --- what the GPUs said: read here, written only by ingest and faults ----------------------------
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    list_per_page = 50
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Latest)
+class LatestAdmin(ReadOnlyAdmin):
+    list_display = [
+        "gpu",
+        "slot",
+        "profile",
+        "at",
+        "power_w",
+        "temperature_c",
+        "sm_active_pct",
+        "memory_used_bytes",
+        "ecc_uncorrected",
+        "source",
+    ]
+    list_filter = ["source", "gpu__node__cluster"]
+    list_select_related = ["gpu__node__cluster"]
+    search_fields = ["gpu__uuid", "instance_uuid", "host"]
+
+
+@admin.register(GpuEvent)
+class GpuEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "kind", "code", "gpu", "detail"]
+    list_filter = ["kind", "gpu__node__cluster"]
+    list_select_related = ["gpu__node__cluster"]
+    search_fields = ["gpu__uuid", "detail"]
+    date_hierarchy = "at"
+
+
+@admin.register(CollectorStatus)
+class CollectorStatusAdmin(ReadOnlyAdmin):
+    list_display = ["cluster", "source", "last_run_at", "last_success_at", "gpus", "last_error"]
+    list_select_related = ["cluster"]
+
+
+@admin.register(GpuFault)
+class GpuFaultAdmin(ReadOnlyAdmin):
+    """Faults are cleared on the faults page, which undrains the GPU through the service."""
+
+    list_display = ["at", "kind", "code", "gpu", "drained_by_portal", "cleared_at", "cleared_by"]
+    list_filter = ["kind", ("cleared_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["gpu__node__cluster", "cleared_by"]
+    search_fields = ["gpu__uuid", "detail"]
+    date_hierarchy = "at"

@@ -5,11 +5,27 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
+
 from monitoring import collection, samples
+from monitoring.collectors.simulated import SimulatedCollector
+from monitoring.ingest import ingest
 from monitoring.models import Latest
 
 HISTORY = timedelta(hours=24)
 STEP = timedelta(minutes=10)
+# Readings go in as one batch per this span, each within the age ingest accepts at that batch's end.
+BATCH = timedelta(hours=4)
+
+
+class _Clock:
+    """The simulated collector's time, moved through the past day."""
+
+    def __init__(self, at: datetime):
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
 
 
 def load(stdout) -> None:
@@ -17,15 +33,28 @@ def load(stdout) -> None:
     if Latest.objects.filter(at__gte=now - STEP).exists():
         stdout.write("Monitoring: already there.")
         return
-    samples.prepare_partitions(now=now - HISTORY)
     written = 0
     for cluster in collection.collectable():
         if cluster.prometheus_url:
             continue  # a real cluster's figures come from its Prometheus, not from the demo
-        at = now - HISTORY
-        while at <= now:
-            # Each instant is stored as the collector would have stored it then.
-            written += collection.collect(cluster, now=at).samples
-            at += STEP
+        clock = _Clock(now - HISTORY)
+        collector = SimulatedCollector(
+            hosts=collection.simulated_hosts(cluster),
+            busy=collection.busy_instances(cluster),
+            clock=clock,
+            seed=cluster.pk,
+            ecc_one_in=settings.MONITORING_SIMULATED_ECC_ONE_IN,
+            driver_loaded_at=cluster.created_at,
+        )
+        batch = []
+        while clock.at <= now:
+            batch += collector.readings()
+            clock.at += STEP
+            if clock.at - batch[0].at >= BATCH or clock.at > now:
+                # Each batch is stored as the collector would have stored it at its last reading.
+                written += ingest(
+                    cluster=cluster, readings=batch, source="simulated", strict=False, now=batch[-1].at
+                ).samples
+                batch = []
     samples.roll_up(now=now)
     stdout.write(f"Monitoring: {written} samples over the last {HISTORY.total_seconds() / 3600:.0f} hours.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -17,6 +18,8 @@ from pools.models import Pool
 from pools.services import replacement
 from portal.errors import PortalError
 from portal.permissions import staff_may
+
+FAULTS_PER_PAGE = 20
 
 
 def _may_approve(request: HttpRequest) -> bool:
@@ -36,7 +39,15 @@ def _require(allowed: bool) -> None:
 def fault_list(request: HttpRequest) -> HttpResponse:
     may_approve, may_operate = _may_approve(request), _may_operate(request)
     _require(may_approve or may_operate)
-    context = {"faults": faults.open_faults(), "may_approve": may_approve, "may_operate": may_operate}
+    page = Paginator(
+        GpuFault.objects.open().select_related("gpu__node__cluster", "cleared_by"), FAULTS_PER_PAGE
+    ).get_page(request.GET.get("page"))
+    context = {
+        "faults": faults.open_faults(list(page.object_list)),
+        "page": page,
+        "may_approve": may_approve,
+        "may_operate": may_operate,
+    }
     return render(request, "monitoring/faults.html", context)
 
 

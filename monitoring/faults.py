@@ -228,10 +228,12 @@ class OpenFault:
     pools: list[AffectedPool]
 
 
-def open_faults() -> list[OpenFault]:
-    """Open faults, newest first, each with the pools that still need re-placing because of it and whether
-    that fits now (the same assessment re-placing acts on); a constant number of queries."""
-    found = list(GpuFault.objects.open().select_related("gpu__node__cluster", "cleared_by"))
+def open_faults(found: Sequence[GpuFault] | None = None) -> list[OpenFault]:
+    """Open faults (`found`, a page of them, or all), newest first, each with the pools that still need
+    re-placing because of it and whether that fits now (the same assessment re-placing acts on); a constant
+    number of queries."""
+    if found is None:
+        found = list(GpuFault.objects.open().select_related("gpu__node__cluster", "cleared_by"))
     on_gpu: dict[int, set[int]] = {}
     for gpu_id, pool_id in Allocation.objects.filter(
         gpu_id__in=[f.gpu_id for f in found], released_at__isnull=True, pool__state__in=LIVE_POOL_STATES

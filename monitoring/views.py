@@ -117,6 +117,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "clusters": clusters,
+        "collection": selectors.collection_status(),
         "totals": selectors.fleet_totals(clusters),
         "hottest": selectors.hottest(now=now),
         "idlest": selectors.idlest(now=now),

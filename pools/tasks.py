@@ -37,41 +37,40 @@ def admit_waiting_requests() -> str:
     return f"{admitted} admitted, {len(results) - admitted} waiting"
 
 
-@shared_task(bind=True, max_retries=None)
-def provision_pool(self, pool_id: int) -> str:
-    """Repeat provisioning steps until the pool is active or failed. A transient error (cluster or
-    database not answering) is retried with back-off; after SYNC_BACKOFF_MAX_SECONDS of retries the
-    step's last try fails the pool. Any other error fails it at once (the service decides)."""
-    from pools.services.provisioning import TRANSIENT, WAITING, provision_step
+def _drive(task, step) -> str:
+    """Run `step(last_try=…)` again until it is done: polled while it waits (a MIG change), a transient
+    error (cluster or database not answering) retried with back-off; after SYNC_BACKOFF_MAX_SECONDS of
+    retries the step's last try gives up (the service decides what that means)."""
+    from pools.services.provisioning import TRANSIENT, WAITING
 
-    retries = self.request.retries
+    retries = task.request.retries
     last_try = retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS
     try:
-        outcome = provision_step(pool_id=pool_id, last_try=last_try)
+        outcome = step(last_try=last_try)
     except TRANSIENT as error:
         delay = min(settings.PROVISION_POLL_SECONDS * 2 ** min(retries, 10), 300)
-        raise self.retry(countdown=delay) from error
+        raise task.retry(countdown=delay) from error
     if outcome == WAITING:
-        raise self.retry(countdown=settings.PROVISION_POLL_SECONDS)
+        raise task.retry(countdown=settings.PROVISION_POLL_SECONDS)
     return outcome
+
+
+@shared_task(bind=True, max_retries=None)
+def provision_pool(self, pool_id: int) -> str:
+    """Repeat provisioning steps until the pool is active or failed; any error other than a transient
+    one fails it at once."""
+    from pools.services.provisioning import provision_step
+
+    return _drive(self, lambda last_try: provision_step(pool_id=pool_id, last_try=last_try))
 
 
 @shared_task(bind=True, max_retries=None)
 def settle_pool_move(self, pool_id: int, requota: bool = False) -> str:
     """Drive a re-placed pool's new GPUs (MIG layout, instance UUIDs, quota) as provision_pool drives a new
-    pool's: polled while the MIG change runs, transient errors retried with back-off until the last try."""
-    from pools.services.replacement import TRANSIENT, WAITING, settle_move
+    pool's."""
+    from pools.services.replacement import settle_move
 
-    retries = self.request.retries
-    last_try = retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS
-    try:
-        outcome = settle_move(pool_id=pool_id, requota=requota, last_try=last_try)
-    except TRANSIENT as error:
-        delay = min(settings.PROVISION_POLL_SECONDS * 2 ** min(retries, 10), 300)
-        raise self.retry(countdown=delay) from error
-    if outcome == WAITING:
-        raise self.retry(countdown=settings.PROVISION_POLL_SECONDS)
-    return outcome
+    return _drive(self, lambda last_try: settle_move(pool_id=pool_id, requota=requota, last_try=last_try))
 
 
 @shared_task(bind=True, max_retries=20)

@@ -22,7 +22,19 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("kind", models.CharField(max_length=8, verbose_name="kind")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("xid", "XID error"),
+                            ("ecc", "uncorrected ECC error"),
+                            ("lost", "GPU lost"),
+                            ("layout", "MIG layout differs"),
+                        ],
+                        max_length=8,
+                        verbose_name="kind",
+                    ),
+                ),
                 ("code", models.BigIntegerField(blank=True, null=True, verbose_name="code")),
                 ("detail", models.CharField(blank=True, max_length=500, verbose_name="detail")),
                 ("at", models.DateTimeField(verbose_name="at")),

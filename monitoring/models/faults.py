@@ -16,6 +16,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
+from monitoring.models.samples import GpuEvent
+
 
 class GpuFaultQuerySet(models.QuerySet):
     def open(self) -> GpuFaultQuerySet:
@@ -36,7 +38,7 @@ class GpuFault(models.Model):
         help_text=_("The event that opened the fault."),
     )
     # What the event said, kept here too: events may be pruned before the fault is cleared.
-    kind = models.CharField(_("kind"), max_length=8)
+    kind = models.CharField(_("kind"), max_length=8, choices=GpuEvent.Kind.choices)
     code = models.BigIntegerField(_("code"), null=True, blank=True)
     detail = models.CharField(_("detail"), max_length=500, blank=True)
     at = models.DateTimeField(_("at"))

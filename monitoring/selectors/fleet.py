@@ -7,13 +7,14 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from monitoring import samples
 from monitoring.models import GpuEvent, Latest
 from monitoring.models.samples import WHOLE_GPU
 from pools import mig
+from pools.models import Cluster
 
 FRESH = timedelta(minutes=10)
 TOP = 10  # hottest and idlest GPUs shown
@@ -294,3 +295,45 @@ def tenant_efficiency(
     """
     params = {**_held_params(), "start": start, "end": end, "res": seconds}
     return [TenantEfficiency(*row) for row in _fetch(sql, params)]
+
+
+@dataclass(frozen=True)
+class Collection:
+    """How one cluster's figures arrive: collected by the portal (its Prometheus, or the simulated fleet)
+    and how the last run went, or pushed by node agents and when one was last heard."""
+
+    cluster: str
+    source: str  # "dcgm", "simulated" or "agents"
+    last_success_at: datetime | None
+    last_error: str
+    problems: int
+    agents: int
+    agent_last_used_at: datetime | None
+
+
+def collection_status() -> list[Collection]:
+    """One row per cluster, in one query."""
+    clusters = (
+        Cluster.objects.order_by("name")
+        .select_related("collector_status")
+        .annotate(
+            agents=Count("agent_tokens", filter=Q(agent_tokens__revoked_at__isnull=True)),
+            agent_last_used_at=Max("agent_tokens__last_used_at"),
+        )
+    )
+    rows = []
+    for cluster in clusters:
+        status = getattr(cluster, "collector_status", None)
+        collected = cluster.prometheus_url or cluster.driver == Cluster.Driver.SIMULATED
+        rows.append(
+            Collection(
+                cluster=cluster.name,
+                source=("dcgm" if cluster.prometheus_url else "simulated") if collected else "agents",
+                last_success_at=status.last_success_at if status else None,
+                last_error=status.last_error if status else "",
+                problems=len(status.problems) if status else 0,
+                agents=cluster.agents,
+                agent_last_used_at=cluster.agent_last_used_at,
+            )
+        )
+    return rows

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from monitoring import faults
+from monitoring import fault_views, faults
 from monitoring.apps import FAULT_EMAIL_TOPIC
 from monitoring.collectors import GpuReading, Reading
 from monitoring.ingest import ingest
@@ -306,3 +306,17 @@ def test_the_faults_page_reads_in_the_same_number_of_queries_for_more_faults(
     )
     assert GpuFault.objects.count() == 3
     assert queries() == one
+
+
+def test_the_faults_page_shows_a_page_of_faults_at_a_time(fleet, approver, client, monkeypatch):
+    monkeypatch.setattr(fault_views, "FAULTS_PER_PAGE", 2)
+    node = NodeCapacity.objects.get(name="h100-1")
+    push(fleet, report("h100-1", **{f"g{gpu.index}": {"ecc_uncorrected": 1} for gpu in node.gpus.all()[:3]}))
+    client.force_login(approver)
+
+    first = client.get(reverse("monitoring-faults")).content.decode()
+    second = client.get(reverse("monitoring-faults"), {"page": 2}).content.decode()
+
+    assert GpuFault.objects.count() == 3
+    assert first.count('class="card fault"') == 2 and second.count('class="card fault"') == 1
+    assert "Page 1 of 2" in first

@@ -13,9 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from monitoring import samples, selectors
+from monitoring.agents import issue_agent_token
 from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.ingest import ingest
-from monitoring.models import GpuEvent
+from monitoring.models import CollectorStatus, GpuEvent
 from pools.models import Allocation
 from tests.factories import (
     AllocationFactory,
@@ -454,13 +455,29 @@ def test_a_tenant_chart_refuses_what_it_does_not_draw(metric, query, status, rep
     assert answer.status_code == status
 
 
-def test_the_operator_group_can_be_granted_the_pages(reported, client):
-    """The permission the pages ask for exists, and a group holding it opens them."""
-    group, _created = Group.objects.get_or_create(name="monitoring-test")
-    group.permissions.add(
-        Permission.objects.get(codename="view_latest", content_type__app_label="monitoring")
-    )
+@pytest.mark.parametrize("role, status", [("operator", 200), ("approver", 200), ("finance", 404)])
+def test_the_platform_groups_open_the_pages_as_their_roles_say(role, status, reported, client):
+    """The roles migration grants the pages' permission to operators and approvers, not to finance."""
     user = UserFactory(username="olga", is_staff=True)
-    user.groups.add(group)
+    user.groups.add(Group.objects.get(name=role))
     client.force_login(user)
-    assert client.get(reverse("monitoring-fleet")).status_code == 200
+    assert client.get(reverse("monitoring-fleet")).status_code == status
+
+
+def test_the_fleet_page_says_how_each_clusters_figures_arrive(reported, operator, client):
+    agents = ClusterFactory(name="onprem", driver="kubernetes")
+    issue_agent_token(cluster=agents, name="node-7")
+    CollectorStatus.objects.create(
+        cluster=reported.cut.node.cluster,
+        source="dcgm",
+        last_run_at=NOW,
+        last_error="Prometheus at x: timed out",
+    )
+    client.force_login(operator)
+
+    rows = {row.cluster: row for row in selectors.collection_status()}
+    page = client.get(reverse("monitoring-fleet")).content.decode()
+
+    assert (rows["onprem"].source, rows["onprem"].agents) == ("agents", 1)
+    assert rows[reported.cut.node.cluster.name].last_error == "Prometheus at x: timed out"
+    assert "Prometheus at x: timed out" in page and "node agents" in page
