@@ -7,7 +7,8 @@ and an agent token. Then, for each of `--rounds` instants 15 s apart, every node
 node agent does (`POST /api/v1/monitoring/samples/`, one request per node, through the whole stack:
 middleware, token, validation, ingest, storage); the samples stored per second are printed. The same
 rows are then written with a plain `COPY monitoring_sample FROM STDIN` (the floor any ingest could
-reach) into the emptied table; the two rates and their ratio are printed.
+reach) into the emptied table; the two rates and their ratio are printed. Then each node posts all its
+readings in one request, as an agent flushing its buffer does, and that rate is printed too.
 
 Last, 30 days of 1-hour roll-ups and `--five-minute-days` of 5-minute ones for every GPU are generated,
 and `monitoring.samples.series` is timed for one GPU's and for the whole fleet's 30-day SM activity (the
@@ -129,14 +130,25 @@ def reading(host: str, gpus: list[GpuCapacity], at: datetime, round_: int) -> Re
     )
 
 
-def through_api(cluster: Cluster, fleet, rounds: int, start: datetime) -> tuple[int, float]:
-    key = issue_agent_token(cluster=cluster, name="bench").key
+def through_api(
+    cluster: Cluster, fleet, rounds: int, start: datetime, *, buffered: bool
+) -> tuple[int, float]:
+    """Each node's readings posted one per request (an agent keeping up), or all of a node's rounds in one
+    request (an agent flushing its buffer after the portal was away)."""
+    key = issue_agent_token(cluster=cluster, name=f"bench-{buffered}").key
     client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
-    bodies = [
-        json.dumps(batch_to_json([reading(host, gpus, start + timedelta(seconds=15 * r), r)]))
-        for r in range(rounds)
-        for host, gpus in fleet
-    ]
+    at = [start + timedelta(seconds=15 * r) for r in range(rounds)]
+    if buffered:
+        bodies = [
+            json.dumps(batch_to_json([reading(host, gpus, at[r], r) for r in range(rounds)]))
+            for host, gpus in fleet
+        ]
+    else:
+        bodies = [
+            json.dumps(batch_to_json([reading(host, gpus, at[r], r)]))
+            for r in range(rounds)
+            for host, gpus in fleet
+        ]
     started = time.perf_counter()
     stored = 0
     for body in bodies:
@@ -209,9 +221,12 @@ def main() -> int:
         now = datetime.now(UTC).replace(microsecond=0)
         start = now - timedelta(seconds=15 * args.rounds)
         samples.prepare_partitions(now=start)
-        stored, api_seconds = through_api(cluster, fleet, args.rounds, start)
+        stored, api_seconds = through_api(cluster, fleet, args.rounds, start, buffered=False)
         rows = stored_rows()
         copy_seconds = min(by_copy(rows) for _ in range(3))
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE monitoring_sample")
+        flushed, flush_seconds = through_api(cluster, fleet, args.rounds, start, buffered=True)
         gpus = sum(len(g) for _h, g in fleet)
         print(f"fleet: {gpus} GPUs on {NODES} nodes, {stored // args.rounds} samples per round")
         print(f"api: {stored} samples in {len(fleet) * args.rounds} requests, {api_seconds:.2f} s")
@@ -219,6 +234,10 @@ def main() -> int:
         print(f"copy samples/s: {len(rows) / copy_seconds:,.0f}")
         print(f"copy / api: {api_seconds / copy_seconds:.1f}x")
         print(f"api requests/s: {len(fleet) * args.rounds / api_seconds:,.0f}")
+        print(
+            f"api, a buffer of {args.rounds} readings per request: {flushed / flush_seconds:,.0f} samples/s"
+        )
+        print(f"copy / api with buffers: {flush_seconds / copy_seconds:.1f}x")
         written = history(now, args.five_minute_days)
         one = fleet[0][1][0].pk
         month = {"metric": "sm_active_pct", "start": now - timedelta(days=30), "end": now, "now": now}

@@ -95,6 +95,10 @@ def lines_svg(
         legend_font_size=12,
         no_data_font_size=16,
     )
+    shown = [p.value / measure.scale for _name, points in lines for p in points if p.value is not None]
+    # A flat line (a cool idle GPU) gets tick steps under one unit: labels need a decimal to differ.
+    narrow = measure.bounds is None and shown and max(shown) - min(shown) < 10
+    digits = max(measure.digits, 1) if narrow else measure.digits
     zone = timezone.get_current_timezone()
     long = end - start > timedelta(days=1)
     shape = "%m-%d %H:%M" if long else "%H:%M"
@@ -114,7 +118,7 @@ def lines_svg(
         x_title=f"{zone} · {resolution_text(resolution)}",
         # pygal hands back UTC times without their zone
         x_value_formatter=lambda at: at.replace(tzinfo=UTC).astimezone(zone).strftime(shape),
-        value_formatter=lambda value: f"{value:,.{measure.digits}f}",
+        value_formatter=lambda value: f"{value:,.{digits}f}",
         no_data_text=_("No figures in this range"),
         xrange=(start.timestamp(), end.timestamp()),
         range=measure.bounds,

@@ -12,6 +12,13 @@ from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCo
 from portal.errors import PortalError
 
 
+class _UrlField(forms.URLField):
+    """An address typed without a scheme is taken as https (Django 6's default, chosen now)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(assume_scheme="https", **kwargs)
+
+
 class ClusterForm(forms.ModelForm):
     """The cluster's settings, checked by the same service that stores them (`register_cluster`)."""
 
@@ -25,7 +32,8 @@ class ClusterForm(forms.ModelForm):
 
     class Meta:
         model = Cluster
-        fields = ["name", "driver", "context", "in_cluster", "mig_config_map"]
+        fields = ["name", "driver", "context", "in_cluster", "mig_config_map", "prometheus_url"]
+        field_classes = {"prometheus_url": _UrlField}
 
     def registration(self) -> services.ClusterSettings:
         """What to register; name and driver never change once a cluster exists."""
@@ -37,6 +45,7 @@ class ClusterForm(forms.ModelForm):
             context=data.get("context", ""),
             in_cluster=data.get("in_cluster", False),
             mig_config_map=data.get("mig_config_map", ""),
+            prometheus_url=data.get("prometheus_url", ""),
         )
 
     def clean(self):

@@ -149,6 +149,9 @@ class ClusterSettings:
     context: str = ""
     in_cluster: bool = False
     mig_config_map: str = ""
+    # The cluster's Prometheus (scraping dcgm-exporter) that GPU figures are read from; None keeps the
+    # stored one, "" clears it.
+    prometheus_url: str | None = None
 
 
 def check_cluster(wanted: ClusterSettings) -> None:
@@ -162,6 +165,8 @@ def check_cluster(wanted: ClusterSettings) -> None:
         )
     if wanted.mig_config_map and wanted.mig_config_map.count("/") != 1:
         raise InvalidInput(_("The MIG config map is given as namespace/name."), field="mig_config_map")
+    if wanted.prometheus_url:
+        _check_prometheus_url(wanted.prometheus_url)
     if wanted.driver == Cluster.Driver.SIMULATED:
         if wanted.kubeconfig or wanted.in_cluster:
             raise InvalidInput(_("A simulated cluster takes no Kubernetes credentials."), field="kubeconfig")
@@ -183,6 +188,22 @@ def check_cluster(wanted: ClusterSettings) -> None:
         check_kubeconfig(kubeconfig, wanted.context)
     except InvalidInput as error:
         raise InvalidInput(error.message, field="kubeconfig") from error
+
+
+def _check_prometheus_url(url: str) -> None:
+    field = Cluster._meta.get_field("prometheus_url")
+    try:
+        field.run_validators(url)
+    except ValidationError as error:
+        raise InvalidInput(
+            _("The Prometheus URL is an http or https address, e.g. http://prometheus.monitoring:9090."),
+            field="prometheus_url",
+        ) from error
+    if len(url) > field.max_length:
+        raise InvalidInput(
+            _("A Prometheus URL has at most %(max)s characters.") % {"max": field.max_length},
+            field="prometheus_url",
+        )
 
 
 def _check_name(name: str) -> None:
@@ -217,6 +238,8 @@ def register_cluster(wanted: ClusterSettings) -> tuple[Cluster, bool]:
         cluster.in_cluster = wanted.in_cluster
         if wanted.mig_config_map:
             cluster.mig_config_map = wanted.mig_config_map
+        if wanted.prometheus_url is not None:
+            cluster.prometheus_url = wanted.prometheus_url
         cluster.next_sync_at = None  # try the new settings at the next tick
         try:
             with transaction.atomic():

@@ -96,3 +96,37 @@ def test_a_simulated_cluster_cannot_become_a_kubernetes_one(db):
     with pytest.raises(InvalidInput, match="is a simulated cluster"):
         register_cluster(ClusterSettings(name="sim", kubeconfig=KUBECONFIG))
     assert Cluster.objects.get(name="sim").kubeconfig() == ""
+
+
+def test_a_prometheus_url_is_set_kept_and_cleared_from_the_command_line(db, tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    url = "http://prometheus.monitoring:9090"
+    call_command(
+        "register_cluster", "gpu-east", "--kubeconfig", str(path), "--prometheus-url", url, "--no-sync"
+    )
+    call_command("register_cluster", "gpu-east", "--context", "ctx", "--no-sync")
+    assert Cluster.objects.get(name="gpu-east").prometheus_url == url
+
+    call_command("register_cluster", "gpu-east", "--prometheus-url", "", "--no-sync")
+    assert Cluster.objects.get(name="gpu-east").prometheus_url == ""
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://prometheus:9090", "prometheus:9090", "http://" + "p" * 200 + ".example"]
+)
+def test_a_prometheus_url_that_is_not_one_is_refused_beside_its_field(url, db):
+    with pytest.raises(InvalidInput, match="Prometheus URL") as refused:
+        register_cluster(ClusterSettings(name="sim", driver="simulated", prometheus_url=url))
+    assert refused.value.field == "prometheus_url"
+    assert not Cluster.objects.exists()
+
+
+def test_the_admin_sets_a_clusters_prometheus_url(db, staff_user, client):
+    client.force_login(staff_user("operator"))
+    url = "https://prometheus.example:9090"
+
+    answer = client.post(reverse("admin:pools_cluster_add"), add_form(prometheus_url=url))
+
+    assert answer.status_code == 302
+    assert Cluster.objects.get(name="gpu-east").prometheus_url == url
