@@ -58,7 +58,7 @@ TRANSIENT = (ClusterUnreachable, OperationalError, InterfaceError, IntegrityErro
 RELEASE_RETRIED = (DriverError, *TRANSIENT)
 
 
-def _layouts_to_apply(pool: Pool) -> dict[str, list[GpuLayout]]:
+def layouts_to_apply(pool: Pool) -> dict[str, list[GpuLayout]]:
     """Per node name, the planned layouts of the GPUs this pool was given that still wait for one."""
     gpus = GpuCapacity.objects.filter(
         allocations__pool=pool, allocations__released_at__isnull=True, planned_layout__isnull=False
@@ -99,11 +99,11 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
     quota_touched = False  # from here on a failure must shrink the namespace's quota again
     try:
         driver = driver_for(pool.cluster)
-        pending = _mig_changes(pool, driver)
+        pending = mig_changes(pool, driver)
         if pending:
             return WAITING
         sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances and UUIDs
-        _bind_instances(pool)
+        bind_instances(pool)
         problem = namespace_problem(pool.project)
         if problem:  # a namespace made before the rules: never label or limit it
             fail_pool(pool_id=pool.pk, reason=problem)
@@ -120,25 +120,25 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
                 return DONE
         # Failed meanwhile (the sweeper, past its deadline): the quota just set still counted it.
         if pool.state == PoolState.FAILED:
-            _settle_quota(pool, driver)
+            settle_quota(pool, driver)
         return DONE if pool.state == PoolState.ACTIVE else FAILED
     except TRANSIENT as error:
         if not last_try:
             raise
         log.warning("pool %s: giving up provisioning after retries: %r", pool.pk, error)
-        reason = _error_text(error)
+        reason = error_text(error)
     except DriverError as error:
         reason = str(error)
     except Exception as error:
         log.exception("pool %s: provisioning stopped on an unexpected error", pool.pk)
-        reason = _error_text(error)
+        reason = error_text(error)
     fail_pool(pool_id=pool.pk, reason=reason)
     if quota_touched:
-        _settle_quota(pool, driver)
+        settle_quota(pool, driver)
     return FAILED
 
 
-def _error_text(error: Exception) -> str:
+def error_text(error: Exception) -> str:
     """What a tenant may read about an error: a driver's own words, or else only its kind (the
     log has the rest; a database error can quote rows of other tenants)."""
     if isinstance(error, DriverError):
@@ -148,7 +148,7 @@ def _error_text(error: Exception) -> str:
     ) % {"error": type(error).__name__}
 
 
-def _settle_quota(pool: Pool, driver: ClusterDriver) -> None:
+def settle_quota(pool: Pool, driver: ClusterDriver) -> None:
     """Best effort: shrink the quota of a pool that failed after its quota was set; a quota left
     too large would let the namespace take GPUs that went back to the fleet."""
     try:
@@ -166,11 +166,11 @@ def _apply_project_quota(pool: Pool, driver: ClusterDriver) -> None:
         driver.remove_quota(pool.project.namespace)
 
 
-def _mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
+def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
     """Ask for each node's MIG change once, then watch it; True while any is still under way. A change
     still pending MIG_PENDING_TIMEOUT_SECONDS after `since` (default: the reservation) is stuck."""
     under_way = False
-    for node, layouts in _layouts_to_apply(pool).items():
+    for node, layouts in layouts_to_apply(pool).items():
         config = pool.mig_configs.get(node)
         if config is None:
             config = driver.apply_mig_layout(node, layouts)
@@ -194,7 +194,7 @@ def _mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
     return under_way
 
 
-def _bind_instances(pool: Pool) -> None:
+def bind_instances(pool: Pool) -> None:
     """Record the UUID of each MIG instance the pool holds, now that the cluster reports them."""
     for allocation in Allocation.objects.filter(pool=pool, released_at__isnull=True).select_related("gpu"):
         if allocation.profile == FULL_GPU:

@@ -95,7 +95,7 @@ class Admission:
     reason: str = ""
 
 
-def _engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
+def engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
     return placement.Request(
         id=str(request.pk),
         items=tuple(placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()),
@@ -233,12 +233,12 @@ def _place(request, upcoming, clusters, grouped, fleets):
         fleet = fleets.get(cluster.name)
         if fleet is None:
             continue
-        engine_request = _engine_request(request, grouped[cluster.pk])
-        later = [_engine_request(r, grouped[cluster.pk]) for r in upcoming[:50]]
-        plan = placement.place(fleet, engine_request, upcoming=later)
+        wanted = engine_request(request, grouped[cluster.pk])
+        later = [engine_request(r, grouped[cluster.pk]) for r in upcoming[:50]]
+        plan = placement.place(fleet, wanted, upcoming=later)
         if plan.placed:
             return plan, cluster
-        failures.append((placement.shortfall(fleet, engine_request), plan, cluster))
+        failures.append((placement.shortfall(fleet, wanted), plan, cluster))
     if not failures:
         return None, None
     _missing, plan, cluster = min(failures, key=lambda failure: failure[0])  # the first of equals

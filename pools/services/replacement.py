@@ -49,14 +49,14 @@ from pools.services.provisioning import (
     FAILED,
     TRANSIENT,
     WAITING,
-    _bind_instances,
-    _error_text,
-    _layouts_to_apply,
-    _mig_changes,
-    _settle_quota,
+    bind_instances,
+    error_text,
+    layouts_to_apply,
+    mig_changes,
     project_quota,
+    settle_quota,
 )
-from pools.services.queue import _engine_request, lock_capacity, recount_allocated, reserve_plan
+from pools.services.queue import engine_request, lock_capacity, recount_allocated, reserve_plan
 from portal.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ def _assess(pool: Pool, live: list[Allocation], context: _Context) -> _Assessmen
         items=tuple(placement.Item(model, profile, n) for (model, profile), n in sorted(wanted.items())),
         group=(pool.request.purpose or None) if grouped else None,
     )
-    upcoming = [_engine_request(r, grouped) for r in context.waiting if r.cluster_id in (None, cluster.pk)][
+    upcoming = [engine_request(r, grouped) for r in context.waiting if r.cluster_id in (None, cluster.pk)][
         :UPCOMING
     ]
     plan = placement.place(fleet, request, upcoming=upcoming)
@@ -308,12 +308,12 @@ def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) 
     driver = None
     try:
         driver = driver_for(pool.cluster)
-        changing = bool(_layouts_to_apply(pool))
-        if changing and _mig_changes(pool, driver, since=_moved_at(pool)):
+        changing = bool(layouts_to_apply(pool))
+        if changing and mig_changes(pool, driver, since=_moved_at(pool)):
             return WAITING
         if changing:
             sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances
-        _bind_instances(pool)
+        bind_instances(pool)
         if requota:
             driver.apply_quota(pool.project.namespace, project_quota(pool.project_id, pool.cluster_id))
         return DONE
@@ -321,14 +321,14 @@ def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) 
         if not last_try:
             raise
         log.warning("pool %s: giving up settling its move after retries: %r", pool.pk, error)
-        reason = _error_text(error)
+        reason = error_text(error)
     except DriverError as error:
         reason = str(error)
     except Exception as error:
         log.exception("pool %s: settling its move stopped on an unexpected error", pool.pk)
-        reason = _error_text(error)
+        reason = error_text(error)
     if _give_up(pool_id=pool.pk, reason=reason) and driver is not None:
-        _settle_quota(pool, driver)  # the namespace may not take what went back to the fleet
+        settle_quota(pool, driver)  # the namespace may not take what went back to the fleet
     return FAILED
 
 
