@@ -112,6 +112,7 @@ def main() -> None:
             ("tenant request list", member, reverse("tenant-requests", kwargs={"tenant_slug": tenant})),
             ("admin request list", approver, reverse("admin:pools_poolrequest_changelist")),
             ("dashboard", operator, reverse("capacity-dashboard")),
+            ("capacity summary API", operator, reverse("v1:capacity-summary")),
             ("specs API", member, reverse("v1:specs")),
             (
                 "request form",

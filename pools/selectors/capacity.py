@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from pools import capacity_version, mig, placement
 from pools.models import (
     Cluster,
     GpuCapacity,
     GpuGroup,
+    Health,
     NodeCapacity,
     SpecAndCount,
 )
@@ -90,21 +92,54 @@ class ModelSummary:
         return self.compute_total - self.compute_allocated - self.compute_stranded
 
 
+# A GPU's MIG layout as "profile@start,…" in start order, without the instances' UUIDs: GPUs cut alike
+# share it, so stranded slices are worked out once per distinct layout rather than once per GPU.
+_LAYOUT_SHAPE = RawSQL(
+    "(SELECT string_agg((e->>'profile') || '@' || (e->>'start'), ',' ORDER BY (e->>'start')::int) "
+    "FROM jsonb_array_elements(pools_gpucapacity.layout) e)",
+    [],
+)
+
+
+@lru_cache(maxsize=4096)
+def _layout_compute(model: str, shape: str) -> tuple[int, int]:
+    """(compute slices provisioned, compute slices stranded) of a MIG layout, as GpuCapacity.compute says."""
+    gpu = GpuCapacity(model=model, mig_enabled=True, layout=_layout_of(shape))
+    return gpu.compute
+
+
+def _layout_of(shape: str) -> list[dict]:
+    return [
+        {"profile": profile, "start": int(start)}
+        for profile, start in (entry.rsplit("@", 1) for entry in shape.split(",") if entry)
+    ]
+
+
 def capacity_summary() -> list[ModelSummary]:
-    """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded."""
+    """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded.
+
+    GPUs are counted in SQL, grouped by cluster, model and layout; the stranded slices of each distinct
+    layout come from the MIG catalogue once (a fleet has few distinct layouts, however many GPUs)."""
     summaries: dict[tuple[str, str], ModelSummary] = {}
-    present = GpuCapacity.objects.filter(present=True, node__present=True).select_related(
-        "node__cluster", "node"
+    takes_work = Q(health=Health.OK, drained=False, node__drained=False)
+    groups = (
+        GpuCapacity.objects.filter(present=True, node__present=True)
+        .annotate(shape=_LAYOUT_SHAPE)
+        .values("node__cluster__name", "model", "mig_enabled", "shape")
+        .annotate(gpus=Count("id"), unschedulable=Count("id", filter=~takes_work))
+        .order_by()
     )
-    for gpu in present:
-        key = (gpu.node.cluster.name, gpu.model)
+    for group in groups:
+        key = (group["node__cluster__name"], group["model"])
         summary = summaries.setdefault(key, ModelSummary(*key))
-        summary.gpus += 1
-        summary.mig_gpus += gpu.mig_enabled
-        summary.full_gpus += not gpu.mig_enabled
-        summary.unschedulable_gpus += not gpu.schedulable
-        summary.compute_total += mig.COMPUTE_SLICES
-        summary.compute_stranded += gpu.compute[1]
+        count = group["gpus"]
+        summary.gpus += count
+        summary.mig_gpus += count if group["mig_enabled"] else 0
+        summary.full_gpus += 0 if group["mig_enabled"] else count
+        summary.unschedulable_gpus += group["unschedulable"]
+        summary.compute_total += mig.COMPUTE_SLICES * count
+        if group["mig_enabled"]:
+            summary.compute_stranded += _layout_compute(group["model"], group["shape"] or "")[1] * count
     allocated = SpecAndCount.objects.filter(node__present=True, allocated__gt=0).select_related(
         "node__cluster"
     )

@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from pools.drivers.simulated import SimulatedDriver
 from pools.models import GpuCapacity, NodeCapacity, SpecAndCount
+from pools.selectors import capacity_summary
 from pools.sync import sync_cluster
 from tests.factories import ClusterFactory, UserFactory
 
@@ -159,3 +160,25 @@ def test_dashboard_colours_instances_by_the_project_holding_them(synced, tenancy
     body = client.get("/capacity/").content.decode()
     assert body.count("1g.18gb · acme/vision") == 2
     assert body.count("seg held holder-") == 2
+
+
+def test_the_summary_reads_in_the_same_queries_for_a_bigger_fleet_and_agrees_with_each_gpu(synced):
+    def summarise():
+        with CaptureQueriesContext(connection) as captured:
+            rows = capacity_summary()
+        return rows, len(captured)
+
+    _rows, queries = summarise()
+    bigger = ClusterFactory(
+        name="big", fleet=[("b", 6, "H200-141GB", [{"3g.71gb": 2}, {"1g.18gb": 7}] + [None] * 6)]
+    )
+    sync_cluster(cluster=bigger)
+    rows, more_queries = summarise()
+
+    assert more_queries == queries
+    stranded = {}
+    for gpu in GpuCapacity.objects.filter(present=True).select_related("node__cluster"):
+        key = (gpu.node.cluster.name, gpu.model)
+        stranded[key] = stranded.get(key, 0) + gpu.compute[1]
+    assert {(r.cluster, r.model): r.compute_stranded for r in rows} == stranded
+    assert {(r.cluster, r.model): r.gpus for r in rows}[("big", "H200-141GB")] == 48
