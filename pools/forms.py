@@ -6,7 +6,8 @@ from django import forms
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from pools.models import Cluster, GpuGroup
+from pools.models import Cluster, GpuGroup, PoolRequest
+from pools.specs import Spec
 from portal.models import Project
 
 ITEM_ROWS = 4
@@ -29,9 +30,14 @@ class PoolRequestForm(forms.Form):
 
     def __init__(self, *args, specs=(), **kwargs):
         super().__init__(*args, **kwargs)
-        choices = [("", "—")] + [(spec.id, spec.id) for spec in specs]
+        # People read `H100-80GB 3g.40gb`, as a request's items show it; the value stays the spec's id.
+        choices = [("", "—")] + [(spec.id, spec.label) for spec in specs]
+        # A `+me` choice is explained by the hint under the list, which the selects point at.
+        hint = {"aria-describedby": "media-hint"} if any(spec.media_extension for spec in specs) else {}
         for n in range(ITEM_ROWS):
-            self.fields[f"spec_{n}"] = forms.ChoiceField(label=_("GPU"), choices=choices, required=False)
+            self.fields[f"spec_{n}"] = forms.ChoiceField(
+                label=_("GPU"), choices=choices, required=False, widget=forms.Select(attrs=hint)
+            )
             self.fields[f"count_{n}"] = forms.IntegerField(
                 label=_("Count"), min_value=1, max_value=10_000, required=False
             )
@@ -46,6 +52,20 @@ class PoolRequestForm(forms.Form):
         return [
             (data[f"spec_{n}"], data[f"count_{n}"] or 1) for n in range(ITEM_ROWS) if data.get(f"spec_{n}")
         ]
+
+
+def copied_request(request: PoolRequest) -> dict:
+    """The initial values of a new request asking for the same as `request`: its items (as many
+    as the form has rows), cluster, workload type and justification."""
+    initial = {
+        "cluster": request.cluster.name if request.cluster else None,
+        "purpose": request.purpose,
+        "justification": request.justification,
+    }
+    for n, item in enumerate(list(request.items.all())[:ITEM_ROWS]):
+        initial[f"spec_{n}"] = Spec(item.gpu_model, item.profile).id
+        initial[f"count_{n}"] = item.count
+    return initial
 
 
 class ListFilterForm(forms.Form):

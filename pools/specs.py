@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import pgettext
+
 from pools import mig
 
 FULL = mig.FULL_GPU
+
+
+def profile_label(profile: str) -> str:
+    """A profile as people read it: a MIG profile's own name, or "full" in the reader's language."""
+    return pgettext("a whole GPU, after its model", "full") if profile == FULL else profile
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,16 @@ class Spec:
     def id(self) -> str:
         kind = FULL if self.profile == FULL else f"mig-{self.profile}"
         return f"{self.gpu_model.lower()}.{kind}"
+
+    @property
+    def label(self) -> str:
+        """How people read it, as a request's items show it: `H100-80GB 3g.40gb`, `H100-80GB full`."""
+        return f"{self.gpu_model} {profile_label(self.profile)}"
+
+    @property
+    def media_extension(self) -> bool:
+        """A `+me` profile: the MIG instance also holds the GPU's media engines (one per GPU)."""
+        return self.profile.endswith("+me")
 
     @property
     def compute_slices(self) -> int:

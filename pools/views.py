@@ -15,7 +15,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from pools import mig, selectors, services
-from pools.forms import ListFilterForm, PoolRequestForm
+from pools.drain_views import may_drain
+from pools.forms import ListFilterForm, PoolRequestForm, copied_request
+from pools.manifest import pod_containers
 from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
@@ -42,11 +44,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "compute_free": sum(s.compute_free for s in summary),
         "compute_stranded": sum(s.compute_stranded for s in summary),
     }
+    clusters = selectors.dashboard()
     context = {
-        "clusters": selectors.dashboard(),
+        "clusters": clusters,
+        "legend": selectors.legend(clusters),
         "summary": summary,
         "totals": totals,
         "memory_slices": range(mig.MEMORY_SLICES),
+        **may_drain(request),
     }
     return render(request, "pools/dashboard.html", context)
 
@@ -62,7 +67,9 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
         return render(request, "pools/request_forbidden.html", context, status=error.status_code)
     offered = selectors.spec_offers()
     form = PoolRequestForm(
-        request.POST if request.method == "POST" else None, specs=[o.spec for o in offered]
+        request.POST if request.method == "POST" else None,
+        specs=[o.spec for o in offered],
+        initial=_copy_of(request, tenant_slug) if request.method == "GET" else None,
     )
     status = 200
     if request.method == "POST":
@@ -90,6 +97,18 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
     return render(request, "pools/request_new.html", context, status=status)
 
 
+def _copy_of(request: HttpRequest, tenant_slug: str) -> dict | None:
+    """`?copy=<id>`: a request of this tenant that the user sees, to ask for the same again; any
+    other id (another tenant's, a made-up one, not a number) is not found."""
+    copy = request.GET.get("copy")
+    if copy is None:
+        return None
+    if not (copy.isascii() and copy.isdigit()):
+        raise Http404
+    found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=int(copy))
+    return copied_request(found)
+
+
 @login_required
 def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
     found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=pk)
@@ -99,6 +118,7 @@ def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespo
         "tenant": found.project.tenant,
         "position": selectors.queue_positions().get(found.pk),
         "pool": getattr(found, "pool", None),
+        "can_request": can_request_pools(user=request.user, tenant_id=found.project.tenant_id),
     }
     return render(request, "pools/request_detail.html", context)
 
@@ -130,15 +150,12 @@ def request_cancel(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespo
 def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
     pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
     live = [a for a in pool.allocations.all() if a.released_at is None]
-    resources: dict[str, int] = {}
-    for allocation in live:
-        resources[allocation.resource_name] = resources.get(allocation.resource_name, 0) + 1
     context = {
         "pool": pool,
         "project": pool.project,
         "tenant": pool.project.tenant,
         "allocations": pool.allocations.all(),
-        "resources": sorted(resources.items()),
+        "containers": pod_containers(a.resource_name for a in live),
         "sections": shell.pool_sections(request, pool),
     }
     return render(request, "pools/pool_detail.html", context)

@@ -26,6 +26,7 @@ api_v1.append(path("", include(router.urls)))
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("t/<slug:slug>/", views.tenant_detail, name="tenant"),
     path("t/<slug:slug>/projects/new/", views.project_create, name="project-create"),
     path("t/<slug:tenant_slug>/p/<slug:slug>/", views.project_detail, name="project"),

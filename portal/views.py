@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
@@ -18,6 +19,11 @@ from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, Projec
 from portal.models import Invitation, Preferences, Role
 
 TOKENS_PER_PAGE = 20
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever a page links (the admin links none): the portal's icon."""
+    return HttpResponsePermanentRedirect(static("portal/favicon.svg"))
 
 
 @login_required

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
-from pools import capacity_version, services
+from pools import capacity_version, selectors, services
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
 from portal.errors import PortalError
 
@@ -169,6 +169,7 @@ class DrainActions:
     """Admin actions shared by nodes and GPUs; each row goes through the drain service."""
 
     drain_service = None
+    held_by = "gpu_ids"  # how `selectors.pools_holding` takes this model's ids
 
     def _drain(self, request, queryset, drained: bool):
         for obj in queryset:
@@ -179,6 +180,14 @@ class DrainActions:
             else ngettext("%(count)d undrained.", "%(count)d undrained.", queryset.count())
         )
         self.message_user(request, text % {"count": queryset.count()}, messages.SUCCESS)
+        held = selectors.pools_holding(**{self.held_by: [obj.pk for obj in queryset]}) if drained else []
+        if held:
+            self.message_user(
+                request,
+                gettext("These pools keep running on what was drained: %(pools)s.")
+                % {"pools": ", ".join(p.name for p in held)},
+                messages.WARNING,
+            )
 
     @admin.action(description=_("Drain: give no new work"), permissions=["change"])
     def drain(self, request, queryset):
@@ -226,6 +235,7 @@ class NodeCapacityAdmin(DrainActions, admin.ModelAdmin):
     readonly_fields = [f for f in fields if f not in ("group", "drained")]
     inlines = [SpecInline]
     actions = ["drain", "undrain"]
+    held_by = "node_ids"
 
     @staticmethod
     def drain_service(node, drained):

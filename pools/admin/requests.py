@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from pools import services
+from pools import selectors, services
 from pools.models import Allocation, Pool, PoolEvent, PoolRequest, RequestItem, RequestState
 from pools.services.queue import preview
 from portal.errors import PortalError
@@ -39,12 +39,24 @@ class PoolEventInline(admin.TabularInline):
     model = PoolEvent
     extra = 0
     can_delete = False
-    fields = ["at", "actor", "from_state", "to_state", "reason"]
+    fields = ["at", "actor", "from_label", "to_label", "why"]
     readonly_fields = fields
     verbose_name_plural = _("timeline")
 
     def has_add_permission(self, request, obj=None):
         return False
+
+    @admin.display(description=_("from"))
+    def from_label(self, obj):
+        return obj.get_from_state_display()
+
+    @admin.display(description=_("to"))
+    def to_label(self, obj):
+        return obj.get_to_state_display()
+
+    @admin.display(description=_("why"))
+    def why(self, obj):
+        return selectors.event_reason(obj, obj.request)
 
 
 class RejectForm(forms.Form):
@@ -71,7 +83,7 @@ class PoolRequestAdmin(admin.ModelAdmin):
         "purpose",
         "submitted_by",
         "submitted_at",
-        "waiting_reason",
+        "why_it_waits",
     ]
     list_filter = ["state", "project__tenant", "cluster", "items__gpu_model", "submitted_at"]
     list_select_related = ["project__tenant", "cluster", "submitted_by"]
@@ -95,7 +107,7 @@ class PoolRequestAdmin(admin.ModelAdmin):
         "decided_by",
         "decided_at",
         "decision_reason",
-        "waiting_reason",
+        "why_it_waits",
         "placement_preview",
     ]
     readonly_fields = [f for f in fields if f != "priority"]
@@ -120,6 +132,10 @@ class PoolRequestAdmin(admin.ModelAdmin):
         if obj.state not in (RequestState.SUBMITTED, RequestState.APPROVED, RequestState.QUEUED):
             return "—"
         return format_html("<pre>{}</pre>", preview(obj))
+
+    @admin.display(description=_("why it waits"))
+    def why_it_waits(self, obj):
+        return selectors.waiting_reason(obj)
 
     @admin.display(description=_("items"))
     def items_summary(self, obj):

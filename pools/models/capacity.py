@@ -21,6 +21,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from pools import mig, secrets
 from portal.models import DNS_LABEL_PATTERN, dns_label_validator
@@ -129,6 +130,16 @@ class GpuGroup(models.Model):
         return f"{self.cluster.name}/{self.name}"
 
 
+# The MIG manager's states (pools.mig.MigState, a pure enum) as people read them.
+MIG_STATE_LABELS = {
+    mig.MigState.PENDING: pgettext_lazy("MIG manager state", "pending"),
+    mig.MigState.REBOOTING: pgettext_lazy("MIG manager state", "rebooting"),
+    mig.MigState.SUCCESS: pgettext_lazy("MIG manager state", "applied"),
+    mig.MigState.FAILED: pgettext_lazy("MIG manager state", "failed"),
+    mig.MigState.UNKNOWN: pgettext_lazy("MIG manager state", "unknown"),
+}
+
+
 class Health(models.TextChoices):
     OK = "ok", _("healthy")
     DEGRADED = "degraded", _("degraded")
@@ -172,6 +183,9 @@ class NodeCapacity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def get_mig_state_display(self) -> str:
+        return str(MIG_STATE_LABELS.get(self.mig_state, self.mig_state))
 
     @property
     def mig_stuck(self) -> bool:

@@ -21,6 +21,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from pools.mig import FULL_GPU
+from pools.specs import profile_label
 
 
 class RequestState(models.TextChoices):
@@ -149,7 +150,7 @@ class RequestItem(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.count} × {self.gpu_model} {self.profile}"
+        return f"{self.count} × {self.gpu_model} {profile_label(self.profile)}"
 
 
 class PoolQuerySet(models.QuerySet):
@@ -267,3 +268,18 @@ class PoolEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_state or '∅'} → {self.to_state}"
+
+    # An event's states are a request's or a pool's: their values do not overlap.
+    def get_from_state_display(self) -> str:
+        return state_label(self.from_state)
+
+    def get_to_state_display(self) -> str:
+        return state_label(self.to_state)
+
+
+def state_label(value: str) -> str:
+    """A request's or a pool's state in the reader's language; an unknown value as it is."""
+    for states in (RequestState, PoolState):
+        if value in states.values:
+            return str(states(value).label)
+    return value

@@ -139,10 +139,21 @@ def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wa
                 profile=profile,
                 placeable=placeable,
             )
-    items = [f"{full} × full {model}"] if full else []
-    items += [f"{count} × {profile}" for profile, count in mig.items()]
+    items = [Reason(gettext_noop("%(count)s × full %(model)s"), count=full, model=model)] if full else []
+    items += [
+        Reason(gettext_noop("%(count)s × %(profile)s"), count=count, profile=profile)
+        for profile, count in mig.items()
+    ]
     template = TOGETHER[(bool(group), blank == 1)]
-    return Reason(template, items=" and ".join(items), model=model, group=group or "", blank=blank)
+    return Reason(template, items=_and(items), model=model, group=group or "", blank=blank)
+
+
+def _and(items: list[Reason]) -> Reason:
+    """`a and b and c`, each `and` translatable."""
+    joined = items[0]
+    for item in items[1:]:
+        joined = Reason(gettext_noop("%(first)s and %(next)s"), first=joined, next=item)
+    return joined
 
 
 PLACEABLE = gettext_noop(

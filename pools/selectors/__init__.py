@@ -17,9 +17,13 @@ from pools.selectors.dashboard import (
     ClusterView,
     GpuView,
     GroupView,
+    HeldPool,
+    LegendEntry,
     NodeView,
     Segment,
     dashboard,
+    legend,
+    pools_holding,
 )
 from pools.selectors.fleet import (
     fleet_snapshot,
@@ -27,6 +31,7 @@ from pools.selectors.fleet import (
 )
 from pools.selectors.requests import (
     LIVE_POOL_STATES,
+    event_reason,
     project_pools,
     project_requests,
     queue_positions,
@@ -45,6 +50,8 @@ __all__ = [
     "ClusterView",
     "GpuView",
     "GroupView",
+    "HeldPool",
+    "LegendEntry",
     "ModelSummary",
     "NodeView",
     "Segment",
@@ -53,9 +60,12 @@ __all__ = [
     "capacity_summary",
     "clusters",
     "dashboard",
+    "event_reason",
     "fleet_snapshot",
     "gpus",
+    "legend",
     "nodes",
+    "pools_holding",
     "project_pools",
     "project_requests",
     "queue_positions",

@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404
 from pools.models import (
     Allocation,
     Pool,
+    PoolEvent,
     PoolRequest,
     PoolState,
 )
@@ -113,6 +114,13 @@ def render_reason(data) -> str:
     if isinstance(data, list):
         return "; ".join(render_reason(item) for item in data)
     return data
+
+
+def event_reason(event: PoolEvent, request: PoolRequest | None) -> str:
+    """An event's why; a queue event's is shown translated while it is still the request's waiting reason."""
+    if request is not None and request.waiting_reason_data and event.reason == request.waiting_reason:
+        return render_reason(request.waiting_reason_data)
+    return event.reason
 
 
 def waiting_reason(request: PoolRequest) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from pools import selectors
+from pools.specs import profile_label
 
 register = template.Library()
 
@@ -19,3 +20,16 @@ def get_item(mapping, key):
 def waiting_reason(request) -> str:
     """Why a request waits, in the reader's language."""
     return selectors.waiting_reason(request)
+
+
+@register.filter
+def event_reason(event, request) -> str:
+    """`event|event_reason:req` — an event's why, in the reader's language when it is the request's
+    current waiting reason (whose template is stored); other reasons are people's or systems' own words."""
+    return selectors.event_reason(event, request)
+
+
+@register.filter
+def profile(name: str) -> str:
+    """`a.profile|profile` — a MIG profile's name, or "full" in the reader's language."""
+    return profile_label(name)

@@ -175,6 +175,8 @@ def _base_values(t, objects):
         "v1:project-detail": t.vision.pk,
         "v1:capacity-node-detail": node.pk,
         "v1:capacity-gpu-detail": node.gpus.first().pk,
+        "capacity-node-drain": node.pk,
+        "capacity-gpu-drain": node.gpus.first().pk,
         **dict.fromkeys(
             ["billing-invoice", "billing-invoice-act", "tenant-invoice-download", "v1:invoice-detail"],
             objects["invoice"].pk,

@@ -224,6 +224,11 @@ NOT_TENANT_SCOPED = {
     "api-tokens": "the signed-in person's own tokens",
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
+    "favicon": "the same redirect to the portal's icon for everyone (tests/portal/test_favicon.py)",
+    **dict.fromkeys(
+        ["capacity-gpu-drain", "capacity-node-drain"],
+        "operators only; anyone else gets 404 (tests/pools/test_dashboard_drain.py)",
+    ),
     **dict.fromkeys(
         [
             "monitoring-fleet",

@@ -1,0 +1,81 @@
+"""Draining and undraining a GPU or a node from the capacity dashboard: a drain first names the pools
+that keep running there (the same selector as the admin's warning), then goes through the service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from pools import selectors, services
+from pools.models import GpuCapacity, NodeCapacity
+from portal.permissions import staff_may
+
+GPU_PERMISSION = "pools.change_gpucapacity"
+NODE_PERMISSION = "pools.change_nodecapacity"
+
+
+def may_drain(request: HttpRequest) -> dict[str, bool]:
+    """Which drain buttons the dashboard shows this user."""
+    return {
+        "may_drain_gpus": staff_may(user=request.user, permission=GPU_PERMISSION),
+        "may_drain_nodes": staff_may(user=request.user, permission=NODE_PERMISSION),
+    }
+
+
+def _require(request: HttpRequest, permission: str) -> None:
+    if not staff_may(user=request.user, permission=permission):
+        raise Http404  # tenants do not learn that the page exists
+
+
+def _drain(
+    request: HttpRequest, *, name: str, held: Callable[[], list], apply: Callable[[bool], object]
+) -> HttpResponse:
+    """Undrain at once; drain only once confirmed, after a page naming the pools that stay there."""
+    if request.POST.get("action") == "undrain":
+        apply(False)
+        messages.success(request, _("%(name)s takes new work again.") % {"name": name})
+        return redirect("capacity-dashboard")
+    pools = held()
+    if request.POST.get("confirmed") != "yes":
+        return render(request, "pools/drain_confirm.html", {"name": name, "pools": pools})
+    apply(True)
+    messages.success(request, _("%(name)s is drained: it gets no new work.") % {"name": name})
+    if pools:
+        messages.warning(
+            request,
+            _("These pools keep running on what was drained: %(pools)s.")
+            % {"pools": ", ".join(p.name for p in pools)},
+        )
+    return redirect("capacity-dashboard")
+
+
+@login_required
+@require_POST
+def gpu_drain(request: HttpRequest, pk: int) -> HttpResponse:
+    _require(request, GPU_PERMISSION)
+    gpu = get_object_or_404(GpuCapacity.objects.select_related("node"), pk=pk)
+    return _drain(
+        request,
+        name=_("GPU %(index)s of %(node)s") % {"index": gpu.index, "node": gpu.node.name},
+        held=lambda: selectors.pools_holding(gpu_ids=[gpu.pk]),
+        apply=lambda drained: services.set_gpu_drained(gpu=gpu, drained=drained),
+    )
+
+
+@login_required
+@require_POST
+def node_drain(request: HttpRequest, pk: int) -> HttpResponse:
+    _require(request, NODE_PERMISSION)
+    node = get_object_or_404(NodeCapacity, pk=pk)
+    return _drain(
+        request,
+        name=_("Node %(node)s") % {"node": node.name},
+        held=lambda: selectors.pools_holding(node_ids=[node.pk]),
+        apply=lambda drained: services.set_node_drained(node=node, drained=drained),
+    )

@@ -1,0 +1,157 @@
+"""A tenant asks again: a rejected or cancelled request copied into the form, spec names people read,
+"+me" explained, and the pool page's manifest with one container per MIG device."""
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from django.conf import settings
+from django.urls import reverse
+
+from pools.manifest import pod_containers
+from pools.models import Pool, PoolRequest
+from pools.services import (
+    admit_waiting,
+    approve_request,
+    cancel_request,
+    provision_step,
+    reject_request,
+    submit_request,
+)
+from pools.sync import sync_cluster
+from tests.factories import GpuGroupFactory
+
+
+@pytest.fixture
+def fleet(sim_cluster):
+    sync_cluster(cluster=sim_cluster)
+    return sim_cluster
+
+
+def new_request_url(query: str = "", tenant: str = "acme", project: str = "vision") -> str:
+    return reverse("pool-request-new", kwargs={"tenant_slug": tenant, "slug": project}) + query
+
+
+@pytest.fixture
+def rejected(fleet, tenancy, staff_user):
+    fleet.nodes.update(group=GpuGroupFactory(cluster=fleet, name="training"))
+    asked = submit_request(
+        project=tenancy.vision,
+        user=tenancy.acme_member,
+        items=[("h200-141gb.mig-3g.71gb", 2), ("h100-80gb.full", 1)],
+        cluster=fleet,
+        purpose="training",
+        justification="fine-tune the vision model",
+    )
+    return reject_request(request_id=asked.pk, approver=staff_user("approver"), reason="too big")
+
+
+def selected(page: str, name: str) -> str | None:
+    select = re.search(rf'<select name="{name}".*?</select>', page, re.S).group(0)
+    found = re.search(r'<option value="([^"]*)"[^>]*selected', select)
+    return found.group(1) if found else None
+
+
+def test_a_rejected_request_offers_to_ask_again_with_the_same_values(rejected, tenancy, client):
+    client.force_login(tenancy.acme_member)
+    page = client.get(reverse("pool-request", kwargs={"tenant_slug": "acme", "pk": rejected.pk})).content
+    assert f'href="{new_request_url(f"?copy={rejected.pk}")}"' in page.decode()
+
+    response = client.get(new_request_url(f"?copy={rejected.pk}"))
+    form = response.content.decode()
+    assert response.status_code == 200
+    assert selected(form, "spec_0") == "h200-141gb.mig-3g.71gb"
+    assert selected(form, "spec_1") == "h100-80gb.full"
+    assert selected(form, "spec_2") in (None, "")
+    assert 'name="count_0" value="2"' in form and 'name="count_1" value="1"' in form
+    assert selected(form, "cluster") == "sim" and selected(form, "purpose") == "training"
+    assert "fine-tune the vision model</textarea>" in form
+    assert PoolRequest.objects.count() == 1  # nothing is asked until the form is sent
+
+
+def test_a_cancelled_request_offers_it_and_a_live_one_does_not(fleet, tenancy, client):
+    client.force_login(tenancy.acme_member)
+    asked = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
+    url = reverse("pool-request", kwargs={"tenant_slug": "acme", "pk": asked.pk})
+    assert "?copy=" not in client.get(url).content.decode()
+    cancel_request(request_id=asked.pk, user=tenancy.acme_member)
+    assert f"?copy={asked.pk}" in client.get(url).content.decode()
+
+
+def test_a_viewer_is_not_offered_to_ask_again(rejected, tenancy, client):
+    client.force_login(tenancy.acme_viewer)
+    page = client.get(reverse("pool-request", kwargs={"tenant_slug": "acme", "pk": rejected.pk}))
+    assert page.status_code == 200 and "?copy=" not in page.content.decode()
+
+
+@pytest.mark.parametrize("copy", ["abc", "-1", "1.5", "²", "999999", "99999999999999999999999"])
+def test_a_bad_copy_id_is_not_found(copy, rejected, tenancy, client):
+    client.force_login(tenancy.acme_member)
+    assert client.get(new_request_url(), {"copy": copy}).status_code == 404
+
+
+def test_another_tenants_request_cannot_be_copied(rejected, tenancy, client):
+    client.force_login(tenancy.globex_member)
+    assert client.get(new_request_url(f"?copy={rejected.pk}", "globex", "recsys")).status_code == 404
+    page = client.get(new_request_url("", "globex", "recsys")).content.decode()
+    assert "fine-tune the vision model" not in page
+
+
+def test_the_form_names_specs_as_people_read_them_and_explains_plus_me(fleet, tenancy, client):
+    client.force_login(tenancy.acme_member)
+    form = client.get(new_request_url()).content.decode()
+    assert '<option value="h200-141gb.mig-3g.71gb">H200-141GB 3g.71gb</option>' in form
+    assert '<option value="h100-80gb.full">H100-80GB full</option>' in form
+    assert ">h200-141gb.mig-3g.71gb<" not in form
+    assert 'aria-describedby="media-hint"' in form
+    hint = re.search(r'<p class="helptext" id="media-hint">(.*?)</p>', form, re.S).group(1)
+    assert "+me" in html.unescape(hint) and "media extension" in hint
+
+
+def test_a_mixed_pool_has_one_container_per_mig_device(fleet, tenancy, staff_user, client):
+    request = submit_request(
+        project=tenancy.vision,
+        user=tenancy.acme_member,
+        items=[("h200-141gb.mig-1g.18gb", 2), ("h200-141gb.mig-3g.71gb", 1), ("h100-80gb.full", 2)],
+    )
+    approve_request(request_id=request.pk, approver=staff_user("approver"))
+    admit_waiting()
+    pool = Pool.objects.get()
+    while provision_step(pool_id=pool.pk) != "done":
+        pass
+    client.force_login(tenancy.acme_member)
+    page = client.get(reverse("pool", kwargs={"tenant_slug": "acme", "pk": pool.pk})).content.decode()
+    manifest = yaml.safe_load(
+        html.unescape(re.search(r'<pre class="manifest" id="manifest">(.*?)</pre>', page, re.S).group(1))
+    )
+    limits = [c["resources"]["limits"] for c in manifest["spec"]["containers"]]
+    assert all(len(one) == 1 for one in limits)
+    mig = sorted(name for one in limits for name, count in one.items() if name.startswith("nvidia.com/mig-"))
+    assert mig == ["nvidia.com/mig-1g.18gb", "nvidia.com/mig-1g.18gb", "nvidia.com/mig-3g.71gb"]
+    assert all(count == 1 for one in limits for name, count in one.items() if name != "nvidia.com/gpu")
+    assert {"nvidia.com/gpu": 2} in limits
+    names = [c["name"] for c in manifest["spec"]["containers"]]
+    assert len(set(names)) == len(names)
+    assert 'data-copy="manifest"' in page and "portal/copy." in page
+
+
+def test_pod_containers_give_each_mig_device_its_own():
+    containers = pod_containers(["nvidia.com/mig-1g.18gb"] * 3 + ["nvidia.com/gpu"] * 4)
+    assert [(c.resource, c.count) for c in containers] == [
+        ("nvidia.com/gpu", 4),
+        *[("nvidia.com/mig-1g.18gb", 1)] * 3,
+    ]
+    assert pod_containers([]) == []
+
+
+def test_the_request_form_fits_a_narrow_screen():
+    css = (Path(settings.BASE_DIR) / "static/portal/portal.css").read_text()
+    # The last word on .columns.even must be the narrow screen's single column, after its two columns.
+    narrow = [
+        m.start() for m in re.finditer(r"@media \(max-width: 720px\) \{[^@]*\.columns\.even \{ grid", css)
+    ]
+    wide = css.index(".columns.even { grid-template-columns: 1fr 1fr; }")
+    assert narrow and narrow[-1] > wide
+    assert re.search(r"#request-form select[^{]*\{[^}]*max-width: 100%", css)
