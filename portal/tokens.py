@@ -83,11 +83,17 @@ def token_for_key(key: str) -> ApiToken | None:
     token = ApiToken.objects.select_related("user").filter(digest=digest(key)).first()
     if token is None or not token.user.is_active or token.status != TokenStatus.ACTIVE:
         return None
+    record_use(token)
+    return token
+
+
+def record_use(token) -> None:
+    """Note that `token` (an API or agent token: any model with `last_used_at`) was just used, writing at
+    most once per USE_RECORDED_EVERY."""
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= USE_RECORDED_EVERY:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        type(token).objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
-    return token
 
 
 def can_revoke(*, actor: AbstractBaseUser, token: ApiToken) -> bool:
