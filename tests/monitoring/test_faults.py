@@ -14,21 +14,20 @@ from monitoring.apps import FAULT_EMAIL_TOPIC
 from monitoring.collectors import GpuReading, Reading
 from monitoring.ingest import ingest
 from monitoring.models import FaultNotice, GpuEvent, GpuFault
-from pools.models import Allocation, GpuCapacity, NodeCapacity, Pool, PoolRequest, PoolState
+from pools.models import Allocation, GpuCapacity, NodeCapacity, Pool, PoolRequest
 from pools.services import (
     admit_waiting,
     approve_request,
-    provision_step,
     release_pool,
     set_gpu_drained,
     submit_request,
 )
 from pools.services.dispatch import Send
-from pools.services.provisioning import DONE
 from pools.sync import sync_cluster
 from portal.errors import Conflict, NotAllowed
 from portal.models import Preferences
 from tests.factories import ClusterFactory
+from tests.pools.test_replacement import active_pool
 
 FLEET = [
     ("h100", 1, "H100-80GB", [None] * 8),
@@ -47,19 +46,6 @@ def fleet(db, settings):
 @pytest.fixture
 def approver(staff_user):
     return staff_user("approver")
-
-
-def active_pool(project, user, approver, items) -> Pool:
-    request = submit_request(project=project, user=user, items=items)
-    approve_request(request_id=request.pk, approver=approver)
-    admit_waiting()
-    pool = Pool.objects.get(request=request)
-    for _step in range(3):
-        if provision_step(pool_id=pool.pk) == DONE:
-            break
-    pool.refresh_from_db()
-    assert pool.state == PoolState.ACTIVE
-    return pool
 
 
 def gpu_of(pool) -> GpuCapacity:
