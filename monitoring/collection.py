@@ -43,16 +43,17 @@ def collectable() -> list[Cluster]:
     ]
 
 
-def collector_for(cluster: Cluster, *, now: datetime | None = None):
+def collector_for(cluster: Cluster, *, now: datetime | None = None, clock=None):
+    """The collector of a cluster: its Prometheus when it names one, else the simulated one, reading at
+    `now` (or at whatever `clock()` says, for a replay of the past; by default, the time of reading)."""
     if cluster.prometheus_url:
         return DcgmPrometheusCollector(
             cluster.prometheus_url, timeout=settings.MONITORING_PROMETHEUS_TIMEOUT_SECONDS
         )
-    clock = (lambda: now) if now is not None else None
     return SimulatedCollector(
         hosts=simulated_hosts(cluster),
         busy=busy_instances(cluster),
-        clock=clock,
+        clock=clock if now is None else (lambda: now),
         seed=cluster.pk,
         ecc_one_in=settings.MONITORING_SIMULATED_ECC_ONE_IN,
         driver_loaded_at=cluster.created_at,

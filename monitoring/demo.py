@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
-
 from monitoring import collection, samples
-from monitoring.collectors.simulated import SimulatedCollector
 from monitoring.ingest import ingest
 from monitoring.models import Latest
 
@@ -38,14 +35,7 @@ def load(stdout) -> None:
         if cluster.prometheus_url:
             continue  # a real cluster's figures come from its Prometheus, not from the demo
         clock = _Clock(now - HISTORY)
-        collector = SimulatedCollector(
-            hosts=collection.simulated_hosts(cluster),
-            busy=collection.busy_instances(cluster),
-            clock=clock,
-            seed=cluster.pk,
-            ecc_one_in=settings.MONITORING_SIMULATED_ECC_ONE_IN,
-            driver_loaded_at=cluster.created_at,
-        )
+        collector = collection.collector_for(cluster, clock=clock)
         batch = []
         while clock.at <= now:
             batch += collector.readings()
