@@ -27,6 +27,8 @@ class BillingConfig(AppConfig):
             Link(_("Invoices"), "tenant-invoices", permission="billing.view_invoice", tenant_role="admin"),
         ),
         tenant_sections=("billing.tenant_views.tenant_section",),
+        approval_sections=("billing.tenant_views.approval_section",),
+        workspaces=(Link(_("Billing"), "billing-home", permission="billing.view_invoice"),),
         project_sections=("billing.tenant_views.project_section",),
         pool_sections=("billing.tenant_views.pool_section",),
         email_topics=(

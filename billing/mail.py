@@ -8,6 +8,8 @@ the document's row lock, so a task that runs twice or twice at once sends one e-
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage
@@ -20,7 +22,10 @@ from billing.apps import EMAIL_TOPIC
 from billing.invoicing import round_money
 from billing.models import BillingProfile, CreditNote, Invoice, InvoiceMail, InvoiceState
 from pools.services import dispatch
+from portal import mail
 from portal.models import Preferences, Role, Tenant
+
+Attachment = tuple[bytes, str, str]  # bytes, content type, file name
 
 INVOICE_EMAIL = "billing.tasks.email_invoice"
 CREDIT_NOTE_EMAIL = "billing.tasks.email_credit_note"
@@ -49,15 +54,19 @@ def recipients(tenant: Tenant) -> list[str]:
     return [admin.email for admin in admins if Preferences.wants_email(admin, EMAIL_TOPIC)]
 
 
-def _send(template: str, context: dict, to: list[str], file: tuple[bytes, str, str]) -> None:
-    """The e-mail of `template` with `file` (bytes, content type, name, as billing.exports gives them)."""
-    with translation.override(settings.LANGUAGE_CODE):
-        subject = render_to_string(f"billing/email/{template}_subject.txt", context).strip()
-        body = render_to_string(f"billing/email/{template}_message.txt", context)
-    message = EmailMessage(settings.EMAIL_SUBJECT_PREFIX + subject, body, to=to)
-    content, media, name = file
-    message.attach(name, content, media)
-    message.send()
+def _send(
+    template: str, context: dict, to: list[str], make_file: Callable[[], tuple[bytes, str, str]]
+) -> None:
+    """The e-mail of `template` with the file `make_file` gives (bytes, content type, name, as billing.exports
+    gives them), written once per language of the recipients, in that language, attachment included."""
+    for language, addresses in mail.by_language(to).items():
+        with translation.override(language):
+            subject = render_to_string(f"billing/email/{template}_subject.txt", context).strip()
+            body = render_to_string(f"billing/email/{template}_message.txt", context)
+            content, media, name = make_file()
+        message = EmailMessage(settings.EMAIL_SUBJECT_PREFIX + subject, body, to=addresses)
+        message.attach(name, content, media)
+        message.send()
 
 
 def send_invoice(invoice_id: int) -> str:
@@ -75,11 +84,9 @@ def send_invoice(invoice_id: int) -> str:
             return ALREADY_SENT
         to = recipients(invoice.tenant)
         if to:
-            with translation.override(settings.LANGUAGE_CODE):
-                file = exports.export(invoice, "pdf")
             total = round_money(invoice.total, invoice.currency)
             context = {"invoice": invoice, "tenant": invoice.tenant, "total": total}
-            _send("invoice", context, to, file)
+            _send("invoice", context, to, lambda: exports.export(invoice, "pdf"))
         InvoiceMail.objects.create(invoice=invoice, recipients=", ".join(to), sent_at=timezone.now())
     return SENT if to else NOBODY
 
@@ -100,10 +107,8 @@ def send_credit_note(credit_note_id: int) -> str:
         tenant = note.invoice.tenant
         to = recipients(tenant)
         if to:
-            with translation.override(settings.LANGUAGE_CODE):
-                file = exports.export_credit_note(note)
             total = round_money(note.total, note.currency)
             context = {"note": note, "invoice": note.invoice, "tenant": tenant, "total": total}
-            _send("credit_note", context, to, file)
+            _send("credit_note", context, to, lambda: exports.export_credit_note(note))
         InvoiceMail.objects.create(credit_note=note, recipients=", ".join(to), sent_at=timezone.now())
     return SENT if to else NOBODY

@@ -46,15 +46,27 @@ def project_section(request: HttpRequest, project: Project) -> str:
     return render_to_string("billing/_project_spend.html", context, request=request)
 
 
-def tenant_section(request: HttpRequest, tenant: Tenant) -> str:
-    """This month's cost per project of the tenant: to date, the hourly rate now, the projection."""
+def _tenant_spend_context(request: HttpRequest, tenant: Tenant) -> dict:
+    """This month's cost per project of the tenant, and its total: what its own page and an approver see."""
     now = timezone.now()
     per_pool = spend.pool_spend(pools=Pool.objects.filter(project__tenant=tenant), now=now)
     project_of = dict(Pool.objects.filter(pk__in=list(per_pool)).values_list("pk", "project_id"))
     found = spend.by_project(per_pool, project_of)
     rows = Project.objects.filter(pk__in=list(found)).order_by("name", "pk")
-    context = {"tenant": tenant, **_spend_context(request, rows, found, now)}
+    return {"tenant": tenant, **_spend_context(request, rows, found, now)}
+
+
+def tenant_section(request: HttpRequest, tenant: Tenant) -> str:
+    """This month's cost per project of the tenant: to date, the hourly rate now, the projection."""
+    context = _tenant_spend_context(request, tenant)
     return render_to_string("billing/_tenant_spend.html", context, request=request)
+
+
+def approval_section(request: HttpRequest, tenant: Tenant) -> str:
+    """On an approver's page of one of the tenant's requests: what the tenant spends this month, to date
+    and projected to the month's end, by the same figures as the tenant's own page."""
+    context = _tenant_spend_context(request, tenant)
+    return render_to_string("billing/_approval_spend.html", context, request=request)
 
 
 def pool_section(request: HttpRequest, pool: Pool) -> str:

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from monitoring import alerts
 from monitoring.models import Alert, AlertRule
 from monitoring.models.alerts import Severity
+from portal import redirects
 from portal.permissions import staff_may
 
 ALERTS_PER_PAGE = 50
@@ -67,11 +68,12 @@ def alert_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def alert_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
-    """A resolved alert is refused (409, said in words by the refusal middleware)."""
+    """A resolved alert is refused (409, said in words by the refusal middleware). Back to the alert's page,
+    or to the page the button was on (`next`, a capacity page) when it is of this site."""
     _require(request, "monitoring.change_alert")
     alert = alerts.acknowledge(alert=get_object_or_404(Alert, pk=pk), user=request.user)
     messages.success(request, _("Alert #%(pk)s acknowledged.") % {"pk": alert.pk})
-    return redirect("monitoring-alert", pk=alert.pk)
+    return redirect(redirects.back_to(request, reverse("monitoring-alert", kwargs={"pk": alert.pk})))
 
 
 @login_required

@@ -23,6 +23,8 @@ class MonitoringConfig(AppConfig):
             Link(_("GPU faults"), "monitoring-faults", permission="monitoring.view_gpufault"),
         ),
         pool_sections=("monitoring.tenant_views.pool_section", "monitoring.fault_views.pool_section"),
+        capacity_sections=("monitoring.capacity_views.section",),
+        tenant_sections=("monitoring.tenant_views.tenant_section",),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,

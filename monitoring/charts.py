@@ -53,6 +53,9 @@ MEASURES = {
 # What a tenant sees of its own pool: MIG instances report these two (power and temperature are the GPU's).
 TENANT_MEASURES = ("sm_active_pct", "memory_used_bytes")
 
+# Chart sizes in pixels: the full chart of a pool's page, or a small one among several on the tenant page.
+SIZES = {"": (900, 300), "small": (320, 110)}
+
 
 def parse_range(value: str | None) -> str:
     """The range a page asked for (the default when none); another value is refused with the choices."""
@@ -63,6 +66,19 @@ def parse_range(value: str | None) -> str:
             _("Unknown range %(value)s: choose one of %(choices)s.")
             % {"value": value[:20], "choices": ", ".join(RANGES)},
             field="range",
+        )
+    return value
+
+
+def parse_size(value: str | None) -> str:
+    """The size a page asked for (the full chart when none); another value is refused with the choices."""
+    if not value:
+        return ""
+    if value not in SIZES:
+        raise InvalidInput(
+            _("Unknown size %(value)s: choose %(choices)s or none.")
+            % {"value": value[:20], "choices": ", ".join(size for size in SIZES if size)},
+            field="size",
         )
     return value
 
@@ -81,19 +97,27 @@ def resolution_text(seconds: int) -> str:
 
 
 def lines_svg(
-    lines: list[tuple[str, list[Point]]], *, metric: str, start: datetime, end: datetime, resolution: int
+    lines: list[tuple[str, list[Point]]],
+    *,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    resolution: int,
+    size: str = "",
 ) -> bytes:
-    """One line per (name, points), each point's average, over [start, end) in the portal's time zone."""
+    """One line per (name, points), each point's average, over [start, end) in the portal's time zone; a
+    small chart has no titles and few labels (its page says what it shows)."""
     measure = MEASURES[metric]
+    width, height = SIZES[size]
     style = Style(
         background="#ffffff",
         plot_background="#ffffff",
         font_family="system-ui, sans-serif",
         colors=("#1f6f8b", "#e0a526", "#2f7d32", "#b23a48", "#6a4c93", "#5c8001", "#9aa5a0", "#c05805"),
-        label_font_size=11,
-        major_label_font_size=11,
+        label_font_size=9 if size else 11,
+        major_label_font_size=9 if size else 11,
         legend_font_size=12,
-        no_data_font_size=16,
+        no_data_font_size=11 if size else 16,
     )
     shown = [p.value / measure.scale for _name, points in lines for p in points if p.value is not None]
     # A flat line (a cool idle GPU) gets tick steps under one unit: labels need a decimal to differ.
@@ -105,17 +129,17 @@ def lines_svg(
     chart = pygal.DateTimeLine(
         style=style,
         js=[],  # interactive tooltips would load a script from another host
-        width=900,
-        height=300,
-        margin=12,
+        width=width,
+        height=height,
+        margin=4 if size else 12,
         show_dots=False,
         stroke_style={"width": 2},
         allow_interruptions=True,
         legend_at_bottom=True,
         x_label_rotation=0,
         truncate_label=-1,
-        y_title=f"{measure.label} ({measure.unit})",
-        x_title=f"{zone} · {resolution_text(resolution)}",
+        y_title=None if size else f"{measure.label} ({measure.unit})",
+        x_title=None if size else f"{zone} · {resolution_text(resolution)}",
         # pygal hands back UTC times without their zone
         x_value_formatter=lambda at: at.replace(tzinfo=UTC).astimezone(zone).strftime(shape),
         value_formatter=lambda value: f"{value:,.{digits}f}",
@@ -128,20 +152,24 @@ def lines_svg(
         values = [(p.at, None if p.value is None else p.value / measure.scale) for p in points]
         if any(value is not None for _at, value in values):
             chart.add(name, values)
-    chart.show_legend = len(chart.raw_series) > 1
+    chart.show_legend = len(chart.raw_series) > 1 and not size
+    if size and not chart.raw_series:  # a small chart without figures shows only its message
+        chart.show_x_labels = chart.show_y_labels = False
+    elif size and measure.bounds:  # and with figures, its bounds and a middle line: no crowd of labels
+        chart.y_labels = [measure.bounds[0], sum(measure.bounds) / 2, measure.bounds[1]]
     if chart.raw_series:  # pygal cannot place labels on a chart without data
-        chart.x_labels = ticks(start, end)
+        chart.x_labels = ticks(start, end, at_most=4 if size else 10)
     return without_scripts(chart.render_tree())
 
 
-def ticks(start: datetime, end: datetime) -> list[datetime]:
-    """Round moments across [start, end]: about six to ten of them."""
+def ticks(start: datetime, end: datetime, *, at_most: int = 10) -> list[datetime]:
+    """Round moments across [start, end]: no more than `at_most` of them, about six to ten by default."""
     width = (end - start).total_seconds()
     step = next(
         (
             s
             for s in (60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400, 2 * 86400, 5 * 86400)
-            if width / s <= 10
+            if width / s <= at_most
         ),
         10 * 86400,
     )
@@ -165,18 +193,18 @@ def gpu_svg(detail: selectors.GpuDetail, metric: str, chosen: str) -> bytes:
     return lines_svg(lines, metric=metric, start=start, end=end, resolution=resolution)
 
 
-def pool_svg(pool, metric: str, chosen: str) -> bytes:
-    """A pool's chart over a range: the average over its GPUs and instances and, where it holds several,
-    the busiest of them (SM activity); or the memory they hold together."""
+def pool_svg(pool, metric: str, chosen: str, size: str = "") -> bytes:
+    """A pool's chart over a range: the average over its GPUs and instances and, where it holds several
+    and the chart is not small, the busiest of them (SM activity); or the memory they hold together."""
     start, end = span(chosen)
     found = selectors.pool_series(pool=pool, metric=metric, start=start, end=end, now=end)
     if metric == "memory_used_bytes":
         lines = [(_("in all"), found.points)]
     else:
         lines = [(_("average"), found.points)]
-        if found.instances > 1:
+        if found.instances > 1 and not size:
             lines.append((_("busiest"), [Point(p.at, p.high, p.high, p.high) for p in found.points]))
-    return lines_svg(lines, metric=metric, start=start, end=end, resolution=found.resolution)
+    return lines_svg(lines, metric=metric, start=start, end=end, resolution=found.resolution, size=size)
 
 
 def refusal(error: InvalidInput) -> HttpResponse:

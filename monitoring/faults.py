@@ -38,6 +38,7 @@ from pools.models import Allocation, GpuCapacity, Pool
 from pools.selectors import LIVE_POOL_STATES
 from pools.services import capacity, dispatch
 from pools.services.replacement import Replaceability, replaceable_pools
+from portal import mail
 from portal.errors import Conflict, NotAllowed
 from portal.models import Preferences, Role
 from portal.permissions import staff_may
@@ -182,15 +183,14 @@ def _send_notice(notice_id: int) -> str:
             "pool": pool,
             "tenant": tenant,
             "project": pool.project,
-            "what": describe(fault),
             "pool_link": settings.PORTAL_BASE_URL
             + reverse("pool", kwargs={"tenant_slug": tenant.slug, "pk": pool.pk}),
             "faults_link": settings.PORTAL_BASE_URL + reverse("monitoring-faults"),
         }
-        with translation.override(settings.LANGUAGE_CODE):
-            for audience, addresses in (("tenant", to.tenant), ("approvers", to.approvers)):
-                if addresses:
-                    _send(f"fault_{audience}", context, addresses)
+        for audience, addresses in (("tenant", to.tenant), ("approvers", to.approvers)):
+            for language, group in mail.by_language(addresses).items():
+                with translation.override(language):
+                    _send(f"fault_{audience}", {**context, "what": describe(fault)}, group)
         notice.recipients = ", ".join([*to.tenant, *to.approvers])
         notice.sent_at = timezone.now()
         notice.save(update_fields=["recipients", "sent_at"])

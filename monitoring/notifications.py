@@ -30,6 +30,7 @@ from django.utils import timezone, translation
 
 from monitoring.apps import EMAIL_TOPIC
 from monitoring.models import Alert, AlertDelivery
+from portal import mail
 from portal.models import Preferences
 from portal.roles import PlatformRole
 
@@ -96,7 +97,8 @@ def payload(alert: Alert, event: str) -> dict:
 def _email(delivery: AlertDelivery) -> None:
     alert = delivery.alert
     context = {"alert": alert, "event": delivery.event, "link": alert_url(alert)}
-    with translation.override(settings.LANGUAGE_CODE):
+    (language,) = mail.by_language([delivery.target])
+    with translation.override(language):
         subject = render_to_string("monitoring/email/alert_subject.txt", context).strip()
         body = render_to_string("monitoring/email/alert_message.txt", context)
     EmailMessage(settings.EMAIL_SUBJECT_PREFIX + subject, body, to=[delivery.target]).send()

@@ -15,12 +15,27 @@ class PoolsConfig(AppConfig):
     plugin = AppPlugin(
         urls="pools.urls",
         api="pools.api.urls",
-        nav=(Link(_("Capacity"), "capacity-dashboard", permission="pools.view_gpucapacity"),),
+        nav=(
+            Link(
+                _("Approvals"),
+                "approvals",
+                permission="pools.approve_poolrequest",
+                count="pools.approval_views.awaiting_count",
+            ),
+            Link(_("Capacity"), "capacity-dashboard", permission="pools.view_gpucapacity"),
+        ),
+        # Approvers land on their queue, operators on the capacity dashboard.
+        workspaces=(
+            Link(_("Approvals"), "approvals", permission="pools.approve_poolrequest"),
+            Link(_("Capacity"), "capacity-dashboard", permission="pools.view_gpucapacity"),
+        ),
         tenant_tabs=(
             Link(_("All requests"), "tenant-requests"),
             Link(_("All pools"), "tenant-pools"),
         ),
         project_sections=("pools.views.project_section",),
+        tenant_sections=("pools.views.tenant_section",),
+        tenant_figures=("pools.views.tenant_figures",),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,

@@ -1,5 +1,6 @@
-"""Draining and undraining a GPU or a node from the capacity dashboard: a drain first names the pools
-that keep running there (the same selector as the admin's warning), then goes through the service."""
+"""Draining and undraining a GPU or a node from the capacity pages: a drain first names the pools
+that keep running there (the same selector as the admin's warning), then goes through the service;
+either way the operator goes back to the capacity page they came from (`next`, when it is of this site)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from pools import selectors, services
 from pools.models import GpuCapacity, NodeCapacity
+from portal import redirects
 from portal.permissions import staff_may
 
 GPU_PERMISSION = "pools.change_gpucapacity"
@@ -28,6 +31,11 @@ def may_drain(request: HttpRequest) -> dict[str, bool]:
     }
 
 
+def back_to(request: HttpRequest) -> str:
+    """The capacity page the button was pressed on (`next`), else the capacity overview."""
+    return redirects.back_to(request, reverse("capacity-dashboard"))
+
+
 def _require(request: HttpRequest, permission: str) -> None:
     if not staff_may(user=request.user, permission=permission):
         raise Http404  # tenants do not learn that the page exists
@@ -40,10 +48,11 @@ def _drain(
     if request.POST.get("action") == "undrain":
         apply(False)
         messages.success(request, _("%(name)s takes new work again.") % {"name": name})
-        return redirect("capacity-dashboard")
+        return redirect(back_to(request))
     pools = held()
     if request.POST.get("confirmed") != "yes":
-        return render(request, "pools/drain_confirm.html", {"name": name, "pools": pools})
+        context = {"name": name, "pools": pools, "next": back_to(request)}
+        return render(request, "pools/drain_confirm.html", context)
     apply(True)
     messages.success(request, _("%(name)s is drained: it gets no new work.") % {"name": name})
     if pools:
@@ -52,7 +61,7 @@ def _drain(
             _("These pools keep running on what was drained: %(pools)s.")
             % {"pools": ", ".join(p.name for p in pools)},
         )
-    return redirect("capacity-dashboard")
+    return redirect(back_to(request))
 
 
 @login_required

@@ -7,14 +7,28 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Cluster, GpuGroup, PoolRequest
+from pools.services.requests import MAX_ITEMS
 from pools.specs import Spec
 from portal.models import Project
 
-ITEM_ROWS = 4
+ITEM_ROWS = 4  # lines of spec × count a new form shows; "Add a line" gives more, up to MAX_ITEMS
+
+
+def rows_for(*sources: Mapping | None, more: int = 0) -> int:
+    """How many item lines a form needs to show the `spec_<n>` values of `sources` (posted data, initial
+    values), with `more` empty lines after them: at least ITEM_ROWS, at most MAX_ITEMS."""
+    used = [
+        int(key[5:]) + 1
+        for source in sources
+        if source
+        for key in source
+        if key.startswith("spec_") and key[5:].isascii() and key[5:].isdigit() and source.get(key)
+    ]
+    return min(MAX_ITEMS, max(ITEM_ROWS, max(used, default=0) + more))
 
 
 class PoolRequestForm(forms.Form):
-    """Up to four lines of spec × count, where to place them, and why."""
+    """Lines of spec × count (`rows` of them), where to place them, and why."""
 
     cluster = forms.ModelChoiceField(
         label=_("Cluster"),
@@ -28,13 +42,14 @@ class PoolRequestForm(forms.Form):
         label=_("Why you need it"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 3})
     )
 
-    def __init__(self, *args, specs=(), **kwargs):
+    def __init__(self, *args, specs=(), rows: int = ITEM_ROWS, **kwargs):
         super().__init__(*args, **kwargs)
+        self.rows = rows
         # People read `H100-80GB 3g.40gb`, as a request's items show it; the value stays the spec's id.
         choices = [("", "—")] + [(spec.id, spec.label) for spec in specs]
         # A `+me` choice is explained by the hint under the list, which the selects point at.
         hint = {"aria-describedby": "media-hint"} if any(spec.media_extension for spec in specs) else {}
-        for n in range(ITEM_ROWS):
+        for n in range(rows):
             self.fields[f"spec_{n}"] = forms.ChoiceField(
                 label=_("GPU"), choices=choices, required=False, widget=forms.Select(attrs=hint)
             )
@@ -45,24 +60,28 @@ class PoolRequestForm(forms.Form):
         self.fields["purpose"].choices = [("", _("any"))] + [(g, g) for g in groups]
 
     def item_rows(self):
-        return [(self[f"spec_{n}"], self[f"count_{n}"]) for n in range(ITEM_ROWS)]
+        return [(self[f"spec_{n}"], self[f"count_{n}"]) for n in range(self.rows)]
+
+    @property
+    def may_add_row(self) -> bool:
+        return self.rows < MAX_ITEMS
 
     def items(self) -> list[tuple[str, int]]:
         data = self.cleaned_data
         return [
-            (data[f"spec_{n}"], data[f"count_{n}"] or 1) for n in range(ITEM_ROWS) if data.get(f"spec_{n}")
+            (data[f"spec_{n}"], data[f"count_{n}"] or 1) for n in range(self.rows) if data.get(f"spec_{n}")
         ]
 
 
 def copied_request(request: PoolRequest) -> dict:
-    """The initial values of a new request asking for the same as `request`: its items (as many
-    as the form has rows), cluster, workload type and justification."""
+    """The initial values of a new request asking for the same as `request`: its items, cluster,
+    workload type and justification."""
     initial = {
         "cluster": request.cluster.name if request.cluster else None,
         "purpose": request.purpose,
         "justification": request.justification,
     }
-    for n, item in enumerate(list(request.items.all())[:ITEM_ROWS]):
+    for n, item in enumerate(request.items.all()):
         initial[f"spec_{n}"] = Spec(item.gpu_model, item.profile).id
         initial[f"count_{n}"] = item.count
     return initial

@@ -1,7 +1,10 @@
-"""The example pod manifest of a pool page: which container asks for which GPU resources.
+"""The example pod manifest of a pool page: which pod runs on which node, and which container asks for
+which GPU resources.
 
-A CUDA process sees one MIG device, so each MIG instance gets a container of its own that asks for
-exactly one `nvidia.com/mig-…` resource; whole GPUs can share one container (`nvidia.com/gpu: N`).
+A pod runs on one node, so a pool whose instances lie on several nodes gets one pod per node, pinned
+there by the node's `kubernetes.io/hostname` label. A CUDA process sees one MIG device, so each MIG
+instance gets a container of its own that asks for exactly one `nvidia.com/mig-…` resource; whole GPUs
+can share one container (`nvidia.com/gpu: N`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,13 @@ class Container:
     count: int
 
 
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    node: str
+    containers: list[Container]
+
+
 def pod_containers(resource_names: Iterable[str]) -> list[Container]:
     """One container for the whole GPUs, then one per MIG instance, from the live allocations'
     resource names (one name per allocation)."""
@@ -30,3 +40,15 @@ def pod_containers(resource_names: Iterable[str]) -> list[Container]:
     for n, name in enumerate(sorted(r for r in names if r != FULL_GPU_RESOURCE)):
         containers.append(Container(f"mig-{n}", name, 1))
     return containers
+
+
+def pods(placed: Iterable[tuple[str, str]]) -> list[Pod]:
+    """One pod per node, in node order, from the live allocations' (node name, resource name) pairs."""
+    by_node: dict[str, list[str]] = {}
+    for node, resource in placed:
+        by_node.setdefault(node, []).append(resource)
+    nodes = sorted(by_node)
+    return [
+        Pod("gpu-job" if len(nodes) == 1 else f"gpu-job-{n}", node, pod_containers(by_node[node]))
+        for n, node in enumerate(nodes, start=1)
+    ]

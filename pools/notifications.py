@@ -18,6 +18,7 @@ from django.utils import timezone, translation
 from pools.apps import EMAIL_TOPIC
 from pools.models import PoolEvent, PoolState, RequestState
 from pools.services import dispatch
+from portal import mail
 from portal.models import Preferences
 
 NOTIFIED = {
@@ -63,7 +64,7 @@ def send_event_email(event_id: int) -> str:
             "pool": event.pool,
             "link": settings.PORTAL_BASE_URL + link,
         }
-        with translation.override(settings.LANGUAGE_CODE):
+        with translation.override(mail.language_of(person)):
             subject = render_to_string(f"pools/email/{event.to_state}_subject.txt", context).strip()
             body = render_to_string(f"pools/email/{event.to_state}_message.txt", context)
         EmailMultiAlternatives(settings.EMAIL_SUBJECT_PREFIX + subject, body, to=[person.email]).send()

@@ -2,10 +2,17 @@
 
 from django.urls import path
 
-from pools import drain_views, views
+from pools import approval_views, capacity_views, drain_views, views
 
 urlpatterns = [
-    path("capacity/", views.dashboard, name="capacity-dashboard"),
+    path("approvals/", approval_views.approvals_list, name="approvals"),
+    path("approvals/<int:pk>/", approval_views.approval_detail, name="approval"),
+    path("approvals/<int:pk>/approve/", approval_views.approval_approve, name="approval-approve"),
+    path("approvals/<int:pk>/reject/", approval_views.approval_reject, name="approval-reject"),
+    path("approvals/<int:pk>/priority/", approval_views.approval_priority, name="approval-priority"),
+    path("capacity/", capacity_views.dashboard, name="capacity-dashboard"),
+    path("capacity/clusters/<int:pk>/groups/<str:group>/", capacity_views.group, name="capacity-group"),
+    path("capacity/nodes/<int:pk>/", capacity_views.node, name="capacity-node"),
     path("capacity/gpus/<int:pk>/drain/", drain_views.gpu_drain, name="capacity-gpu-drain"),
     path("capacity/nodes/<int:pk>/drain/", drain_views.node_drain, name="capacity-node-drain"),
     path("t/<slug:tenant_slug>/p/<slug:slug>/request/", views.request_new, name="pool-request-new"),

@@ -1,4 +1,5 @@
-"""Pages of the pools app: the operators' GPU dashboard, and the tenants' requests and pools."""
+"""Pages of the pools app: the tenants' requests and pools (the operators' capacity pages are in
+capacity_views.py)."""
 
 from __future__ import annotations
 
@@ -11,49 +12,30 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods, require_POST
 
-from pools import mig, selectors, services
-from pools.drain_views import may_drain
-from pools.forms import ListFilterForm, PoolRequestForm, copied_request
-from pools.manifest import pod_containers
+from pools import selectors, services
+from pools.forms import ListFilterForm, PoolRequestForm, copied_request, rows_for
+from pools.manifest import pods
 from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from portal import selectors as tenancy
 from portal import shell
 from portal.errors import PortalError
-from portal.permissions import can_request_pools, require_pool_requester, staff_may
+from portal.permissions import can_request_pools, require_pool_requester
 
 LIST_PAGE_SIZE = 50
+# Seconds between refreshes of a page region showing work in between (static/portal/portal.js).
+REFRESH_SECONDS = 10
 
 
-def _require_capacity_viewer(request: HttpRequest) -> None:
-    if not staff_may(user=request.user, permission="pools.view_gpucapacity"):
-        raise Http404  # tenants do not learn that the page exists
-
-
-@login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    _require_capacity_viewer(request)
-    summary = selectors.capacity_summary()
-    totals = {
-        "gpus": sum(s.gpus for s in summary),
-        "compute_total": sum(s.compute_total for s in summary),
-        "compute_allocated": sum(s.compute_allocated for s in summary),
-        "compute_free": sum(s.compute_free for s in summary),
-        "compute_stranded": sum(s.compute_stranded for s in summary),
-    }
-    clusters = selectors.dashboard()
-    context = {
-        "clusters": clusters,
-        "legend": selectors.legend(clusters),
-        "summary": summary,
-        "totals": totals,
-        "memory_slices": range(mig.MEMORY_SLICES),
-        **may_drain(request),
-    }
-    return render(request, "pools/dashboard.html", context)
+def refresh_while(moving: bool) -> int | None:
+    """The `data-refresh` of a region: set while something in it is in between, so that refreshing stops by
+    itself once it settles."""
+    return REFRESH_SECONDS if moving else None
 
 
 @login_required
@@ -66,13 +48,17 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
         context = {"project": project, "tenant": project.tenant, "reason": error.message}
         return render(request, "pools/request_forbidden.html", context, status=error.status_code)
     offered = selectors.spec_offers()
-    form = PoolRequestForm(
-        request.POST if request.method == "POST" else None,
-        specs=[o.spec for o in offered],
-        initial=_copy_of(request, tenant_slug) if request.method == "GET" else None,
-    )
+    specs = [o.spec for o in offered]
+    if request.method == "GET":
+        initial = _copy_of(request, tenant_slug)
+        form = PoolRequestForm(specs=specs, initial=initial, rows=rows_for(initial))
+    elif "add_row" in request.POST:  # "Add a line": the same form again, one empty line longer, unsent
+        kept = request.POST.dict()
+        form = PoolRequestForm(specs=specs, initial=kept, rows=rows_for(kept, more=1))
+    else:
+        form = PoolRequestForm(request.POST, specs=specs, rows=rows_for(request.POST))
     status = 200
-    if request.method == "POST":
+    if request.method == "POST" and "add_row" not in request.POST:
         status = 400
         if form.is_valid():
             try:
@@ -119,6 +105,7 @@ def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespo
         "position": selectors.queue_positions().get(found.pk),
         "pool": getattr(found, "pool", None),
         "can_request": can_request_pools(user=request.user, tenant_id=found.project.tenant_id),
+        "refresh": refresh_while(found.state in selectors.WAITING_REQUEST_STATES),
     }
     return render(request, "pools/request_detail.html", context)
 
@@ -155,8 +142,9 @@ def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
         "project": pool.project,
         "tenant": pool.project.tenant,
         "allocations": pool.allocations.all(),
-        "containers": pod_containers(a.resource_name for a in live),
+        "pods": pods((a.gpu.node.name, a.resource_name) for a in live),
         "sections": shell.pool_sections(request, pool),
+        "refresh": refresh_while(pool.state in selectors.MOVING_POOL_STATES),
     }
     return render(request, "pools/pool_detail.html", context)
 
@@ -217,12 +205,54 @@ def project_section(request: HttpRequest, project) -> str:
     return render_to_string("pools/_project_pools.html", context, request=request)
 
 
+# The id of the tenant page's GPU part: the region that refreshes itself, and where the home page links.
+TENANT_SECTION_ID = "tenant-gpu-pools"
+
+
+def tenant_section(request: HttpRequest, tenant) -> str:
+    """The tenant page's GPU part: its live pools and its waiting requests, the latest few of each that the
+    viewer may see, with why each request waits and where it stands in the queue."""
+    pools, more_pools = _latest(selectors.tenant_live_pools(user=request.user, tenant=tenant))
+    requests, more_requests = _latest(selectors.tenant_waiting_requests(user=request.user, tenant=tenant))
+    moving = bool(requests) or any(pool.state in selectors.MOVING_POOL_STATES for pool in pools)
+    context = {
+        "tenant": tenant,
+        "pools": pools,
+        "more_pools": more_pools,
+        "requests": requests,
+        "more_requests": more_requests,
+        "positions": selectors.queue_positions() if requests else {},
+        "latest": PROJECT_PAGE_LATEST,
+        "section_id": TENANT_SECTION_ID,
+        "refresh": refresh_while(moving),
+    }
+    return render_to_string("pools/_tenant_pools.html", context, request=request)
+
+
+def tenant_figures(user, tenants) -> dict[int, list[shell.Figure]]:
+    """The home page's figures of each tenant: live pools and waiting requests, in one query for all."""
+    counts = selectors.tenant_counts(user=user, tenant_ids=[tenant.pk for tenant in tenants])
+    figures = {}
+    for tenant in tenants:
+        pools, waiting = counts.get(tenant.pk, (0, 0))
+        listed = reverse("tenant", kwargs={"slug": tenant.slug}) + "#" + TENANT_SECTION_ID  # both are there
+        figures[tenant.pk] = [
+            shell.Figure(ngettext("live pool", "live pools", pools), pools, listed),
+            shell.Figure(ngettext("request waiting", "requests waiting", waiting), waiting, listed),
+        ]
+    return figures
+
+
 @login_required
 def tenant_requests(request: HttpRequest, tenant_slug: str) -> HttpResponse:
     context, status = _tenant_list(
         request, tenant_slug, rows=selectors.tenant_requests, states=RequestState.choices
     )
-    context["positions"] = selectors.queue_positions() if context["page"] is not None else {}
+    page = context["page"]
+    context["positions"] = selectors.queue_positions() if page is not None else {}
+    context["refresh"] = refresh_while(
+        page is not None and any(r.state in selectors.WAITING_REQUEST_STATES for r in page)
+    )
     return render(request, "pools/tenant_requests.html", context, status=status)
 
 
@@ -230,5 +260,9 @@ def tenant_requests(request: HttpRequest, tenant_slug: str) -> HttpResponse:
 def tenant_pools(request: HttpRequest, tenant_slug: str) -> HttpResponse:
     context, status = _tenant_list(
         request, tenant_slug, rows=selectors.tenant_pools, states=PoolState.choices
+    )
+    page = context["page"]
+    context["refresh"] = refresh_while(
+        page is not None and any(p.state in selectors.MOVING_POOL_STATES for p in page)
     )
     return render(request, "pools/tenant_pools.html", context, status=status)

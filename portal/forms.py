@@ -54,11 +54,19 @@ class TokenForm(forms.Form):
 
 
 class PreferencesForm(forms.Form):
-    """One box per e-mail topic that an app declares, ticked when the person wants those e-mails."""
+    """The language of a person's e-mails, and one box per e-mail topic that an app declares, ticked when
+    the person wants those e-mails."""
 
     def __init__(self, data=None, *, instance: Preferences):
         super().__init__(data)
         self.instance = instance
+        self.fields["language"] = forms.ChoiceField(
+            label=_("Language of e-mails"),
+            choices=settings.LANGUAGES,
+            initial=instance.language or settings.LANGUAGE_CODE,
+            required=False,  # left out: unchanged
+            help_text=_("Choosing a language in the menu at the top changes it too."),
+        )
         for topic in email_topics():
             self.fields[f"email_{topic.key}"] = forms.BooleanField(
                 label=topic.label,
@@ -67,13 +75,18 @@ class PreferencesForm(forms.Form):
                 initial=topic.key not in instance.emails_off,
             )
 
+    @property
+    def has_topics(self) -> bool:
+        return any(name.startswith("email_") for name in self.fields)
+
     def save(self) -> Preferences:
         topics = email_topics()
         known = {topic.key for topic in topics}
         kept = [key for key in self.instance.emails_off if key not in known]  # of an app no longer installed
         off = [topic.key for topic in topics if not self.cleaned_data[f"email_{topic.key}"]]
         self.instance.emails_off = kept + off
-        self.instance.save(update_fields=["emails_off"])
+        self.instance.language = self.cleaned_data["language"] or self.instance.language
+        self.instance.save(update_fields=["emails_off", "language"])
         return self.instance
 
 

@@ -336,6 +336,13 @@ class Preferences(models.Model):
         blank=True,
         help_text=_("Keys of the e-mail topics this person does not want."),
     )
+    language = models.CharField(
+        _("language of e-mails"),
+        max_length=10,
+        choices=settings.LANGUAGES,
+        blank=True,
+        help_text=_("The language the portal writes to this person in; the one they last chose, if any."),
+    )
 
     class Meta:
         verbose_name = _("preferences")

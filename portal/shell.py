@@ -34,6 +34,8 @@ class Link:
     url_name: str
     permission: str | None = None
     tenant_role: str | None = None
+    # Dotted path of `count(user) -> int`: a number shown beside the link when above zero (work waiting).
+    count: str | None = None
 
     def visible_to(self, user) -> bool:
         from portal.permissions import staff_may  # AppConfigs import this module before models can load
@@ -73,7 +75,15 @@ class AppPlugin:
       `render_to_string`), shown in order on a project page; anything else is escaped.
     - `tenant_sections`, `pool_sections`: the same for a tenant's page (`section(request, tenant)`, after
       its projects) and a pool's page (`section(request, pool)`).
+    - `approval_sections`: the same for the approver's page of one request (`section(request, tenant)`, the
+      tenant asking): what an approver weighs besides capacity, such as what the tenant spends.
+    - `capacity_sections`: the same for the operators' capacity pages (`section(request, scope)`, with
+      `scope` a `CapacityScope`): what an app knows of the GPUs on screen, such as health and alerts.
+    - `tenant_figures`: dotted paths of `figures(user, tenants) -> {tenant id: [Figure, ...]}`, numbers shown
+      beside each tenant on the home page, answered for all the tenants at once (no query per tenant).
     - `email_topics`: the e-mails it sends, each of which a person may turn off.
+    - `workspaces`: pages where platform staff who belong to no tenant land after signing in, most
+      important first, each for the staff holding its `permission` (see `workspace_for`).
     """
 
     urls: str | None = None
@@ -83,7 +93,11 @@ class AppPlugin:
     project_sections: tuple[str, ...] = ()
     tenant_sections: tuple[str, ...] = ()
     pool_sections: tuple[str, ...] = ()
+    approval_sections: tuple[str, ...] = ()
+    capacity_sections: tuple[str, ...] = ()
+    tenant_figures: tuple[str, ...] = ()
     email_topics: tuple[EmailTopic, ...] = ()
+    workspaces: tuple[Link, ...] = ()
 
 
 def plugins() -> list[AppPlugin]:
@@ -96,20 +110,44 @@ def plugins() -> list[AppPlugin]:
 
 
 @dataclass(frozen=True)
+class CapacityScope:
+    """What a capacity page shows: the whole fleet, one cluster, one group of it, or one node. Ids of
+    rows in the pools app; `gpu_ids` are the GPUs drawn on the page (empty above node level);
+    `ungrouped` (with a cluster and no group) means the cluster's nodes in no GPU group."""
+
+    cluster_id: int | None = None
+    group_id: int | None = None
+    node_id: int | None = None
+    gpu_ids: tuple[int, ...] = ()
+    ungrouped: bool = False
+
+
+@dataclass(frozen=True)
 class Shown:
     """A link as a page draws it."""
 
     label: str
     url: str
+    count: int = 0
 
 
 def nav_links(user) -> list[Shown]:
     return [
-        Shown(link.label, reverse(link.url_name))
+        Shown(link.label, reverse(link.url_name), import_string(link.count)(user) if link.count else 0)
         for plugin in plugins()
         for link in plugin.nav
         if link.visible_to(user)
     ]
+
+
+def workspace_for(user) -> str | None:
+    """The URL of the first workspace the user may open (apps in INSTALLED_APPS order, each app's in its
+    order), or None: where staff without a tenant land instead of an empty home page."""
+    for plugin in plugins():
+        for link in plugin.workspaces:
+            if link.permission and link.visible_to(user):
+                return reverse(link.url_name)
+    return None
 
 
 def tenant_tabs(user, tenant_slug: str) -> list[Shown]:
@@ -134,6 +172,34 @@ def tenant_sections(request, tenant) -> list[str]:
 def pool_sections(request, pool) -> list[str]:
     paths = [path for plugin in plugins() for path in plugin.pool_sections]
     return [import_string(path)(request, pool) for path in paths]
+
+
+def approval_sections(request, tenant) -> list[str]:
+    paths = [path for plugin in plugins() for path in plugin.approval_sections]
+    return [import_string(path)(request, tenant) for path in paths]
+
+
+def capacity_sections(request, scope: CapacityScope) -> list[str]:
+    paths = [path for plugin in plugins() for path in plugin.capacity_sections]
+    return [import_string(path)(request, scope) for path in paths]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number about a tenant at a glance, such as its live pools; `url` is where they are listed."""
+
+    label: str
+    value: int
+    url: str = ""
+
+
+def tenant_figures(user, tenants) -> dict[int, list[Figure]]:
+    """Every app's figures of each tenant, by tenant id, in the order of INSTALLED_APPS."""
+    found: dict[int, list[Figure]] = {tenant.pk: [] for tenant in tenants}
+    for path in [path for plugin in plugins() for path in plugin.tenant_figures]:
+        for tenant_id, figures in import_string(path)(user, tenants).items():
+            found.setdefault(tenant_id, []).extend(figures)
+    return found
 
 
 def email_topics() -> list[EmailTopic]:

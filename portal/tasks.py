@@ -13,6 +13,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 
+from portal import mail
 from portal.models import Invitation
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ def send_invitation(invitation_id: int) -> str:
             "accept_url": settings.PORTAL_BASE_URL
             + reverse("invitation", kwargs={"token": invitation.token}),
         }
-        with translation.override(settings.LANGUAGE_CODE):
+        # The invitee has no account yet: they are written to in the language of who invited them.
+        with translation.override(mail.language_of(invitation.invited_by)):
             subject = render_to_string("portal/email/invitation_subject.txt", context).strip()
             body = render_to_string("portal/email/invitation_message.txt", context)
         message = EmailMultiAlternatives(

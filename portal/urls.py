@@ -40,7 +40,7 @@ urlpatterns = [
     path("accounts/tokens/", views.api_tokens, name="api-tokens"),
     path("accounts/tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("accounts/", include("allauth.urls")),
-    path("i18n/", include("django.conf.urls.i18n")),
+    path("i18n/setlang/", views.set_language, name="set_language"),
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -9,10 +9,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
 from django.utils.translation import gettext as _
+from django.views import i18n
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal import selectors, services, shell, tokens
+from portal import mail, selectors, services, shell, tokens
 from portal.adapters import INVITATION_SESSION_KEY
 from portal.errors import InvalidInput, PortalError
 from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, ProjectForm, TokenForm
@@ -28,7 +29,12 @@ def favicon(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "portal/home.html", {"memberships": selectors.my_memberships(user=request.user)})
+    memberships = list(selectors.my_memberships(user=request.user))
+    if not memberships and (workspace := shell.workspace_for(request.user)):
+        return redirect(workspace)  # platform staff without a tenant land on their own workspace
+    figures = shell.tenant_figures(request.user, [membership.tenant for membership in memberships])
+    rows = [(membership, figures.get(membership.tenant_id, [])) for membership in memberships]
+    return render(request, "portal/home.html", {"rows": rows})
 
 
 def _tenant_page(request, tenant, *, status=200, project_form=None, invitation_form=None):
@@ -193,14 +199,24 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def preferences(request: HttpRequest) -> HttpResponse:
-    """Which e-mails a person wants."""
+    """Which e-mails a person wants, and in which language."""
     current, _created = Preferences.objects.get_or_create(user=request.user)
     form = PreferencesForm(request.POST if request.method == "POST" else None, instance=current)
     if request.method == "POST" and form.is_valid():
         form.save()
         messages.success(request, _("Your preferences are saved."))
         return redirect("preferences")
-    return render(request, "portal/preferences.html", {"form": form})
+    status = 400 if request.method == "POST" else 200
+    return render(request, "portal/preferences.html", {"form": form}, status=status)
+
+
+@require_POST
+def set_language(request: HttpRequest) -> HttpResponse:
+    """The language menu: Django's own view, and the choice kept as the language of the person's e-mails."""
+    response = i18n.set_language(request)
+    if request.user.is_authenticated:
+        mail.remember_language(request.user, request.POST.get("language", ""))
+    return response
 
 
 @never_cache  # the page may carry a new key: no cache keeps it

@@ -105,9 +105,38 @@ class ClusterUsage(_Shares):
     memory_total_bytes: int
 
 
-def cluster_usage(*, now: datetime | None = None) -> list[ClusterUsage]:
+def _node_scope(
+    *, cluster_id: int | None, group_id: int | None, ungrouped: bool, node_id: int | None
+) -> tuple[str, dict]:
+    """The SQL condition (on node `n`, to follow a WHERE) and parameters that keep one cluster, one GPU
+    group of it (or, `ungrouped`, its nodes in no group) or one node; empty for the whole fleet."""
+    conditions, params = [], {}
+    if cluster_id is not None:
+        conditions.append("n.cluster_id = %(scope_cluster)s")
+        params["scope_cluster"] = cluster_id
+    if group_id is not None:
+        conditions.append("n.group_id = %(scope_group)s")
+        params["scope_group"] = group_id
+    elif ungrouped:
+        conditions.append("n.group_id IS NULL")
+    if node_id is not None:
+        conditions.append("n.id = %(scope_node)s")
+        params["scope_node"] = node_id
+    return "".join(f" AND {condition}" for condition in conditions), params
+
+
+def cluster_usage(
+    *,
+    now: datetime | None = None,
+    cluster_id: int | None = None,
+    group_id: int | None = None,
+    ungrouped: bool = False,
+    node_id: int | None = None,
+) -> list[ClusterUsage]:
     """Per cluster, in one query: present GPUs and their fresh figures; compute slices in all, allocated,
-    measured and used (see the module's words)."""
+    measured and used (see the module's words). With `cluster_id`, that cluster only, and within it one GPU
+    group (`group_id`), its nodes in no group (`ungrouped`) or one node (`node_id`) when given."""
+    nodes, scope = _node_scope(cluster_id=cluster_id, group_id=group_id, ungrouped=ungrouped, node_id=node_id)
     sql = f"""
         WITH {_HELD},
         gpus AS (
@@ -118,7 +147,7 @@ def cluster_usage(*, now: datetime | None = None) -> list[ClusterUsage]:
             FROM pools_gpucapacity g
             JOIN pools_nodecapacity n ON n.id = g.node_id
             LEFT JOIN monitoring_latest l ON l.gpu_id = g.id AND l.slot = {WHOLE_GPU} AND l.at >= %(fresh)s
-            WHERE g.present AND n.present
+            WHERE g.present AND n.present{nodes}
             GROUP BY n.cluster_id
         ),
         busy AS (
@@ -129,7 +158,7 @@ def cluster_usage(*, now: datetime | None = None) -> list[ClusterUsage]:
             JOIN pools_gpucapacity g ON g.id = h.gpu_id
             JOIN pools_nodecapacity n ON n.id = g.node_id
             LEFT JOIN monitoring_latest l ON l.gpu_id = h.gpu_id AND l.slot = h.slot AND l.at >= %(fresh)s
-            WHERE h.released_at IS NULL
+            WHERE h.released_at IS NULL{nodes}
             GROUP BY n.cluster_id
         )
         SELECT c.id, c.name, COALESCE(gpus.gpus, 0), COALESCE(gpus.reporting, 0),
@@ -140,9 +169,10 @@ def cluster_usage(*, now: datetime | None = None) -> list[ClusterUsage]:
         FROM pools_cluster c
         LEFT JOIN gpus ON gpus.cluster_id = c.id
         LEFT JOIN busy ON busy.cluster_id = c.id
+        {"WHERE c.id = %(scope_cluster)s" if cluster_id is not None else ""}
         ORDER BY c.name
     """
-    rows = _fetch(sql, {**_held_params(), "fresh": fresh_since(now)})
+    rows = _fetch(sql, {**_held_params(), "fresh": fresh_since(now), **scope})
     return [ClusterUsage(*row) for row in rows]
 
 

@@ -259,6 +259,8 @@ class PoolEvent(models.Model):
     from_state = models.CharField(_("from"), max_length=16, blank=True)
     to_state = models.CharField(_("to"), max_length=16)
     reason = models.TextField(_("why"), blank=True)
+    # The reason's template and values where it has them, so that each reader sees it in their language.
+    reason_data = models.JSONField(null=True, blank=True, editable=False)
     emailed_at = models.DateTimeField(_("e-mailed"), null=True, blank=True)
 
     class Meta:

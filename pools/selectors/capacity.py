@@ -14,11 +14,12 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
 from pools import capacity_version, mig, placement
 from pools.models import (
+    Allocation,
     Cluster,
     GpuCapacity,
     GpuGroup,
@@ -76,13 +77,17 @@ def compute_slices_of(model: str, profile: str) -> int:
 
 
 @dataclass
-class ModelSummary:
-    cluster: str
-    model: str
+class ComputeFigures:
+    """GPUs and compute slices of a set of GPUs (a cluster's model, a GPU group, a node): what the
+    capacity summary and the capacity pages show, all from `compute_figures`."""
+
     gpus: int = 0
     mig_gpus: int = 0
     full_gpus: int = 0
     unschedulable_gpus: int = 0
+    drained_gpus: int = 0  # drained itself or on a drained node
+    unhealthy_gpus: int = 0
+    drained_in_use_gpus: int = 0  # drained while a pool still holds part of it
     compute_total: int = 0
     compute_allocated: int = 0
     compute_stranded: int = 0
@@ -90,6 +95,26 @@ class ModelSummary:
     @property
     def compute_free(self) -> int:
         return self.compute_total - self.compute_allocated - self.compute_stranded
+
+    # A bar of BAR_STEPS steps: how many are allocated, then stranded (classes, as the CSP refuses styles).
+    BAR_STEPS = 20
+
+    @property
+    def allocated_steps(self) -> int:
+        return self._steps(self.compute_allocated)
+
+    @property
+    def stranded_steps(self) -> int:
+        return min(self._steps(self.compute_stranded), self.BAR_STEPS - self.allocated_steps)
+
+    def _steps(self, part: int) -> int:
+        return round(self.BAR_STEPS * part / self.compute_total) if self.compute_total else 0
+
+
+@dataclass
+class ModelSummary(ComputeFigures):
+    cluster: str = ""
+    model: str = ""
 
 
 # A GPU's MIG layout as "profile@start,…" in start order, without the instances' UUIDs: GPUs cut alike
@@ -115,41 +140,72 @@ def _layout_of(shape: str) -> list[dict]:
     ]
 
 
-def capacity_summary() -> list[ModelSummary]:
-    """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded.
+def _spec_path(gpu_path: str) -> str:
+    """The path from a SpecAndCount to what `gpu_path` names from a GpuCapacity (both hang off a node;
+    a GPU's model is its node's)."""
+    return "node__gpu_model" if gpu_path == "model" else gpu_path
 
-    GPUs are counted in SQL, grouped by cluster, model and layout; the stranded slices of each distinct
-    layout come from the MIG catalogue once (a fleet has few distinct layouts, however many GPUs)."""
-    summaries: dict[tuple[str, str], ModelSummary] = {}
-    takes_work = Q(health=Health.OK, drained=False, node__drained=False)
-    groups = (
-        GpuCapacity.objects.filter(present=True, node__present=True)
-        .annotate(shape=_LAYOUT_SHAPE)
-        .values("node__cluster__name", "model", "mig_enabled", "shape")
-        .annotate(gpus=Count("id"), unschedulable=Count("id", filter=~takes_work))
+
+def compute_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tuple, ComputeFigures]:
+    """The present GPUs of present nodes (those `where` picks: a condition on their node, in `node__`
+    paths, that the nodes' SpecAndCount rows answer alike), grouped by the GPU paths `by` (such as
+    "node__cluster__name", "model", "node__group_id", "node_id"; none: all of them as one): the figures
+    of each group, keyed by its values of `by`, in two queries whatever the number of GPUs.
+
+    GPUs are counted in SQL, grouped also by MIG mode and layout; the stranded slices of each distinct
+    layout come from the MIG catalogue once (a fleet has few distinct layouts, however many GPUs), the
+    same figure as `GpuCapacity.compute` of each GPU. Allocated slices are the nodes' allocated resources
+    (SpecAndCount) summed per profile, each at its profile's compute slices."""
+    node_filter = Q(node__present=True) & (where or Q())
+    drained = Q(drained=True) | Q(node__drained=True)
+    takes_work = Q(health=Health.OK) & ~drained
+    live = Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True)
+    rows = (
+        GpuCapacity.objects.filter(node_filter, present=True)
+        .annotate(shape=_LAYOUT_SHAPE, in_use=Exists(live))
+        .values(*by, "model", "mig_enabled", "shape")
+        .annotate(
+            gpus=Count("id"),
+            n_unschedulable=Count("id", filter=~takes_work),
+            n_drained=Count("id", filter=drained),
+            n_unhealthy=Count("id", filter=~Q(health=Health.OK)),
+            n_drained_in_use=Count("id", filter=drained & Q(in_use=True)),
+        )
         .order_by()
     )
-    for group in groups:
-        key = (group["node__cluster__name"], group["model"])
-        summary = summaries.setdefault(key, ModelSummary(*key))
-        count = group["gpus"]
-        summary.gpus += count
-        summary.mig_gpus += count if group["mig_enabled"] else 0
-        summary.full_gpus += 0 if group["mig_enabled"] else count
-        summary.unschedulable_gpus += group["unschedulable"]
-        summary.compute_total += mig.COMPUTE_SLICES * count
-        if group["mig_enabled"]:
-            summary.compute_stranded += _layout_compute(group["model"], group["shape"] or "")[1] * count
-    allocated = SpecAndCount.objects.filter(node__present=True, allocated__gt=0).select_related(
-        "node__cluster"
+    figures: dict[tuple, ComputeFigures] = {}
+    for row in rows:
+        found = figures.setdefault(tuple(row[key] for key in by), ComputeFigures())
+        count = row["gpus"]
+        found.gpus += count
+        found.mig_gpus += count if row["mig_enabled"] else 0
+        found.full_gpus += 0 if row["mig_enabled"] else count
+        found.unschedulable_gpus += row["n_unschedulable"]
+        found.drained_gpus += row["n_drained"]
+        found.unhealthy_gpus += row["n_unhealthy"]
+        found.drained_in_use_gpus += row["n_drained_in_use"]
+        found.compute_total += mig.COMPUTE_SLICES * count
+        if row["mig_enabled"]:
+            found.compute_stranded += _layout_compute(row["model"], row["shape"] or "")[1] * count
+    spec_by = [_spec_path(key) for key in by]
+    allocated = (
+        SpecAndCount.objects.filter(node_filter, allocated__gt=0)
+        .values(*spec_by, "node__gpu_model", "profile")
+        .annotate(held=Sum("allocated"))
+        .order_by()
     )
-    for spec in allocated:
-        key = (spec.node.cluster.name, spec.node.gpu_model)
-        if key in summaries:
-            summaries[key].compute_allocated += spec.allocated * compute_slices_of(
-                spec.node.gpu_model, spec.profile
-            )
-    return [summaries[key] for key in sorted(summaries)]
+    for row in allocated:
+        key = tuple(row[path] for path in spec_by)
+        if key in figures:
+            slices = compute_slices_of(row["node__gpu_model"], row["profile"])
+            figures[key].compute_allocated += row["held"] * slices
+    return figures
+
+
+def capacity_summary() -> list[ModelSummary]:
+    """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded."""
+    figures = compute_figures(by=("node__cluster__name", "model"))
+    return [ModelSummary(**vars(figures[key]), cluster=key[0], model=key[1]) for key in sorted(figures)]
 
 
 @dataclass(frozen=True)

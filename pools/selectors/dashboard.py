@@ -1,5 +1,6 @@
-"""The operators' dashboard: per cluster, group, node and GPU, each GPU as its memory slices
-with the projects holding them, in a fixed number of queries; and the pools a drain would leave
+"""The operators' capacity pages: the fleet per cluster and GPU group (figures summed in SQL), then the
+nodes of one group or one node drawn GPU by GPU, each GPU as its memory slices with the projects holding
+them, in a fixed number of queries whatever the size of the fleet; and the pools a drain would leave
 running on drained GPUs.
 
 Colours: each project holding an instance on the page gets a colour number by the order of its id
@@ -11,9 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from django.db.models import Q
+from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 from django.utils.translation import gettext as _
 
 from pools import mig
@@ -23,14 +23,13 @@ from pools.models import (
     Cluster,
     GpuCapacity,
     GpuGroup,
+    Health,
     NodeCapacity,
     Pool,
     SpecAndCount,
     WorkloadProfile,
 )
-
-if TYPE_CHECKING:
-    pass
+from pools.selectors.capacity import ComputeFigures, compute_figures
 
 PALETTE_SIZE = 12  # colours holder-0 … holder-11 in portal.css
 
@@ -68,18 +67,7 @@ class NodeView:
     specs: list[SpecAndCount] = field(default_factory=list)
     # GPU pods running on the node: (namespace, project or None, profile, count)
     workloads: list[tuple[str, object, str, int]] = field(default_factory=list)
-
-
-@dataclass
-class GroupView:
-    group: GpuGroup | None
-    nodes: list[NodeView] = field(default_factory=list)
-
-
-@dataclass
-class ClusterView:
-    cluster: Cluster
-    groups: list[GroupView] = field(default_factory=list)
+    figures: ComputeFigures = field(default_factory=lambda: ComputeFigures())
 
 
 Holders = dict[tuple[int, int], tuple[int, str]]
@@ -118,9 +106,9 @@ def _held(segment: Segment, holder: tuple[int, str] | None) -> Segment:
     return segment
 
 
-def _holders() -> Holders:
-    """(GPU id, first memory slice) → (project id, "tenant/project") of every live allocation."""
-    live = Allocation.objects.filter(released_at__isnull=True).values_list(
+def _holders(node_ids: list[int]) -> Holders:
+    """(GPU id, first memory slice) → (project id, "tenant/project") of each live allocation on the nodes."""
+    live = Allocation.objects.filter(released_at__isnull=True, gpu__node_id__in=node_ids).values_list(
         "gpu_id", "slices", "pool__project_id", "pool__project__tenant__slug", "pool__project__slug"
     )
     return {
@@ -144,17 +132,9 @@ class LegendEntry:
     holder_index: int
 
 
-def legend(clusters: list[ClusterView]) -> list[LegendEntry]:
-    """Project → colour number of every project holding an instance drawn in `clusters`, by name."""
-    found = {
-        (s.holder, s.holder_index)
-        for c in clusters
-        for g in c.groups
-        for n in g.nodes
-        for gpu in n.gpus
-        for s in gpu.segments
-        if s.holder
-    }
+def legend(nodes: list[NodeView]) -> list[LegendEntry]:
+    """Project → colour number of every project holding an instance drawn in `nodes`, by name."""
+    found = {(s.holder, s.holder_index) for n in nodes for gpu in n.gpus for s in gpu.segments if s.holder}
     return [LegendEntry(holder, index) for holder, index in sorted(found)]
 
 
@@ -185,45 +165,111 @@ def pools_holding(*, gpu_ids: Iterable[int] = (), node_ids: Iterable[int] = ()) 
     ]
 
 
-def dashboard(*, include_absent: bool = False) -> list[ClusterView]:
-    """Clusters → groups → nodes → GPUs with their MIG drawing, holders and GPU pods, in seven queries."""
-    node_rows = NodeCapacity.objects.select_related("group").order_by("name")
-    gpu_rows = GpuCapacity.objects.order_by("index")
-    spec_rows = SpecAndCount.objects.filter(capacity__gt=0).order_by("resource_name")
-    if not include_absent:
-        node_rows, gpu_rows = (
-            node_rows.filter(present=True),
-            gpu_rows.filter(present=True, node__present=True),
-        )
-    holders = _holders()
+@dataclass
+class GroupRow:
+    """One GPU group of a cluster (or its nodes in no group): how many nodes, and their GPUs' figures."""
+
+    cluster: Cluster
+    group: GpuGroup | None
+    nodes: int
+    figures: ComputeFigures
+
+
+@dataclass
+class ClusterRow:
+    cluster: Cluster
+    groups: list[GroupRow] = field(default_factory=list)
+
+
+def overview() -> list[ClusterRow]:
+    """Every cluster with one row per GPU group and one for its nodes in no group (when it has any),
+    present nodes and GPUs only: five queries whatever the size of the fleet."""
+    figures = compute_figures(by=("node__cluster_id", "node__group_id"))
+    node_counts = {
+        (row["cluster_id"], row["group_id"]): row["n"]
+        for row in NodeCapacity.objects.filter(present=True)
+        .values("cluster_id", "group_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
+    groups: dict[int, list[GpuGroup]] = defaultdict(list)
+    for group in GpuGroup.objects.order_by("name"):
+        groups[group.cluster_id].append(group)
+    rows = []
+    for cluster in Cluster.objects.order_by("name"):
+        row = ClusterRow(cluster)
+        for group in [*groups[cluster.pk], None]:
+            key = (cluster.pk, group.pk if group else None)
+            if group is None and key not in node_counts:
+                continue
+            group_figures = figures.get(key, ComputeFigures())
+            row.groups.append(GroupRow(cluster, group, node_counts.get(key, 0), group_figures))
+        rows.append(row)
+    return rows
+
+
+def group_nodes(*, cluster: Cluster, group: GpuGroup | None) -> QuerySet[NodeCapacity]:
+    """The present nodes of one GPU group of the cluster (None: those in no group), by name: to be paged,
+    then drawn with `node_views`."""
+    return NodeCapacity.objects.filter(cluster=cluster, group=group, present=True).order_by("name", "pk")
+
+
+def listed_nodes(*, name: str = "") -> QuerySet[NodeCapacity]:
+    """Present nodes, those an operator should look at first (`to_look_at`: not ready, drained, in error,
+    or with a GPU unhealthy or drained), then by cluster and name; with `name`, only the nodes whose name
+    holds it. To be paged."""
+    troubled = GpuCapacity.objects.filter(node=OuterRef("pk"), present=True).filter(
+        ~Q(health=Health.OK) | Q(drained=True)
+    )
+    look = Q(ready=False) | Q(drained=True) | ~Q(error="") | Q(gpu_trouble=True)
+    found = (
+        NodeCapacity.objects.filter(present=True)
+        .annotate(gpu_trouble=Exists(troubled))
+        .annotate(to_look_at=ExpressionWrapper(look, output_field=BooleanField()))
+    )
+    if name:
+        found = found.filter(name__icontains=name)
+    return found.select_related("cluster", "group").order_by("-to_look_at", "cluster__name", "name", "pk")
+
+
+def node_views(nodes: list[NodeCapacity]) -> list[NodeView]:
+    """These nodes (of one page) with their present GPUs drawn, their resources, GPU pods and figures, the
+    projects on them coloured: seven queries however many nodes and GPUs."""
+    node_ids = [node.pk for node in nodes]
+    holders = _holders(node_ids)
     gpus_by_node: dict[int, list[GpuView]] = defaultdict(list)
-    for gpu in gpu_rows:
+    for gpu in GpuCapacity.objects.filter(node_id__in=node_ids, present=True).order_by("index"):
         used, stranded = gpu.compute
         gpus_by_node[gpu.node_id].append(GpuView(gpu, _segments(gpu, holders), used, stranded))
     _colour([s for views in gpus_by_node.values() for view in views for s in view.segments])
     specs_by_node: dict[int, list[SpecAndCount]] = defaultdict(list)
-    for spec in spec_rows:
+    for spec in SpecAndCount.objects.filter(node_id__in=node_ids, capacity__gt=0).order_by("resource_name"):
         specs_by_node[spec.node_id].append(spec)
     pods_by_node: dict[tuple[int, str], dict] = defaultdict(dict)
-    running = WorkloadProfile.objects.filter(present=True, phase="Running").select_related("project__tenant")
+    running = WorkloadProfile.objects.filter(
+        present=True,
+        phase="Running",
+        cluster_id__in={node.cluster_id for node in nodes},
+        node_name__in={node.name for node in nodes},
+    ).select_related("project__tenant")
     for pod in running.order_by("namespace", "resource_name"):
         key = (pod.namespace, pod.project, profile_from_resource(pod.resource_name) or pod.resource_name)
         counts = pods_by_node[(pod.cluster_id, pod.node_name)]
         counts[key] = counts.get(key, 0) + pod.count
-    groups_by_cluster: dict[int, dict[int | None, GroupView]] = defaultdict(dict)
-    for group in GpuGroup.objects.order_by("name"):
-        groups_by_cluster[group.cluster_id][group.pk] = GroupView(group)
-    for node in node_rows:
-        views = groups_by_cluster[node.cluster_id]
-        view = views.get(node.group_id) or views.setdefault(None, GroupView(None))
+    figures = compute_figures(by=("node_id",), where=Q(node_id__in=node_ids))
+    views = []
+    for node in nodes:
         pods = pods_by_node.get((node.cluster_id, node.name), {})
         workloads = [(ns, project, profile, count) for (ns, project, profile), count in pods.items()]
         for gpu_view in gpus_by_node[node.pk]:
             gpu_view.drained_in_use = (gpu_view.gpu.drained or node.drained) and gpu_view.in_use
-        view.nodes.append(NodeView(node, gpus_by_node[node.pk], specs_by_node[node.pk], workloads))
-    result = []
-    for cluster in Cluster.objects.order_by("name"):
-        groups = [g for g in groups_by_cluster[cluster.pk].values() if g.nodes or g.group is not None]
-        groups.sort(key=lambda g: (g.group is None, g.group.name if g.group else ""))
-        result.append(ClusterView(cluster, groups))
-    return result
+        views.append(
+            NodeView(
+                node,
+                gpus_by_node[node.pk],
+                specs_by_node[node.pk],
+                workloads,
+                figures.get((node.pk,), ComputeFigures()),
+            )
+        )
+    return views

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.db.models import Case, Prefetch, QuerySet, Value, When
+from django.db.models import Case, Count, OuterRef, Prefetch, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
 from pools.models import (
@@ -14,6 +15,7 @@ from pools.models import (
     PoolEvent,
     PoolRequest,
     PoolState,
+    RequestState,
 )
 
 if TYPE_CHECKING:
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
 
 # Pools that still hold (or are about to hold, or give back) capacity: the project page lists them first.
 LIVE_POOL_STATES = (PoolState.PROVISIONING, PoolState.ACTIVE, PoolState.RELEASING)
+# Pools on their way in or out: their pages refresh themselves until the pool settles.
+MOVING_POOL_STATES = (PoolState.PROVISIONING, PoolState.RELEASING)
+# Requests not decided, or decided and not placed yet: they wait on an approver or on the queue.
+WAITING_REQUEST_STATES = (RequestState.SUBMITTED, RequestState.APPROVED, RequestState.QUEUED)
 
 
 def _request_rows(queryset: QuerySet[PoolRequest]) -> QuerySet[PoolRequest]:
@@ -61,6 +67,42 @@ def tenant_requests(
 def tenant_pools(*, user, tenant: Tenant, state: str = "", project: Project | None = None) -> QuerySet[Pool]:
     """The tenant's pools that the user may see, newest first; of one state or project if given."""
     return _pool_rows(_narrowed(Pool.objects.visible_to(user), tenant, state, project))
+
+
+def tenant_live_pools(*, user, tenant: Tenant) -> QuerySet[Pool]:
+    """The tenant's pools that hold capacity or are on their way in or out, that the user may see, newest
+    first; each with `since`, when it entered its state (its latest event into it, else its reservation)."""
+    entered = PoolEvent.objects.filter(pool=OuterRef("pk"), to_state=OuterRef("state")).order_by("-at", "-pk")
+    return (
+        tenant_pools(user=user, tenant=tenant)
+        .filter(state__in=LIVE_POOL_STATES)
+        .annotate(since=Coalesce(Subquery(entered.values("at")[:1]), "active_at", "reserved_at"))
+    )
+
+
+def tenant_waiting_requests(*, user, tenant: Tenant) -> QuerySet[PoolRequest]:
+    """The tenant's requests that wait on an approver or on the queue, that the user may see, newest first."""
+    return tenant_requests(user=user, tenant=tenant).filter(state__in=WAITING_REQUEST_STATES)
+
+
+def tenant_counts(*, user, tenant_ids) -> dict[int, tuple[int, int]]:
+    """Per tenant id, (live pools, waiting requests) of those the user may see: one query for all tenants."""
+    from portal.models import Tenant
+
+    pools = Pool.objects.visible_to(user).filter(project__tenant=OuterRef("pk"), state__in=LIVE_POOL_STATES)
+    requests = PoolRequest.objects.visible_to(user).filter(
+        project__tenant=OuterRef("pk"), state__in=WAITING_REQUEST_STATES
+    )
+    rows = Tenant.objects.filter(pk__in=tenant_ids).annotate(
+        live_pools=_count(pools), waiting_requests=_count(requests)
+    )
+    return {row.pk: (row.live_pools, row.waiting_requests) for row in rows}
+
+
+def _count(rows: QuerySet) -> Coalesce:
+    """How many of `rows` (filtered on an outer row) there are, as a subquery of that row's query."""
+    counted = rows.order_by().values("project__tenant").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted), 0)
 
 
 def _narrowed(queryset: QuerySet, tenant: Tenant, state: str, project: Project | None) -> QuerySet:
@@ -117,7 +159,10 @@ def render_reason(data) -> str:
 
 
 def event_reason(event: PoolEvent, request: PoolRequest | None) -> str:
-    """An event's why; a queue event's is shown translated while it is still the request's waiting reason."""
+    """An event's why, in the reader's language where it was stored with its template; an older queue
+    event's is shown translated while it is still the request's waiting reason."""
+    if event.reason_data:
+        return render_reason(event.reason_data)
     if request is not None and request.waiting_reason_data and event.reason == request.waiting_reason:
         return render_reason(request.waiting_reason_data)
     return event.reason

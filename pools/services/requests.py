@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from pools import placement
 from pools.models import (
@@ -22,6 +22,7 @@ from pools.models import (
     RequestItem,
     RequestState,
 )
+from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture
 from pools.services import dispatch
 from pools.services.transitions import transition
@@ -31,6 +32,7 @@ from portal.models import Project, namespace_problem
 from portal.permissions import is_tenant_admin, require_pool_requester, staff_may
 
 MAX_ITEMS = 20
+PRIORITY_SET = gettext_noop("priority set to %(p)s")  # an event's reason, translated when shown
 TOO_MANY = gettext_lazy(
     "%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s); it is in: %(places)s."
 )
@@ -184,9 +186,16 @@ def _require_approver(user) -> None:
         raise NotAllowed(_("Only approvers decide on pool requests."))
 
 
+def _check_priority(priority: int) -> None:
+    if not -1000 <= priority <= 1000:
+        raise InvalidInput(_("Priority goes from -1000 to 1000."))
+
+
 def approve_request(*, request_id: int, approver, priority: int | None = None) -> PoolRequest:
     """Approve; the queue then admits the request when placement finds room."""
     _require_approver(approver)
+    if priority is not None:
+        _check_priority(priority)
     with transaction.atomic():
         request = _locked(request_id)
         transition(request, RequestState.APPROVED, actor=approver)
@@ -229,8 +238,7 @@ def cancel_request(*, request_id: int, user, reason: str = "") -> PoolRequest:
 
 def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
     _require_approver(approver)
-    if not -1000 <= priority <= 1000:
-        raise InvalidInput(_("Priority goes from -1000 to 1000."))
+    _check_priority(priority)
     with transaction.atomic():
         request = _locked(request_id)
         if not REQUEST_TRANSITIONS[request.state]:
@@ -242,7 +250,8 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
             actor=approver,
             from_state=request.state,
             to_state=request.state,
-            reason=_("priority set to %(p)s") % {"p": priority},
+            reason=str(reason := Reason(PRIORITY_SET, p=priority)),
+            reason_data=reason.as_data(),
         )
     return request
 

@@ -23,7 +23,9 @@ from pools.notifications import notify_after_commit
 from portal.errors import Conflict
 
 
-def transition(subject: PoolRequest | Pool, to: str, *, actor=None, reason: str = "") -> None:
+def transition(
+    subject: PoolRequest | Pool, to: str, *, actor=None, reason: str = "", reason_data: dict | None = None
+) -> None:
     if isinstance(subject, Pool):
         allowed, states, request_id, pool = POOL_TRANSITIONS, PoolState, subject.request_id, subject
         refusal = _("Pool #%(id)s is %(state)s; it cannot become %(to)s.")
@@ -35,7 +37,13 @@ def transition(subject: PoolRequest | Pool, to: str, *, actor=None, reason: str 
             refusal % {"id": subject.pk, "state": states(subject.state).label, "to": states(to).label}
         )
     event = PoolEvent.objects.create(
-        request_id=request_id, pool=pool, actor=actor, from_state=subject.state, to_state=to, reason=reason
+        request_id=request_id,
+        pool=pool,
+        actor=actor,
+        from_state=subject.state,
+        to_state=to,
+        reason=reason,
+        reason_data=reason_data,
     )
     notify_after_commit(event)
     subject.state = to

@@ -33,3 +33,9 @@ def event_reason(event, request) -> str:
 def profile(name: str) -> str:
     """`a.profile|profile` — a MIG profile's name, or "full" in the reader's language."""
     return profile_label(name)
+
+
+@register.filter
+def reason(data) -> str:
+    """`verdict.reason_data|reason` — a reason kept as its template and values, in the reader's language."""
+    return selectors.render_reason(data) if data else ""

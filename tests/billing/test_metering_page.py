@@ -11,7 +11,7 @@ from tests.factories import PoolFactory
 def test_operators_see_the_lag_and_the_metered_periods(db, client_for, staff_user, tenancy):
     url = reverse("billing-metering")
     operator = client_for(staff_user("operator"))
-    assert url in operator.get("/").content.decode()  # linked in the top bar
+    assert url in operator.get("/", follow=True).content.decode()  # linked in the top bar
     assert "up to date" in operator.get(url).content.decode() or "none" in operator.get(url).content.decode()
     PoolFactory(reserved_at=datetime.now(UTC) - timedelta(hours=6), released_at=None)
     page = operator.get(url).content.decode()

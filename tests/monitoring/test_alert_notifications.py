@@ -284,3 +284,14 @@ def test_the_worker_evaluates_and_posts_to_the_webhook_once(celery_worker, hook_
     assert deliver_alert_notifications.delay().get(timeout=30).startswith("0 sent")
     assert [body["state"] for body in hook.bodies] == ["fired"]
     assert AlertRule.objects.filter(enabled=True).count() == 1
+
+
+def test_an_operator_reads_alert_e_mails_in_their_language(node, operators, settings):
+    settings.MONITORING_ALERT_WEBHOOK_URL = ""
+    Preferences.objects.update_or_create(user=operators, defaults={"language": "ko"})
+    only("threshold", extra_emails="oncall@ops.example")
+    next(hot_then_cool(node))
+    assert notifications.deliver_due(now=T0 + minutes(6)).sent == 2
+    by_address = {m.to[0]: m for m in mail.outbox}
+    assert "경고" in by_address["olga@ops.example"].subject  # the severity, in Korean
+    assert "[warning]" in by_address["oncall@ops.example"].subject  # no known person: the site's language

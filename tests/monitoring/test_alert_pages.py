@@ -38,7 +38,7 @@ def test_operators_see_alerts_newest_first_and_the_link_in_the_top_bar(client_fo
     )
     client = client_for(operator)
 
-    assert reverse("monitoring-alerts") in client.get("/").content.decode()
+    assert reverse("monitoring-alerts") in client.get("/", follow=True).content.decode()
     page = client.get(reverse("monitoring-alerts")).content.decode()
     assert page.index("newer one") < page.index("older one")
     assert "east/gpu-node-7 GPU 3" in page
@@ -202,7 +202,7 @@ def test_anyone_but_operators_gets_a_404(client_for, tenancy, staff_user, gpu, m
     user = staff_user("finance") if who == "finance" else getattr(tenancy, who)
     url = reverse(name, kwargs={"pk": alert.pk} if takes_pk else {})
     assert getattr(client_for(user), method)(url).status_code == 404
-    assert reverse("monitoring-alerts") not in client_for(user).get("/").content.decode()
+    assert reverse("monitoring-alerts") not in client_for(user).get("/", follow=True).content.decode()
     alert.refresh_from_db()
     assert alert.acknowledged_at is None
 

@@ -1,5 +1,6 @@
-"""Draining from the capacity dashboard and the admin: the warning that names the pools left running,
-the permission, and the dashboard's project colours, legend and drained-in-use marker."""
+"""Draining from the capacity pages and the admin: the warning that names the pools left running, the way
+back to the page the operator came from, the permission, and the pages' project colours, legend and
+drained-in-use marker."""
 
 import re
 
@@ -42,6 +43,14 @@ def gpu_url(gpu):
 
 def node_url(node):
     return reverse("capacity-node-drain", kwargs={"pk": node.pk})
+
+
+def group_page(cluster):
+    return reverse("capacity-group", kwargs={"pk": cluster.pk, "group": "none"})
+
+
+def node_page(node):
+    return reverse("capacity-node", kwargs={"pk": node.pk})
 
 
 def texts(response):
@@ -120,10 +129,12 @@ def test_unknown_ids_are_not_found(held, staff_user, client):
 def test_without_the_permission_no_button_and_a_404(who, held, staff_user, tenancy, client):
     user = tenancy.acme_admin if who == "tenant" else staff_user(who)
     client.force_login(user)
-    if who == "approver":  # sees the dashboard, may not drain
-        body = client.get("/capacity/").content.decode()
-        assert "drain-button" not in body and 'id="drain-form"' not in body
     node = NodeCapacity.objects.get(name="h100-1")
+    if who == "approver":  # sees the capacity pages, may not drain
+        for page in (group_page(held["gpu"].node.cluster), node_page(node)):
+            body = client.get(page).content.decode()
+            assert 'class="gpu ' in body
+            assert "drain-button" not in body and 'id="drain-form"' not in body
     confirmed = {"action": "drain", "confirmed": "yes"}
     assert client.post(gpu_url(held["gpu"]), confirmed).status_code == 404
     assert client.post(node_url(node), confirmed).status_code == 404
@@ -134,7 +145,7 @@ def test_without_the_permission_no_button_and_a_404(who, held, staff_user, tenan
 def test_operators_get_drain_and_undrain_buttons(held, staff_user, client):
     GpuCapacity.objects.filter(pk=held["gpu"].pk).update(drained=True)
     client.force_login(staff_user("operator"))
-    body = client.get("/capacity/").content.decode()
+    body = client.get(node_page(held["gpu"].node)).content.decode()
     assert f'formaction="{gpu_url(held["gpu"])}" name="action" value="undrain"' in body
     free = GpuCapacity.objects.get(node__name="h100-1", index=1)
     assert f'formaction="{gpu_url(free)}" name="action" value="drain"' in body
@@ -180,7 +191,7 @@ def test_the_legend_gives_each_project_on_the_page_its_own_colour(synced, tenanc
         AllocationFactory(pool=PoolFactory(project=project, cluster=synced), gpu=gpu)
         names.append(f"acme/p{i:02d}")
     client.force_login(staff_user("operator"))
-    body = client.get("/capacity/").content.decode()
+    body = client.get(group_page(synced)).content.decode()
     legend = {name: int(colour) for colour, name in LEGEND_ENTRY.findall(body)}
     assert sorted(legend) == names
     assert len({legend[name] for name in names[:12]}) == 12  # twelve projects, twelve colours
@@ -195,7 +206,7 @@ def test_a_drained_gpu_still_in_use_is_marked_and_explained(held, staff_user, cl
     free = GpuCapacity.objects.get(node__name="h100-1", index=1)
     GpuCapacity.objects.filter(pk__in=[held["gpu"].pk, free.pk]).update(drained=True)
     client.force_login(staff_user("operator"))
-    body = client.get("/capacity/").content.decode()
+    body = client.get(group_page(free.node.cluster)).content.decode()
     assert body.count("drained-in-use-mark") == 1  # the held one, not the free one
     assert body.count('class="gpu health-ok drained drained-in-use"') == 1
     assert "Drained, still in use" in body  # the legend's entry
@@ -204,5 +215,41 @@ def test_a_drained_gpu_still_in_use_is_marked_and_explained(held, staff_user, cl
 def test_a_drained_node_marks_its_gpus_in_use(held, staff_user, client):
     NodeCapacity.objects.filter(name="h200-1").update(drained=True)
     client.force_login(staff_user("operator"))
-    body = client.get("/capacity/").content.decode()
+    body = client.get(group_page(held["mig"].node.cluster)).content.decode()
     assert body.count("drained-in-use-mark") == 1
+
+
+def test_a_node_page_lists_only_the_projects_drawn_on_it(held, staff_user, client):
+    client.force_login(staff_user("operator"))
+    body = client.get(node_page(held["gpu"].node)).content.decode()
+    legend = {name: int(colour) for colour, name in LEGEND_ENTRY.findall(body)}
+    assert legend == {"acme/vision": 0}  # globex/recsys holds an instance on another node
+
+
+def test_a_drain_from_a_node_page_warns_of_the_pools_and_returns_there(held, staff_user, client):
+    client.force_login(staff_user("operator"))
+    page = node_page(held["gpu"].node) + "?alerts_page=1"
+    body = client.get(page).content.decode()
+    assert 'name="next" value="' + page.replace("&", "&amp;") + '"' in body
+    confirm = client.post(gpu_url(held["gpu"]), {"action": "drain", "next": page})
+    shown = confirm.content.decode()
+    assert f"acme / vision / pool #{held['vision'].pk}" in shown
+    assert 'name="next" value="' + page.replace("&", "&amp;") + '"' in shown  # carried to the confirmation
+    assert f'href="{page.replace("&", "&amp;")}"' in shown  # cancel goes back there too
+    assert not GpuCapacity.objects.get(pk=held["gpu"].pk).drained
+    done = client.post(gpu_url(held["gpu"]), {"action": "drain", "confirmed": "yes", "next": page})
+    assert done.status_code == 302 and done.url == page
+    assert GpuCapacity.objects.get(pk=held["gpu"].pk).drained
+    assert any(f"acme / vision / pool #{held['vision'].pk}" in text for text in texts(done))
+    back = client.post(node_url(held["gpu"].node), {"action": "undrain", "next": page})
+    assert back.status_code == 302 and back.url == page
+
+
+@pytest.mark.parametrize(
+    "unsafe", ["https://evil.example/capacity/", "//evil.example/", "javascript:alert(1)", ""]
+)
+def test_a_next_of_another_site_goes_back_to_the_overview(unsafe, held, staff_user, client):
+    client.force_login(staff_user("operator"))
+    response = client.post(gpu_url(held["gpu"]), {"action": "drain", "confirmed": "yes", "next": unsafe})
+    assert response.status_code == 302 and response.url == reverse("capacity-dashboard")
+    assert GpuCapacity.objects.get(pk=held["gpu"].pk).drained

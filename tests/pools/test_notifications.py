@@ -1,5 +1,7 @@
 """E-mails about requests and pools: one per event that matters, to who asked, unless they opted out."""
 
+import re
+
 from django.core import mail
 from django.urls import reverse
 
@@ -57,3 +59,15 @@ def test_events_nobody_needs_to_hear_about_send_nothing(
     with django_capture_on_commit_callbacks() as callbacks:
         submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
     assert callbacks == []  # one's own submission is no news
+
+
+def test_a_pool_e_mail_is_in_the_askers_language(sim_cluster, tenancy, staff_user):
+    from pools.sync import sync_cluster
+
+    sync_cluster(cluster=sim_cluster)
+    Preferences.objects.create(user=tenancy.acme_member, language="ko")
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
+    reject_request(request_id=request.pk, approver=staff_user("approver"), reason="예산 부족")
+    assert send_event_email(PoolEvent.objects.get(request=request, to_state="rejected").pk) == "sent"
+    (sent,) = mail.outbox
+    assert re.search("[가-힣]", sent.subject) and "rejected" not in sent.subject

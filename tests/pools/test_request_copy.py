@@ -10,7 +10,7 @@ import yaml
 from django.conf import settings
 from django.urls import reverse
 
-from pools.manifest import pod_containers
+from pools.manifest import pod_containers, pods
 from pools.models import Pool, PoolRequest
 from pools.services import (
     admit_waiting,
@@ -20,6 +20,7 @@ from pools.services import (
     reject_request,
     submit_request,
 )
+from pools.specs import Spec
 from pools.sync import sync_cluster
 from tests.factories import GpuGroupFactory
 
@@ -123,17 +124,23 @@ def test_a_mixed_pool_has_one_container_per_mig_device(fleet, tenancy, staff_use
         pass
     client.force_login(tenancy.acme_member)
     page = client.get(reverse("pool", kwargs={"tenant_slug": "acme", "pk": pool.pk})).content.decode()
-    manifest = yaml.safe_load(
-        html.unescape(re.search(r'<pre class="manifest" id="manifest">(.*?)</pre>', page, re.S).group(1))
-    )
-    limits = [c["resources"]["limits"] for c in manifest["spec"]["containers"]]
+    found = re.search(r'<pre class="manifest" id="manifest">(.*?)</pre>', page, re.S).group(1)
+    manifests = list(yaml.safe_load_all(html.unescape(found)))
+    # H200 instances and H100 GPUs lie on different nodes: a pod for each, pinned to its node.
+    nodes = {a.gpu.node.name for a in pool.allocations.select_related("gpu__node")}
+    assert len(manifests) == len(nodes) == 2
+    assert {m["spec"]["nodeSelector"]["kubernetes.io/hostname"] for m in manifests} == nodes
+    assert len({m["metadata"]["name"] for m in manifests}) == 2
+    assert {m["metadata"]["namespace"] for m in manifests} == {tenancy.vision.namespace}
+    limits = [c["resources"]["limits"] for m in manifests for c in m["spec"]["containers"]]
     assert all(len(one) == 1 for one in limits)
     mig = sorted(name for one in limits for name, count in one.items() if name.startswith("nvidia.com/mig-"))
     assert mig == ["nvidia.com/mig-1g.18gb", "nvidia.com/mig-1g.18gb", "nvidia.com/mig-3g.71gb"]
     assert all(count == 1 for one in limits for name, count in one.items() if name != "nvidia.com/gpu")
     assert {"nvidia.com/gpu": 2} in limits
-    names = [c["name"] for c in manifest["spec"]["containers"]]
-    assert len(set(names)) == len(names)
+    for manifest in manifests:
+        names = [c["name"] for c in manifest["spec"]["containers"]]
+        assert len(set(names)) == len(names)
     assert 'data-copy="manifest"' in page and "portal/copy." in page
 
 
@@ -146,6 +153,16 @@ def test_pod_containers_give_each_mig_device_its_own():
     assert pod_containers([]) == []
 
 
+def test_a_pool_on_one_node_is_one_pod_and_on_two_nodes_one_pod_each():
+    (one,) = pods([("n1", "nvidia.com/gpu"), ("n1", "nvidia.com/mig-1g.18gb")])
+    assert (one.name, one.node, len(one.containers)) == ("gpu-job", "n1", 2)
+    two = pods([("n2", "nvidia.com/gpu"), ("n1", "nvidia.com/gpu"), ("n2", "nvidia.com/gpu")])
+    assert [(p.name, p.node, [(c.resource, c.count) for c in p.containers]) for p in two] == [
+        ("gpu-job-1", "n1", [("nvidia.com/gpu", 1)]),
+        ("gpu-job-2", "n2", [("nvidia.com/gpu", 2)]),
+    ]
+
+
 def test_the_request_form_fits_a_narrow_screen():
     css = (Path(settings.BASE_DIR) / "static/portal/portal.css").read_text()
     # The last word on .columns.even must be the narrow screen's single column, after its two columns.
@@ -155,3 +172,45 @@ def test_the_request_form_fits_a_narrow_screen():
     wide = css.index(".columns.even { grid-template-columns: 1fr 1fr; }")
     assert narrow and narrow[-1] > wide
     assert re.search(r"#request-form select[^{]*\{[^}]*max-width: 100%", css)
+
+
+SIX_SPECS = [
+    "h200-141gb.mig-1g.18gb",
+    "h200-141gb.mig-1g.35gb",
+    "h200-141gb.mig-2g.35gb",
+    "h200-141gb.mig-3g.71gb",
+    "h100-80gb.mig-1g.10gb",
+    "h100-80gb.full",
+]
+
+
+def test_a_request_of_more_lines_than_the_form_shows_is_copied_whole(fleet, tenancy, client):
+    asked = submit_request(
+        project=tenancy.vision, user=tenancy.acme_member, items=[(spec, 1) for spec in SIX_SPECS]
+    )
+    cancel_request(request_id=asked.pk, user=tenancy.acme_member)
+    client.force_login(tenancy.acme_member)
+    form = client.get(new_request_url(f"?copy={asked.pk}")).content.decode()
+    assert [selected(form, f"spec_{n}") for n in range(6)] == SIX_SPECS
+    assert 'name="spec_6"' not in form
+
+
+def test_add_a_line_shows_the_form_again_one_line_longer_and_sends_nothing(fleet, tenancy, client):
+    client.force_login(tenancy.acme_member)
+    filled = {f"spec_{n}": spec for n, spec in enumerate(SIX_SPECS[:4])}
+    filled |= {"count_0": "3", "justification": "more", "add_row": "1"}
+    response = client.post(new_request_url(), filled)
+    form = response.content.decode()
+    assert response.status_code == 200 and PoolRequest.objects.count() == 0
+    assert [selected(form, f"spec_{n}") for n in range(4)] == SIX_SPECS[:4]
+    assert selected(form, "spec_4") in (None, "")  # the new, empty line
+    assert 'name="count_0" value="3"' in form and "more</textarea>" in form
+    assert 'name="spec_5"' not in form
+
+    del filled["add_row"]
+    filled["spec_4"] = SIX_SPECS[4]
+    response = client.post(new_request_url(), filled)
+    assert response.status_code == 302
+    created = PoolRequest.objects.get()
+    asked = sorted(Spec(item.gpu_model, item.profile).id for item in created.items.all())
+    assert asked == sorted(SIX_SPECS[:5])

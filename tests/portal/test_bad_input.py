@@ -145,6 +145,7 @@ QUERIES = [
     "p=99999999999999999999&page=99999999999999999999&o=99999",
     "p=-1&page=x&o=-3.x",
     "range=1y&usage_range=forever&sort=-nothing&state=x&events_page=-1&tenants_page=x",
+    "size=huge&range=24h",
 ]
 
 
@@ -176,6 +177,8 @@ def _base_values(t, objects):
         "v1:capacity-node-detail": node.pk,
         "v1:capacity-gpu-detail": node.gpus.first().pk,
         "capacity-node-drain": node.pk,
+        "capacity-node": node.pk,
+        "capacity-group": pool.cluster.pk,
         "capacity-gpu-drain": node.gpus.first().pk,
         **dict.fromkeys(
             ["billing-invoice", "billing-invoice-act", "tenant-invoice-download", "v1:invoice-detail"],
@@ -205,6 +208,7 @@ def _base_values(t, objects):
         "kind": "csv",
         "act": "paid",
         "metric": "sm_active_pct",
+        "group": "none",  # a cluster's nodes in no GPU group (capacity-group)
     }
     return by_route, common, request.pk
 

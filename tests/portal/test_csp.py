@@ -189,9 +189,14 @@ def test_the_member_removal_asks_in_the_reader_s_language(tenancy, client_for):
     assert set(page.confirms) == {korean}
 
 
-def test_the_capacity_dashboard_places_slices_with_classes(pool_and_request, staff_user, client_for):
-    response = client_for(staff_user("operator")).get(reverse("capacity-dashboard"))
+def test_the_capacity_pages_place_slices_with_classes(pool_and_request, staff_user, client_for):
+    client = client_for(staff_user("operator"))
+    assert_hardened(client.get(reverse("capacity-dashboard")))  # the overview: bars, no GPU drawn
+    pool, _waiting = pool_and_request
+    response = client.get(reverse("capacity-group", kwargs={"pk": pool.cluster_id, "group": "none"}))
     assert_hardened(response)
+    node = pool.allocations.get().gpu.node
+    assert_hardened(client.get(reverse("capacity-node", kwargs={"pk": node.pk})))
     body = response.content.decode()
     assert "at-5 span-4" in body  # the second 3g.71gb starts at memory slice 4 and spans 4
     assert "at-1 span-8" in body  # the whole H100 held by the pool

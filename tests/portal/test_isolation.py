@@ -221,10 +221,19 @@ NOT_TENANT_SCOPED = {
     "invitation": "addressed by a secret token, checked against the signed-in user's e-mail",
     "v1:api-token": "signs a user in; returns only their own token",
     "preferences": "the signed-in person's own settings",
+    "set_language": "the signed-in person's own language (tests/portal/test_email_language.py)",
     "api-tokens": "the signed-in person's own tokens",
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
+    **dict.fromkeys(
+        ["approvals", "approval", "approval-approve", "approval-reject", "approval-priority"],
+        "approvers only; anyone else, tenants and other staff, gets 404 (tests/pools/test_approvals.py)",
+    ),
     "favicon": "the same redirect to the portal's icon for everyone (tests/portal/test_favicon.py)",
+    **dict.fromkeys(
+        ["capacity-group", "capacity-node"],
+        "platform staff only; anyone else gets 404 (tests/pools/test_capacity_views.py)",
+    ),
     **dict.fromkeys(
         ["capacity-gpu-drain", "capacity-node-drain"],
         "operators only; anyone else gets 404 (tests/pools/test_dashboard_drain.py)",

@@ -16,7 +16,7 @@ from monitoring.models.alerts import Severity
 from pools.mig import FULL_GPU, MigState
 from pools.models import Health, Pool, PoolRequest, PoolState, RequestState
 from pools.placement.reasons import Reason
-from pools.selectors import render_reason, waiting_reason
+from pools.selectors import event_reason, render_reason, waiting_reason
 from pools.services import (
     admit_waiting,
     approve_request,
@@ -26,6 +26,7 @@ from pools.services import (
     provision_step,
     reject_request,
     release_pool,
+    set_priority,
     submit_request,
 )
 from pools.sync import sync_cluster
@@ -212,3 +213,15 @@ def test_waiting_reasons_read_in_korean(fleet_, request_):
         shown = render_reason(reason.as_data())
     assert not re.search(r"(?<![\w./-])(?:full|and|needs|free|together|GPUs)(?![\w./-])", shown), shown
     assert re.search("[가-힣]", shown), shown
+
+
+def test_a_queue_event_and_a_priority_change_read_in_korean_after_the_reason_moves_on(story, tenancy, client):
+    queued = story["queued"]
+    set_priority(request_id=queued.pk, approver=story["approver"], priority=5)
+    with translation.override("en"):
+        queued_at_first = event_reason(queued.events.filter(to_state=RequestState.QUEUED).first(), queued)
+    # The queue finds another reason later: the old event keeps its own, in each reader's language.
+    PoolRequest.objects.filter(pk=queued.pk).update(waiting_reason="something else", waiting_reason_data=None)
+    client.force_login(tenancy.acme_member)
+    page = korean(client, reverse("pool-request", kwargs={"tenant_slug": "acme", "pk": queued.pk}))
+    assert english_in(page, (queued_at_first, "priority set to")) == []

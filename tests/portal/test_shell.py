@@ -57,7 +57,7 @@ def test_every_api_route_of_an_app_is_served_and_listed_at_the_root(api_for, ten
 def test_a_link_with_a_permission_shows_only_to_staff_holding_it(client_for, tenancy, staff_user):
     capacity = reverse("capacity-dashboard")
     assert capacity not in client_for(tenancy.acme_admin).get("/").content.decode()
-    assert capacity in client_for(staff_user("operator")).get("/").content.decode()
+    assert capacity in client_for(staff_user("operator")).get("/", follow=True).content.decode()
 
 
 def test_the_tenant_page_shows_each_apps_tabs(client_for, tenancy):
