@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pools', '0004_cluster_prometheus_url'),
+        ("pools", "0004_cluster_prometheus_url"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='poolevent',
-            name='reason_data',
+            model_name="poolevent",
+            name="reason_data",
             field=models.JSONField(blank=True, editable=False, null=True),
         ),
     ]
