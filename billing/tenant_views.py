@@ -65,8 +65,8 @@ def tenant_section(request: HttpRequest, tenant: Tenant) -> str:
 def approval_section(request: HttpRequest, tenant: Tenant) -> str:
     """On an approver's page of one of the tenant's requests: what the tenant spends this month, to date
     and projected to the month's end, by the same figures as the tenant's own page."""
-    context = _tenant_spend_context(request, tenant)
-    return render_to_string("billing/_approval_spend.html", context, request=request)
+    context = {**_tenant_spend_context(request, tenant), "for_approver": True}
+    return render_to_string("billing/_tenant_spend.html", context, request=request)
 
 
 def pool_section(request: HttpRequest, pool: Pool) -> str:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from pools.sync import sync_cluster
 from tests.factories import ClusterFactory
 
 FULL = [None] * 8
@@ -19,3 +20,16 @@ def _instant_mig(settings):
 @pytest.fixture
 def sim_cluster(db):
     return ClusterFactory(name="sim", fleet=SMALL_FLEET)
+
+
+@pytest.fixture
+def fleet(sim_cluster):
+    """The small fleet synced: h200-1, h200-2 (GPU 0 = 7 × 1g.18gb, GPU 1 = 2 × 3g.71gb, 6 whole GPUs each),
+    h100-1 (8 whole GPUs)."""
+    sync_cluster(cluster=sim_cluster)
+    return sim_cluster
+
+
+@pytest.fixture
+def approver(staff_user):
+    return staff_user("approver")

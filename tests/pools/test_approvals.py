@@ -9,27 +9,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from pools.models import Pool, PoolEvent, PoolRequest, RequestState
-from pools.services import admit_waiting, approve_request, fail_pool, submit_request
+from pools.services import admit_waiting, approve_request, fail_pool
 from pools.services.queue import FITS, NEVER, WAITS, verdict
-from pools.sync import sync_cluster
 from tests.factories import PoolFactory, PoolRequestFactory, PriceFactory
+from tests.pools.test_queue import ask
 
 QUEUE = "/approvals/"
-
-
-@pytest.fixture
-def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)  # 16 H200 (2 of them partitioned), 8 whole H100
-    return sim_cluster
-
-
-@pytest.fixture
-def approver(staff_user):
-    return staff_user("approver")
-
-
-def ask(tenancy, items, **kwargs):
-    return submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items, **kwargs)
 
 
 def page_of(pk: int, action: str = "") -> str:

@@ -7,13 +7,6 @@ from django.urls import reverse
 
 from pools.models import Pool, PoolRequest
 from pools.services import admit_waiting, approve_request, provision_step
-from pools.sync import sync_cluster
-
-
-@pytest.fixture
-def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
-    return sim_cluster
 
 
 def new_request_url():

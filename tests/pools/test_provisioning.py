@@ -11,12 +11,6 @@ from portal.errors import InvalidInput
 from portal.models import Project
 
 
-@pytest.fixture
-def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
-    return sim_cluster
-
-
 def admitted(tenancy, approver, items) -> Pool:
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items)
     approve_request(request_id=request.pk, approver=approver)

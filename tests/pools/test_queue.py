@@ -21,19 +21,6 @@ from tests.factories import (
 )
 
 
-@pytest.fixture
-def fleet(sim_cluster):
-    sync_cluster(
-        cluster=sim_cluster
-    )  # h200-1, h200-2: GPU 0 = 7 × 1g.18gb, GPU 1 = 2 × 3g.71gb, 6 full; h100-1: 8 full
-    return sim_cluster
-
-
-@pytest.fixture
-def approver(staff_user):
-    return staff_user("approver")
-
-
 def ask(tenancy, items, **kwargs):
     return submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items, **kwargs)
 

@@ -29,18 +29,6 @@ from tests.factories import ClusterFactory
 from .conftest import SMALL_FLEET
 
 
-@pytest.fixture
-def fleet(sim_cluster):
-    # h200-1, h200-2: GPU 0 = 7 × 1g.18gb, GPU 1 = 2 × 3g.71gb, GPUs 2-7 MIG off; h100-1: 8 MIG off
-    sync_cluster(cluster=sim_cluster)
-    return sim_cluster
-
-
-@pytest.fixture
-def approver(staff_user):
-    return staff_user("approver")
-
-
 def active_pool(project, user, approver, items) -> Pool:
     request = submit_request(project=project, user=user, items=items)
     approve_request(request_id=request.pk, approver=approver)

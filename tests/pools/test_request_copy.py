@@ -21,14 +21,7 @@ from pools.services import (
     submit_request,
 )
 from pools.specs import Spec
-from pools.sync import sync_cluster
 from tests.factories import GpuGroupFactory
-
-
-@pytest.fixture
-def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
-    return sim_cluster
 
 
 def new_request_url(query: str = "", tenant: str = "acme", project: str = "vision") -> str:

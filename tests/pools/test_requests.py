@@ -5,16 +5,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from pools.models import PoolEvent, PoolRequest, RequestState
-from pools.sync import sync_cluster
 from tests.factories import GpuGroupFactory, MembershipFactory, ProjectFactory
 
 URL = "/api/v1/pool-requests/"
-
-
-@pytest.fixture
-def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)  # 2 nodes × 8 H200, 1 node × 8 H100
-    return sim_cluster
 
 
 def body(tenancy, **overrides):
