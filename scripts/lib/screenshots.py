@@ -1,8 +1,8 @@
 """Saves a screenshot of each person's workspace from a running demo portal, in Debian's Chromium.
 
 Each shot signs in as a demo person, opens a page (or follows the first link a page offers to the
-thing worth showing) and saves `<name>.png`. A page that answers an error, or logs a console error,
-stops the run: a screenshot of a broken page is worse than none.
+thing worth showing) and saves `<name>.png`. A page that answers an error, logs a console error, or
+is wider than a 360 px phone, stops the run: a screenshot of a broken page is worse than none.
 
 Usage: python scripts/lib/screenshots.py --base http://127.0.0.1:8765 --out docs/screenshots [NAME …]
 """
@@ -20,6 +20,16 @@ from playwright.sync_api import Page, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 PASSWORD = "demo-password"  # portal/demo.py
+NARROW = 360  # px: the narrowest phone the pages must fit
+
+
+# The outermost elements reaching past the right edge (none of their ancestors does), as tag.class.
+WIDEST = """(edge) => Array.from(document.querySelectorAll("body *"))
+  .filter((e) => e.getBoundingClientRect().right > edge + 1
+    && !(e.parentElement && e.parentElement.getBoundingClientRect().right > edge + 1))
+  .slice(0, 5)
+  .map((e) => e.tagName.toLowerCase() + (e.className ? "." + String(e.className).split(" ").join(".") : "")
+    + " " + Math.round(e.getBoundingClientRect().right) + "px")"""
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,16 @@ def take(browser, base: str, out: Path, shot: Shot) -> None:
         sys.exit(f"{shot.name}: console errors on {page.url}: {problems}")
     page.screenshot(path=str(out / f"{shot.name}.png"))
     print(f"{shot.name}: {page.url}")
+    # The same page on a narrow phone: nothing may make the page itself scroll sideways (a wide table
+    # scrolls inside its own box).
+    page.set_viewport_size({"width": NARROW, "height": 800})
+    page.wait_for_timeout(200)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    wide = page.evaluate(WIDEST, NARROW) if width > NARROW else []
+    url = page.url
     context.close()
+    if width > NARROW:
+        sys.exit(f"{shot.name}: {url} is {width} px wide at {NARROW} px; widest: {wide}")
 
 
 def main() -> None:

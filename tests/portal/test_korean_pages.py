@@ -172,17 +172,31 @@ def test_a_member_reads_every_page_in_korean(story, tenancy, client):
 
 def test_an_approver_reads_the_requests_in_korean(story, client):
     client.force_login(story["approver"])
-    page = korean(client, reverse("admin:pools_poolrequest_changelist"))
     with translation.override("en"):
         reason = waiting_reason(story["queued"])
-    assert english_in(page, (reason,)) == []
+    urls = [
+        reverse("admin:pools_poolrequest_changelist"),
+        reverse("approvals"),
+        reverse("approvals") + "?tab=queue",
+        *(reverse("approval", kwargs={"pk": r.pk}) for r in story["requests"]),
+    ]
+    found = {url: english_in(korean(client, url), (reason,)) for url in urls}
+    assert {url: words for url, words in found.items() if words} == {}
 
 
-@pytest.mark.parametrize("url", ["/capacity/", "/monitoring/", "/monitoring/alerts/", "monitoring-pool"])
+OPERATOR_PAGES = ["/capacity/", "capacity-group", "capacity-node", "/monitoring/", "/monitoring/alerts/"]
+
+
+@pytest.mark.parametrize("url", [*OPERATOR_PAGES, "monitoring-pool"])
 def test_an_operator_reads_the_fleet_in_korean(story, staff_user, client, url):
     client.force_login(staff_user("operator"))
-    if not url.startswith("/"):  # the active pool of whole GPUs
+    node = story["requests"][0].pool.allocations.first().gpu.node  # a node with a pool on it
+    if url == "monitoring-pool":  # the active pool of whole GPUs
         url = reverse(url, kwargs={"pk": Pool.objects.get(state=PoolState.ACTIVE).pk})
+    elif url == "capacity-group":
+        url = reverse(url, kwargs={"pk": node.cluster_id, "group": node.group_id or "none"})
+    elif url == "capacity-node":
+        url = reverse(url, kwargs={"pk": node.pk})
     assert english_in(korean(client, url)) == []
 
 
