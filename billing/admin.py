@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.utils.translation import gettext_lazy as _
 
-from billing import invoices, invoicing
+from billing import invoices, invoicing, services
 from billing.models import (
     BillingProfile,
     CreditNote,
@@ -32,6 +32,9 @@ class PriceListAdmin(admin.ModelAdmin):
     show_full_result_count = False
     list_display = ["name", "created_at"]
     search_fields = ["name"]
+
+    def save_model(self, request, obj, form, change):
+        services.save_price_list(price_list=obj, actor=request.user)
 
 
 class PriceForm(forms.ModelForm):
@@ -73,11 +76,17 @@ class PriceAdmin(admin.ModelAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
+    def save_model(self, request, obj, form, change):
+        services.save_price(price=obj, actor=request.user)
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Price.objects.filter(pk=obj.pk))
+
     def delete_queryset(self, request, queryset):
         frozen = metered_until()
         if frozen is not None:
             queryset = queryset.filter(valid_from__gte=frozen)
-        super().delete_queryset(request, queryset)
+        services.delete_prices(prices=queryset, actor=request.user)
 
 
 class ReadOnlyAdmin(PoolsReadOnlyAdmin):
@@ -209,19 +218,30 @@ class InvoiceAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Issue the selected drafts"), permissions=["issue"])
     def issue_selected(self, request, queryset):
-        self._each(request, queryset, lambda i: invoices.issue(invoice_id=i.pk), _("%(count)d issued."))
+        self._each(
+            request,
+            queryset,
+            lambda i: invoices.issue(invoice_id=i.pk, by=request.user),
+            _("%(count)d issued."),
+        )
 
     @admin.action(description=_("Mark the selected invoices paid"), permissions=["issue"])
     def mark_paid_selected(self, request, queryset):
         self._each(
-            request, queryset, lambda i: invoices.mark_paid(invoice_id=i.pk), _("%(count)d marked paid.")
+            request,
+            queryset,
+            lambda i: invoices.mark_paid(invoice_id=i.pk, by=request.user),
+            _("%(count)d marked paid."),
         )
 
     @admin.action(description=_("Void the selected invoices (give the reason)"), permissions=["issue"])
     def void_selected(self, request, queryset):
         reason = request.POST.get("reason", "")
         self._each(
-            request, queryset, lambda i: invoices.void(invoice_id=i.pk, reason=reason), _("%(count)d voided.")
+            request,
+            queryset,
+            lambda i: invoices.void(invoice_id=i.pk, reason=reason, by=request.user),
+            _("%(count)d voided."),
         )
 
     def has_issue_permission(self, request) -> bool:

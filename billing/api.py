@@ -45,7 +45,10 @@ class UsageSerializer(serializers.Serializer):
     parameters=[
         OpenApiParameter("project", str, description="A project's short name."),
         OpenApiParameter(
-            "month", str, description="YYYY-MM in the billing time zone; default: this month to date."
+            "month",
+            str,
+            description="YYYY-MM in the billing time zone; default: this month to date.",
+            pattern=r"^(2\d{3}-(0[1-9]|1[0-2]))?$",  # invoicing.FIRST_YEAR to LAST_YEAR, or blank
         ),
     ]
 )
@@ -86,6 +89,14 @@ class Money(serializers.Field):
         return None if amount is None else str(invoicing.round_money(amount, currency))
 
 
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$", "example": "2026-11"})
+class MonthField(serializers.DateField):
+    """A month as `YYYY-MM`: the first day of it, shown without the day."""
+
+    def __init__(self, **kwargs):
+        super().__init__(format="%Y-%m", **kwargs)
+
+
 class InvoiceLineSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     spec = serializers.SerializerMethodField()
@@ -121,7 +132,7 @@ class CreditNoteSerializer(serializers.ModelSerializer):
 
 class InvoiceSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    month = serializers.DateField(format="%Y-%m")
+    month = MonthField()
     lines = InvoiceLineSerializer(many=True, read_only=True)
     credit_notes = CreditNoteSerializer(many=True, read_only=True)
     subtotal = Money()

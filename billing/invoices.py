@@ -34,7 +34,19 @@ from billing.models import (
     UsageRecord,
 )
 from billing.services import first_unmetered
+from portal import audit
+from portal.audit import gettext_noop
 from portal.errors import Conflict, InvalidInput
+
+DRAFTED = gettext_noop("Draft invoice of %(month)s made (%(total)s %(currency)s)")
+REBUILT = gettext_noop("Draft invoice of %(month)s rebuilt (%(total)s %(currency)s)")
+MONTH_CLOSED = gettext_noop("%(month)s closed: %(created)s draft(s) made, %(rebuilt)s rebuilt, %(kept)s kept")
+ISSUED = gettext_noop("Invoice %(number)s issued (%(total)s %(currency)s)")
+PAID = gettext_noop("Invoice %(number)s marked paid")
+VOIDED = gettext_noop("Invoice %(number)s void: %(reason)s")
+CREDITED = gettext_noop(
+    "Credit note %(number)s of %(total)s %(currency)s against invoice %(invoice)s: %(reason)s"
+)
 
 
 @dataclass
@@ -135,7 +147,19 @@ def preview_month(text: str, *, now: datetime | None = None) -> tuple[date, list
     return month, [draft_of(tenant, usage[tenant], current.get(tenant)) for tenant in sorted(usage)]
 
 
-def close_month(text: str, *, now: datetime | None = None) -> Closing:
+def _record(action: str, summary: str, invoice: Invoice, by, **values) -> None:
+    audit.record(
+        action,
+        summary=summary,
+        values={"number": invoice.number or f"#{invoice.pk}", "currency": invoice.currency, **values},
+        actor=by,
+        tenant_id=invoice.tenant_id,
+        subject=("invoice", invoice.pk),
+        details={"month": f"{invoice.month:%Y-%m}", "state": invoice.state},
+    )
+
+
+def close_month(text: str, *, now: datetime | None = None, by=None) -> Closing:
     """Build (or rebuild) the draft invoice of every tenant that used GPUs in the month."""
     month, start, end = month_to_close(text, now=now)
     closing = Closing(month)
@@ -166,6 +190,14 @@ def close_month(text: str, *, now: datetime | None = None) -> Closing:
                 invoice.lines.all().delete()
                 Invoice.objects.filter(pk=invoice.pk).update(**fields)
                 closing.rebuilt.append(invoice)
+            _record(
+                "invoice.drafted" if invoice in closing.created else "invoice.rebuilt",
+                DRAFTED if invoice in closing.created else REBUILT,
+                invoice,
+                by,
+                month=f"{month:%Y-%m}",
+                total=str(totals.total),
+            )
             InvoiceLine.objects.bulk_create(
                 InvoiceLine(
                     invoice=invoice,
@@ -179,10 +211,27 @@ def close_month(text: str, *, now: datetime | None = None) -> Closing:
                 )
                 for line in totals.lines
             )
+    audit.record(
+        "month.closed",
+        summary=MONTH_CLOSED,
+        values={
+            "month": f"{month:%Y-%m}",
+            "created": len(closing.created),
+            "rebuilt": len(closing.rebuilt),
+            "kept": len(closing.kept),
+        },
+        actor=by,
+        subject=("month", f"{month:%Y-%m}"),
+        details={
+            "created": [i.pk for i in closing.created],
+            "rebuilt": [i.pk for i in closing.rebuilt],
+            "kept": [i.pk for i in closing.kept],
+        },
+    )
     return closing
 
 
-def issue(*, invoice_id: int, at: datetime | None = None) -> Invoice:
+def issue(*, invoice_id: int, at: datetime | None = None, by=None) -> Invoice:
     """Give a draft its number, the next of its year (in the billing time zone) with no gap."""
     at = at or timezone.now()
     with transaction.atomic():
@@ -196,6 +245,7 @@ def issue(*, invoice_id: int, at: datetime | None = None) -> Invoice:
         invoice.state = InvoiceState.ISSUED
         invoice.issued_at = at
         invoice.save(update_fields=["number", "state", "issued_at"])
+        _record("invoice.issued", ISSUED, invoice, by, total=str(invoice.total))
         mail.queue_invoice(invoice.pk)
     return invoice
 
@@ -212,7 +262,7 @@ def next_number(series: str, at: datetime) -> str:
     return f"{series}-{year}-{sequence.last:05d}" if series else f"{year}-{sequence.last:05d}"
 
 
-def mark_paid(*, invoice_id: int, at: datetime | None = None) -> Invoice:
+def mark_paid(*, invoice_id: int, at: datetime | None = None, by=None) -> Invoice:
     with transaction.atomic():
         invoice = Invoice.objects.select_for_update().get(pk=invoice_id)
         if invoice.state != InvoiceState.ISSUED:
@@ -222,10 +272,11 @@ def mark_paid(*, invoice_id: int, at: datetime | None = None) -> Invoice:
             )
         invoice.state, invoice.paid_at = InvoiceState.PAID, at or timezone.now()
         invoice.save(update_fields=["state", "paid_at"])
+        _record("invoice.paid", PAID, invoice, by)
     return invoice
 
 
-def void(*, invoice_id: int, reason: str, at: datetime | None = None) -> Invoice:
+def void(*, invoice_id: int, reason: str, at: datetime | None = None, by=None) -> Invoice:
     """Cancel a draft or an issued invoice, saying why; its number stays taken."""
     reason = reason.strip()
     if not reason:
@@ -245,6 +296,7 @@ def void(*, invoice_id: int, reason: str, at: datetime | None = None) -> Invoice
             reason[:2000],
         )
         invoice.save(update_fields=["state", "voided_at", "void_reason"])
+        _record("invoice.voided", VOIDED, invoice, by, reason=audit.text(invoice.void_reason))
     return invoice
 
 
@@ -332,6 +384,21 @@ def credit(
             reason=reason,
             issued_at=at,
             issued_by=by if getattr(by, "is_authenticated", False) else None,
+        )
+        audit.record(
+            "invoice.credited",
+            summary=CREDITED,
+            values={
+                "number": note.number,
+                "total": str(note.total),
+                "currency": note.currency,
+                "invoice": invoice.number,
+                "reason": audit.text(reason),
+            },
+            actor=by,
+            tenant_id=invoice.tenant_id,
+            subject=("credit_note", note.pk),
+            details={"invoice": invoice.pk, "subtotal": str(subtotal), "tax": str(tax)},
         )
         mail.queue_credit_note(note.pk)
     return note

@@ -28,11 +28,18 @@ class BadMonth(ValueError):
     pass
 
 
+# Billing months lie in these years: far wider than the portal's life, and narrow enough that a month's
+# bounds in any time zone are dates Python can hold (0001-01 and 9999-12 are not).
+FIRST_YEAR, LAST_YEAR = 2000, 2999
+
+
 def parse_month(text: str) -> tuple[int, int]:
     """`2026-11` → (2026, 11); anything else is refused with what was expected."""
-    found = re.fullmatch(r"(\d{4})-(\d{2})", text.strip())
-    if not found or not 1 <= int(found[2]) <= 12:
-        raise BadMonth(f"A month is written YYYY-MM, e.g. 2026-11, not {text!r}.")
+    found = re.fullmatch(r"(\d{4})-(\d{2})", text.strip(), flags=re.ASCII)
+    if not found or not 1 <= int(found[2]) <= 12 or not FIRST_YEAR <= int(found[1]) <= LAST_YEAR:
+        raise BadMonth(
+            f"A month is written YYYY-MM, from {FIRST_YEAR}-01 to {LAST_YEAR}-12, e.g. 2026-11, not {text!r}."
+        )
     return int(found[1]), int(found[2])
 
 

@@ -22,6 +22,8 @@ from billing import metering
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord
 from billing.prices import check_price, in_force, metered_until
 from pools.models import Pool, RequestItem
+from portal import audit
+from portal.audit import gettext_noop
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +126,90 @@ def metering_lag(*, now: datetime | None = None) -> timedelta:
 
 def add_price(
     *, price_list: PriceList, gpu_model: str, profile: str, hourly_price, valid_from: datetime,
-    valid_to: datetime | None = None,
+    valid_to: datetime | None = None, actor=None,
 ) -> Price:  # fmt: skip
     """Add a price to a list after the checks of `check_price`."""
     price = Price(
         price_list=price_list, gpu_model=gpu_model, profile=profile, hourly_price=hourly_price,
         valid_from=valid_from, valid_to=valid_to,
     )  # fmt: skip
+    return save_price(price=price, actor=actor)
+
+
+PRICE_ADDED = gettext_noop("Price of %(spec)s in %(list)s: %(price)s %(currency)s an hour from %(start)s")
+PRICE_CHANGED = gettext_noop(
+    "Price of %(spec)s in %(list)s changed: %(price)s %(currency)s an hour from %(start)s"
+)
+PRICE_DELETED = gettext_noop("Price of %(spec)s in %(list)s from %(start)s deleted")
+PRICE_LIST_ADDED = gettext_noop("Price list %(name)s created")
+PRICE_LIST_CHANGED = gettext_noop("Price list %(name)s changed")
+
+
+def _price_fields(price: Price) -> dict:
+    return {
+        "price_list": price.price_list_id,
+        "gpu_model": price.gpu_model,
+        "profile": price.profile,
+        "hourly_price": str(price.hourly_price),
+        "valid_from": price.valid_from.isoformat(),
+        "valid_to": price.valid_to.isoformat() if price.valid_to else None,
+    }
+
+
+def _record_price(action: str, summary: str, price: Price, actor, details: dict) -> None:
+    audit.record(
+        action,
+        summary=summary,
+        values={
+            "spec": f"{price.gpu_model} {price.profile}",
+            "list": price.price_list.name,
+            "price": f"{price.hourly_price.normalize():f}",
+            "currency": settings.BILLING_CURRENCY,
+            "start": f"{price.valid_from:%Y-%m-%d %H:%M}",
+        },
+        actor=actor,
+        subject=("price", price.pk),
+        details=details,
+    )
+
+
+def save_price(*, price: Price, actor=None) -> Price:
+    """Add a price, or change one, after the checks of `check_price`; the change is audited."""
     with transaction.atomic():
-        check_price(price)
+        before = Price.objects.select_for_update().filter(pk=price.pk).first() if price.pk else None
+        check_price(price, before=before)
         price.save()
+        price.refresh_from_db()  # the figures as stored, so that before and after read alike
+        if before is None:
+            _record_price("price.created", PRICE_ADDED, price, actor, _price_fields(price))
+        else:
+            old, new = _price_fields(before), _price_fields(price)
+            changed = {key: [old[key], new[key]] for key in new if old[key] != new[key]}
+            _record_price("price.changed", PRICE_CHANGED, price, actor, {"changed": changed})
     return price
+
+
+def delete_prices(*, prices, actor=None) -> int:
+    """Delete prices that no metered time used (the caller has kept only those); each is audited."""
+    with transaction.atomic():
+        deleted = 0
+        for price in prices.select_related("price_list").select_for_update():
+            _record_price("price.deleted", PRICE_DELETED, price, actor, _price_fields(price))
+            price.delete()
+            deleted += 1
+    return deleted
+
+
+def save_price_list(*, price_list: PriceList, actor=None) -> PriceList:
+    with transaction.atomic():
+        added = price_list.pk is None
+        price_list.save()
+        audit.record(
+            "pricelist.created" if added else "pricelist.changed",
+            summary=PRICE_LIST_ADDED if added else PRICE_LIST_CHANGED,
+            values={"name": price_list.name},
+            actor=actor,
+            subject=("price_list", price_list.pk),
+            details={"name": price_list.name, "description": price_list.description[:500]},
+        )
+    return price_list

@@ -151,7 +151,7 @@ def finance_close(request: HttpRequest, month: str) -> HttpResponse:
     _require(request, "billing.issue_invoice")
     first = _month(month)
     if request.method == "POST":
-        closing = invoices.close_month(month)  # a refusal is answered by RefusalMiddleware
+        closing = invoices.close_month(month, by=request.user)  # a refusal is answered by RefusalMiddleware
         messages.success(
             request,
             _("%(month)s closed: %(created)d draft(s) created, %(rebuilt)d rebuilt, %(kept)d left as issued.")
@@ -207,7 +207,7 @@ def finance_issue(request: HttpRequest, month: str) -> HttpResponse:
         drafts = drafts.filter(pk__in=chosen)
     with transaction.atomic():
         issued = [
-            invoices.issue(invoice_id=pk)
+            invoices.issue(invoice_id=pk, by=request.user)
             for pk in drafts.order_by("tenant__name", "tenant_id").values_list("pk", flat=True)
         ]
     if issued:
@@ -277,15 +277,15 @@ def finance_invoice_act(request: HttpRequest, pk: int, act: str) -> HttpResponse
         form = VoidForm(request.POST)
         if not form.is_valid():
             return finance_invoice(request, pk, form=form, status=400)
-        done = invoices.void(invoice_id=invoice.pk, reason=form.cleaned_data["reason"])
+        done = invoices.void(invoice_id=invoice.pk, reason=form.cleaned_data["reason"], by=request.user)
         messages.success(request, _("Invoice %(invoice)s is void.") % {"invoice": done})
     elif act == "credit":
         return _credit(request, invoice)
     elif act == "issue":
-        done = invoices.issue(invoice_id=invoice.pk)
+        done = invoices.issue(invoice_id=invoice.pk, by=request.user)
         messages.success(request, _("Invoice %(invoice)s issued.") % {"invoice": done})
     elif act == "paid":
-        done = invoices.mark_paid(invoice_id=invoice.pk)
+        done = invoices.mark_paid(invoice_id=invoice.pk, by=request.user)
         messages.success(request, _("Invoice %(invoice)s marked paid.") % {"invoice": done})
     else:
         raise Http404

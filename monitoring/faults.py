@@ -83,7 +83,7 @@ def _open(event: GpuEvent) -> GpuFault | None:
         if GpuFault.objects.open().filter(gpu=gpu).exists():
             return None  # already faulty: drained, flagged and told
         drained_before = gpu.drained
-        capacity.set_gpu_drained(gpu=gpu, drained=True)
+        capacity.set_gpu_drained(gpu=gpu, drained=True, fault=f"{event.kind} {event.code}".strip())
         now = timezone.now()
         fault = GpuFault.objects.create(
             gpu=gpu,
@@ -126,7 +126,7 @@ def clear_fault(*, fault: GpuFault, user) -> GpuFault:
         fault.cleared_by = user
         fault.save(update_fields=["cleared_at", "cleared_by"])
         if fault.drained_by_portal:
-            capacity.set_gpu_drained(gpu=fault.gpu, drained=False)
+            capacity.set_gpu_drained(gpu=fault.gpu, drained=False, actor=user)
     log.info("GPU fault %s cleared by %s", fault.pk, user)
     return fault
 

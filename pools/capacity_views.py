@@ -17,7 +17,7 @@ from pools.models import Cluster, GpuGroup, NodeCapacity
 from portal import shell
 from portal.permissions import staff_may
 
-NODES_PER_PAGE = 20  # a group's nodes, each drawn GPU by GPU
+NODES_PER_PAGE = 10  # a group's nodes, each drawn GPU by GPU (80 GPUs of 8-GPU nodes)
 NODES_LISTED_PER_PAGE = 25  # the overview's list of nodes, those to look at first
 NODE_NAME_LENGTH = 253  # the longest node name Kubernetes allows: a longer search finds nothing anyway
 UNGROUPED = "none"  # the group part of the address of a cluster's nodes in no GPU group

@@ -73,7 +73,7 @@ def gpu_drain(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         name=_("GPU %(index)s of %(node)s") % {"index": gpu.index, "node": gpu.node.name},
         held=lambda: selectors.pools_holding(gpu_ids=[gpu.pk]),
-        apply=lambda drained: services.set_gpu_drained(gpu=gpu, drained=drained),
+        apply=lambda drained: services.set_gpu_drained(gpu=gpu, drained=drained, actor=request.user),
     )
 
 
@@ -86,5 +86,5 @@ def node_drain(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         name=_("Node %(node)s") % {"node": node.name},
         held=lambda: selectors.pools_holding(node_ids=[node.pk]),
-        apply=lambda drained: services.set_node_drained(node=node, drained=drained),
+        apply=lambda drained: services.set_node_drained(node=node, drained=drained, actor=request.user),
     )

@@ -1,15 +1,25 @@
 """Forms of the tenant pages; they only parse input, services decide."""
 
+from datetime import date
+
 from allauth.account.forms import SignupForm as AllauthSignupForm
 from allauth.core import context
 from django import forms
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.utils.translation import gettext_lazy as _
 
 from portal import services
 from portal.adapters import INVITATION_SESSION_KEY, JOINED_TENANT_SESSION_KEY, pending_invitation
 from portal.errors import PortalError
-from portal.models import NAMESPACE_MAX_LENGTH, SLUG_MAX_LENGTH, Preferences, Role, dns_label_validator
+from portal.models import (
+    NAMESPACE_MAX_LENGTH,
+    SLUG_MAX_LENGTH,
+    Preferences,
+    Role,
+    Tenant,
+    dns_label_validator,
+)
 from portal.shell import email_topics
 
 
@@ -128,3 +138,50 @@ class SignupForm(AllauthSignupForm):
                 request.session.pop(INVITATION_SESSION_KEY, None)
                 request.session[JOINED_TENANT_SESSION_KEY] = invitation.tenant.slug
         return user
+
+
+AUDIT_FIRST_DAY, AUDIT_LAST_DAY = date(1970, 1, 1), date(9998, 12, 31)  # the trail's days, and room around
+
+
+class AuditFilterForm(forms.Form):
+    """The audit page's filters; each refuses what it cannot mean, and the page answers 400 saying why."""
+
+    action = forms.RegexField(
+        label=_("Action"),
+        required=False,
+        max_length=40,
+        regex=r"^[a-z_]+(\.[a-z_]+)?$",
+        error_messages={
+            "invalid": _("An action is a code such as invoice.issued, or its family, e.g. invoice.")
+        },
+        help_text=_("A code such as request.approved, or a family such as request."),
+        widget=forms.TextInput(attrs={"list": "audit-actions"}),
+    )
+    tenant = forms.CharField(label=_("Tenant"), required=False, max_length=SLUG_MAX_LENGTH)
+    actor = forms.CharField(label=_("Who"), required=False, max_length=150)
+    since = forms.DateField(label=_("From"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(label=_("Until"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    q = forms.CharField(label=_("Summary contains"), required=False, max_length=200)
+
+    def clean_tenant(self):
+        slug = self.cleaned_data["tenant"].strip()
+        if slug and not Tenant.objects.filter(slug=slug).exists():
+            raise forms.ValidationError(_("No tenant has the short name %(slug)s."), params={"slug": slug})
+        return slug
+
+    def clean_actor(self):
+        username = self.cleaned_data["actor"].strip()
+        if username and not get_user_model().objects.filter(username=username).exists():
+            raise forms.ValidationError(_("No one has the user name %(name)s."), params={"name": username})
+        return username
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        for name, day in (("since", since), ("until", until)):
+            if day and not AUDIT_FIRST_DAY <= day <= AUDIT_LAST_DAY:
+                self.add_error(name, _("Give a day from 1970 to 9998."))
+                return data
+        if since and until and since > until:
+            raise forms.ValidationError(_("The date range ends before it starts."))
+        return data

@@ -32,3 +32,15 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
 
     def get_offset(self, request) -> int:
         return _whole_number(request, self.offset_query_param, low=0, high=MAX_OFFSET) or 0
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        """The parameters with the bounds `get_limit` and `get_offset` enforce, so that the schema says
+        which values are taken."""
+        bounds = {
+            self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
+            self.offset_query_param: {"minimum": 0, "maximum": MAX_OFFSET},
+        }
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"].update(bounds.get(parameter["name"], {}))
+        return parameters

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import date, datetime, time, timedelta
+
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
-from portal.models import ApiToken, Invitation, Membership, Project, Tenant
+from portal.models import ApiToken, AuditEntry, Invitation, Membership, Project, Tenant
 
 
 def my_memberships(*, user) -> QuerySet[Membership]:
@@ -56,3 +59,44 @@ def visible_projects(*, user) -> QuerySet[Project]:
 def my_tokens(*, user) -> QuerySet[ApiToken]:
     """The person's own API tokens, newest first; keys are never stored, so none can be shown."""
     return ApiToken.objects.filter(user=user).order_by("-created_at", "-pk")
+
+
+def audit_entries(
+    *,
+    action: str = "",
+    tenant: str = "",
+    actor: str = "",
+    since: date | None = None,
+    until: date | None = None,
+    text: str = "",
+) -> QuerySet[AuditEntry]:
+    """Audit entries newest first, filtered: `action` is a code or, without a dot, a family of codes;
+    `tenant` a short name; `actor` a user name; `since` and `until` whole days (both included) in the
+    portal's time zone; `text` is searched in the summaries."""
+    entries = AuditEntry.objects.select_related("actor", "tenant").order_by("-at", "-pk")
+    if action:
+        entries = (
+            entries.filter(action=action)
+            if "." in action
+            else entries.filter(action__startswith=f"{action}.")
+        )
+    if tenant:
+        entries = entries.filter(tenant__slug=tenant)
+    if actor:
+        entries = entries.filter(actor__username=actor)
+    if since:
+        entries = entries.filter(at__gte=_start_of(since))
+    if until:
+        entries = entries.filter(at__lt=_start_of(until + timedelta(days=1)))
+    if text:
+        entries = entries.filter(summary__icontains=text)
+    return entries
+
+
+def _start_of(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def audit_actions() -> list[str]:
+    """The action codes the trail holds, for the filter's suggestions."""
+    return sorted(AuditEntry.objects.order_by().values_list("action", flat=True).distinct())

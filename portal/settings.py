@@ -348,7 +348,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.openapi.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.errors.api_exception_handler",
     # JSON only: the browsable API's HTML pages are for development, where DEBUG shows them.
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
@@ -368,6 +368,16 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies as components of their own: read-only fields left out, blank strings refused where
+    # the serializer refuses them.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The API speaks JSON: form bodies are accepted for the browsable API, not offered to clients.
+    "PARSER_WHITELIST": ["portal.parsers.JSONParser"],
+    # Requests and pools both have a `state`: each its own enum, not one name for two sets of values.
+    "ENUM_NAME_OVERRIDES": {
+        "PoolRequestStateEnum": "pools.models.pools.RequestState",
+        "PoolStateEnum": "pools.models.pools.PoolState",
+    },
 }
 
 # --- Internationalisation -----------------------------------------------------

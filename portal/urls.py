@@ -7,7 +7,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from portal import api, errors, shell, views
+from portal import api, audit_views, errors, shell, views
 
 # One router answers /api/v1/ with every app's collections; each app brings its own routes.
 router = DefaultRouter(trailing_slash=True)
@@ -36,6 +36,7 @@ urlpatterns = [
     path("t/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
     path("invitations/<slug:token>/", views.invitation, name="invitation"),  # token_urlsafe alphabet
     *app_pages,
+    path("audit/", audit_views.audit_log, name="audit"),
     path("accounts/notifications/", views.preferences, name="preferences"),
     path("accounts/tokens/", views.api_tokens, name="api-tokens"),
     path("accounts/tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),

@@ -173,7 +173,7 @@ class DrainActions:
 
     def _drain(self, request, queryset, drained: bool):
         for obj in queryset:
-            self.drain_service(obj, drained)
+            self.drain_service(obj, drained, request.user)
         text = (
             ngettext("%(count)d drained.", "%(count)d drained.", queryset.count())
             if drained
@@ -238,14 +238,14 @@ class NodeCapacityAdmin(DrainActions, admin.ModelAdmin):
     held_by = "node_ids"
 
     @staticmethod
-    def drain_service(node, drained):
-        services.set_node_drained(node=node, drained=drained)
+    def drain_service(node, drained, actor):
+        services.set_node_drained(node=node, drained=drained, actor=actor)
 
     def save_model(self, request, obj, form, change):
         if "group" in form.changed_data:
             services.set_node_group(node=obj, group=obj.group)
         if "drained" in form.changed_data:
-            services.set_node_drained(node=obj, drained=obj.drained)
+            services.set_node_drained(node=obj, drained=obj.drained, actor=request.user)
 
     def has_add_permission(self, request):
         return False  # nodes come from the clusters themselves
@@ -284,12 +284,12 @@ class GpuCapacityAdmin(DrainActions, admin.ModelAdmin):
     actions = ["drain", "undrain"]
 
     @staticmethod
-    def drain_service(gpu, drained):
-        services.set_gpu_drained(gpu=gpu, drained=drained)
+    def drain_service(gpu, drained, actor):
+        services.set_gpu_drained(gpu=gpu, drained=drained, actor=actor)
 
     def save_model(self, request, obj, form, change):
         if "drained" in form.changed_data:
-            services.set_gpu_drained(gpu=obj, drained=obj.drained)
+            services.set_gpu_drained(gpu=obj, drained=obj.drained, actor=request.user)
 
     def has_add_permission(self, request):
         return False

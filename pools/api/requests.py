@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import generics, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -208,7 +208,18 @@ class SpecFilterSerializer(serializers.Serializer):
     )
 
 
-@extend_schema(parameters=[SpecFilterSerializer])
+@extend_schema(
+    parameters=[
+        OpenApiParameter(
+            "purpose",
+            {"type": "string", "maxLength": 40},
+            description=_("A GPU group's name, e.g. training; any group when blank or absent."),
+        ),
+        OpenApiParameter(
+            "cluster", str, description=_("A cluster's name; any cluster when blank or absent.")
+        ),
+    ]
+)
 class SpecListView(generics.ListAPIView):
     """What can be requested: per spec, how many one request could get now and the most ever, within the
     purpose's GPU group and the cluster when given, with the hourly price."""

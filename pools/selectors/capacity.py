@@ -8,12 +8,15 @@ counts as all seven compute slices.
 
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
@@ -257,18 +260,37 @@ class CapacityPicture:
 
 
 _held_picture: tuple[int, float, CapacityPicture] | None = None  # this process's: version, built at, picture
+SHARED_PICTURE_KEY = "pools:capacity-picture:{version}"
 
 
 def capacity_picture() -> CapacityPicture:
     """The fleet as placement sees it, with availability per cluster, group and spec; kept while the
-    capacity version holds, for at most CAPACITY_PICTURE_SECONDS."""
+    capacity version holds, for at most CAPACITY_PICTURE_SECONDS.
+
+    The process that builds a version's picture also leaves it in the shared cache, so that the other
+    web and worker processes take it from there instead of each building the same picture again: under
+    load, capacity changes every few seconds, and a build costs far more than reading it back."""
     global _held_picture
     version = capacity_version.current()  # read before the data: a later change bumps it again
+    keep = settings.CAPACITY_PICTURE_SECONDS
     held = _held_picture
-    if held and held[0] == version and time.monotonic() - held[1] < settings.CAPACITY_PICTURE_SECONDS:
+    if held and held[0] == version and time.monotonic() - held[1] < keep:
         return held[2]
-    picture = _build_picture()
-    _held_picture = (version, time.monotonic(), picture)
+    key = SHARED_PICTURE_KEY.format(version=version)
+    try:
+        shared = cache.get(key) if keep > 0 else None
+    except (pickle.UnpicklingError, AttributeError, ImportError, TypeError):  # left by another release
+        shared = None
+    if shared is not None:
+        built_at, picture = shared  # wall-clock time of the build, so that its age holds across processes
+        age = max(0.0, time.time() - built_at)
+    else:
+        built_at, picture, age = time.time(), _build_picture(), 0.0
+        # Only what was read outside a transaction is shared: it is committed, so it is what every
+        # process would read (a transaction's own picture stays in its process, as before).
+        if keep > 0 and not transaction.get_connection().in_atomic_block:
+            cache.set(key, (built_at, picture), timeout=keep)
+    _held_picture = (version, time.monotonic() - age, picture)
     return picture
 
 

@@ -12,6 +12,7 @@ from pools.models import (
     Cluster,
     GpuCapacity,
     GpuGroup,
+    Health,
 )
 
 if TYPE_CHECKING:
@@ -25,10 +26,13 @@ def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:
     return clusters, {c.pk: c.pk in with_groups for c in clusters}
 
 
-def _live_allocations() -> dict[int, list[Allocation]]:
-    by_gpu: dict[int, list[Allocation]] = defaultdict(list)
-    for allocation in Allocation.objects.filter(released_at__isnull=True):
-        by_gpu[allocation.gpu_id].append(allocation)
+def _live_allocations() -> dict[int, list[tuple[str, int, int]]]:
+    """Per GPU id, its live allocations as (profile, first memory slice, slice after the last)."""
+    by_gpu: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    for gpu_id, profile, slices in Allocation.objects.filter(released_at__isnull=True).values_list(
+        "gpu_id", "profile", "slices"
+    ):
+        by_gpu[gpu_id].append((profile, slices.lower, slices.upper))
     return by_gpu
 
 
@@ -40,28 +44,54 @@ def _overlaps(instance: dict, model: mig.GpuModel, held: list[tuple[int, int]]) 
     return any(lower < end and start < upper for lower, upper in held)
 
 
+# What the engine needs of a GPU and its node, read as plain values: at thousands of GPUs, making a
+# model instance of each GPU, node, cluster and group cost most of the snapshot (bench/load.py), and
+# the snapshot is taken after every capacity change.
+GPU_FIELDS = (
+    "pk",
+    "model",
+    "mig_enabled",
+    "layout",
+    "planned_layout",
+    "present",
+    "health",
+    "drained",
+    "node__name",
+    "node__cluster_id",
+    "node__cluster__name",
+    "node__group__name",
+    "node__drained",
+    "node__ready",
+    "node__mig_state",
+)
+
+
 def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict[str, placement.Fleet]:
     """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations."""
     allocations = _live_allocations()
     gpus = (
         GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=clusters)
-        .select_related("node__cluster", "node__group")
         .order_by("node__cluster__name", "node__name", "index")
+        .values(*GPU_FIELDS)
     )
     fleets: dict[str, list[placement.Gpu]] = defaultdict(list)
     for gpu in gpus:
-        node = gpu.node
-        planned = gpu.planned_layout
-        mig_on = planned["mig"] if planned else gpu.mig_enabled
-        layout = planned["instances"] if planned else gpu.layout
-        held = [(a.slices.lower, a.slices.upper) for a in allocations.get(gpu.pk, ())]
-        whole_taken = any(a.profile == mig.FULL_GPU for a in allocations.get(gpu.pk, ()))
-        model = mig.gpu_model(gpu.model)
-        fleets[node.cluster.name].append(
+        cluster = gpu["node__cluster__name"]
+        planned = gpu["planned_layout"]
+        mig_on = planned["mig"] if planned else gpu["mig_enabled"]
+        layout = planned["instances"] if planned else gpu["layout"]
+        live = allocations.get(gpu["pk"], ())
+        held = [(lower, upper) for _profile, lower, upper in live]
+        whole_taken = any(profile == mig.FULL_GPU for profile, _lower, _upper in live)
+        model = mig.gpu_model(gpu["model"])
+        group = gpu["node__group__name"]
+        # as GpuCapacity.schedulable says it (the GPU is present: only present ones are read)
+        schedulable = gpu["health"] == Health.OK and not gpu["drained"] and not gpu["node__drained"]
+        fleets[cluster].append(
             placement.Gpu(
-                id=str(gpu.pk),
-                node=f"{node.cluster.name}/{node.name}",
-                model=gpu.model,
+                id=str(gpu["pk"]),
+                node=f"{cluster}/{gpu['node__name']}",
+                model=gpu["model"],
                 mig=mig_on,
                 allocated=whole_taken,
                 instances=tuple(
@@ -69,10 +99,10 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
                 )
                 if mig_on
                 else (),
-                group=node.group.name if node.group and use_groups[node.cluster_id] else None,
-                cluster=node.cluster.name,
-                schedulable=gpu.schedulable and node.ready,
-                reconfiguring=node.mig_state in mig.MIG_CHANGING or planned is not None,
+                group=group if group and use_groups[gpu["node__cluster_id"]] else None,
+                cluster=cluster,
+                schedulable=schedulable and gpu["node__ready"],
+                reconfiguring=gpu["node__mig_state"] in mig.MIG_CHANGING or planned is not None,
             )
         )
     return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}

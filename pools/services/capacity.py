@@ -16,6 +16,8 @@ from django.utils.translation import gettext as _
 from pools import capacity_version
 from pools.models import Allocation, Cluster, GpuCapacity, GpuGroup, NodeCapacity
 from pools.services import dispatch
+from portal import audit
+from portal.audit import gettext_noop
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
 
@@ -256,24 +258,48 @@ def _run_queue_if_undrained(drained: bool) -> None:
         dispatch.after_commit(dispatch.ADMIT)
 
 
-def set_gpu_drained(*, gpu: GpuCapacity, drained: bool) -> GpuCapacity:
-    """A drained GPU gets no new work; what runs on it stays."""
+GPU_DRAINED = gettext_noop("GPU %(index)s of node %(node)s drained")
+GPU_UNDRAINED = gettext_noop("GPU %(index)s of node %(node)s undrained")
+GPU_FAULT_DRAINED = gettext_noop("GPU %(index)s of node %(node)s drained after a fault (%(fault)s)")
+NODE_DRAINED = gettext_noop("Node %(node)s drained")
+NODE_UNDRAINED = gettext_noop("Node %(node)s undrained")
+
+
+def set_gpu_drained(*, gpu: GpuCapacity, drained: bool, actor=None, fault: str = "") -> GpuCapacity:
+    """A drained GPU gets no new work; what runs on it stays. `fault` names the fault that drains it."""
     with transaction.atomic():
-        gpu = GpuCapacity.objects.select_for_update().get(pk=gpu.pk)
+        gpu = GpuCapacity.objects.select_for_update().select_related("node").get(pk=gpu.pk)
         if gpu.drained != drained:
             gpu.drained = drained
             gpu.save(update_fields=["drained", "last_change_at"])
+            summary = (GPU_FAULT_DRAINED if fault else GPU_DRAINED) if drained else GPU_UNDRAINED
+            audit.record(
+                "gpu.drained" if drained else "gpu.undrained",
+                summary=summary,
+                values={"index": gpu.index, "node": gpu.node.name, "fault": fault},
+                actor=actor,
+                subject=("gpu", gpu.pk),
+                details={"node": gpu.node_id, "uuid": gpu.uuid, **({"fault": fault} if fault else {})},
+            )
             capacity_version.changed()
             _run_queue_if_undrained(drained)
     return gpu
 
 
-def set_node_drained(*, node: NodeCapacity, drained: bool) -> NodeCapacity:
+def set_node_drained(*, node: NodeCapacity, drained: bool, actor=None) -> NodeCapacity:
     with transaction.atomic():
         node = NodeCapacity.objects.select_for_update().get(pk=node.pk)
         if node.drained != drained:
             node.drained = drained
             node.save(update_fields=["drained", "last_change_at"])
+            audit.record(
+                "node.drained" if drained else "node.undrained",
+                summary=NODE_DRAINED if drained else NODE_UNDRAINED,
+                values={"node": node.name},
+                actor=actor,
+                subject=("node", node.pk),
+                details={"cluster": node.cluster_id},
+            )
             capacity_version.changed()
             _run_queue_if_undrained(drained)
     return node

@@ -37,7 +37,6 @@ from pools.models import (
     Cluster,
     GpuCapacity,
     Pool,
-    PoolEvent,
     PoolRequest,
     PoolState,
     RequestState,
@@ -46,7 +45,7 @@ from pools.models import (
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
 from pools.services import dispatch
-from pools.services.transitions import transition
+from pools.services.transitions import record_event, transition
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of the admission queue
 BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
@@ -113,7 +112,9 @@ def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, 
         reserved_at=now,
     )
     recount_allocated(reserve_plan(pool, plan))
-    PoolEvent.objects.create(request=request, pool=pool, to_state=PoolState.PROVISIONING)
+    record_event(
+        tenant_id=request.project.tenant_id, request=request, pool=pool, to_state=PoolState.PROVISIONING
+    )
     return pool
 
 

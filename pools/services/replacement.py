@@ -39,7 +39,7 @@ from django.utils.translation import gettext as _
 from pools import placement
 from pools.drivers.base import DriverError, driver_for
 from pools.mig import FULL_GPU, resource_name
-from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolEvent, PoolRequest, PoolState
+from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
 from pools.services import dispatch
@@ -57,6 +57,7 @@ from pools.services.provisioning import (
     settle_quota,
 )
 from pools.services.queue import engine_request, lock_capacity, recount_allocated, reserve_plan
+from pools.services.transitions import record_event
 from portal.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -268,7 +269,9 @@ def replace(*, pool: Pool, actor) -> Pool:
         if repartitioned & set(pool.mig_configs):
             pool.mig_configs = {n: c for n, c in pool.mig_configs.items() if n not in repartitioned}
             pool.save(update_fields=["mig_configs"])
-        PoolEvent.objects.create(
+        record_event(
+            tenant_id=pool.project.tenant_id,
+            action="pool.moved",
             request_id=pool.request_id,
             pool=pool,
             actor=actor,
@@ -351,7 +354,9 @@ def _give_up(*, pool_id: int, reason: str) -> bool:
             allocations__released_at__isnull=True
         ).update(planned_layout=None)
         recount_allocated({a.gpu.node_id for a in rows})
-        PoolEvent.objects.create(
+        record_event(
+            tenant_id=pool.project.tenant_id,
+            action="pool.move_failed",
             request_id=pool.request_id,
             pool=pool,
             from_state=pool.state,

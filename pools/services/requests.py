@@ -17,7 +17,6 @@ from pools import placement
 from pools.models import (
     REQUEST_TRANSITIONS,
     Cluster,
-    PoolEvent,
     PoolRequest,
     RequestItem,
     RequestState,
@@ -25,7 +24,7 @@ from pools.models import (
 from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture
 from pools.services import dispatch
-from pools.services.transitions import transition
+from pools.services.transitions import record_event, transition
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Project, namespace_problem
@@ -170,7 +169,9 @@ def submit_request(
             RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
             for spec, count in checked
         )
-        PoolEvent.objects.create(request=request, actor=user, to_state=RequestState.SUBMITTED)
+        record_event(
+            tenant_id=project.tenant_id, request=request, actor=user, to_state=RequestState.SUBMITTED
+        )
     return request
 
 
@@ -245,7 +246,9 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
             raise Conflict(_("Request #%(id)s is decided and done.") % {"id": request.pk})
         request.priority = priority
         request.save(update_fields=["priority"])
-        PoolEvent.objects.create(
+        record_event(
+            tenant_id=request.project.tenant_id,
+            action="request.priority",
             request=request,
             actor=approver,
             from_state=request.state,

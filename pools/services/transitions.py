@@ -1,7 +1,7 @@
 """The one transition helper: a request or a pool changes state only here.
 
 The move is checked against the subject's transition table (REQUEST_TRANSITIONS,
-POOL_TRANSITIONS), recorded as a PoolEvent (who, when, from, to, why) and, for the
+POOL_TRANSITIONS), recorded as a PoolEvent (who, when, from, to, why) with its audit entry and, for the
 states people hear about, its e-mail is queued after commit. The caller saves the
 subject's new state in the same transaction.
 """
@@ -20,7 +20,15 @@ from pools.models import (
     RequestState,
 )
 from pools.notifications import notify_after_commit
+from portal import audit
 from portal.errors import Conflict
+
+
+def record_event(*, tenant_id: int, action: str = "", **fields) -> PoolEvent:
+    """Write a request's or a pool's event and its audit entry, in the caller's transaction."""
+    event = PoolEvent.objects.create(**fields)
+    audit.record_pool_event(event, tenant_id=tenant_id, action=action)
+    return event
 
 
 def transition(
@@ -36,7 +44,8 @@ def transition(
         raise Conflict(
             refusal % {"id": subject.pk, "state": states(subject.state).label, "to": states(to).label}
         )
-    event = PoolEvent.objects.create(
+    event = record_event(
+        tenant_id=subject.project.tenant_id,
         request_id=request_id,
         pool=pool,
         actor=actor,

@@ -67,7 +67,9 @@ def test_a_month_is_a_calendar_month_in_the_billing_time_zone():
     assert (start.hour, end.hour) == (23, 22)
 
 
-@pytest.mark.parametrize("text", ["2026-13", "2026-1", "26-11", "november", "2026-00", ""])
+@pytest.mark.parametrize(
+    "text", ["2026-13", "2026-1", "26-11", "november", "2026-00", "", "0000-01", "9999-12", "٢٠٢٦-١١"]
+)
 def test_a_month_not_written_yyyy_mm_is_refused(text):
     with pytest.raises(BadMonth, match="YYYY-MM"):
         parse_month(text)

@@ -58,3 +58,91 @@ def test_a_cleared_cache_starts_at_a_new_number(db):
     before = capacity_version.current()
     cache.clear()
     assert capacity_version.current() != before
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_other_processes_read_the_built_picture_back(settings, sim_cluster, monkeypatch):
+    """Under load capacity changes every few seconds; one process builds each version's picture, the
+    other web and worker processes read it from the shared cache (bench/load.py measured the cost)."""
+    from django.core.cache import cache
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from pools.selectors import capacity
+
+    settings.CAPACITY_PICTURE_SECONDS = 300
+    sync_cluster(cluster=sim_cluster)
+    built = selectors.capacity_picture()
+    monkeypatch.setattr(capacity, "_held_picture", None)  # another process: it holds no picture yet
+    with CaptureQueriesContext(connection) as reads:
+        shared = selectors.capacity_picture()
+    assert len(reads) == 0
+    assert shared is not built and shared.found == built.found
+    assert h100_full() == 8
+
+    set_gpu_drained(gpu=GpuCapacity.objects.get(node__name="h100-1", index=0), drained=True)
+    monkeypatch.setattr(capacity, "_held_picture", None)
+    with CaptureQueriesContext(connection) as reads:
+        assert h100_full() == 7  # a new version: built afresh, not an old picture read back
+    assert len(reads) > 0
+
+    with transaction.atomic():  # read inside a transaction: kept by this process only
+        capacity_version.changed()
+        selectors.capacity_picture()
+        version = capacity_version.current()
+        assert cache.get(capacity.SHARED_PICTURE_KEY.format(version=version)) is None
+
+
+def test_a_shared_picture_keeps_its_age(settings, reused, monkeypatch):
+    """A picture read back from the cache is kept only for what is left of the time bound."""
+    import time
+
+    from django.core.cache import cache
+
+    from pools.selectors import capacity
+
+    picture = selectors.capacity_picture()
+    version = capacity_version.current()
+    monkeypatch.setattr(capacity, "_held_picture", None)
+    cache.set(capacity.SHARED_PICTURE_KEY.format(version=version), (time.time() - 299.5, picture))
+    assert selectors.capacity_picture() is not picture  # unpickled from the cache
+    held_version, held_since, _held = capacity._held_picture
+    assert held_version == version and time.monotonic() - held_since >= 299
+
+
+def test_the_fleet_snapshot_reads_values_in_two_queries(fleet, tenancy, approver, django_assert_num_queries):
+    """The snapshot behind every picture and admission reads plain values (no model per GPU), in a
+    fixed number of queries, and still sees groups, drains, MIG slots and whole GPUs taken."""
+    from django.db.models.signals import post_init
+
+    from pools.selectors import fleet_snapshot
+
+    group = GpuGroupFactory(cluster=fleet, name="training")
+    NodeCapacity.objects.filter(name="h200-2").update(group=group)
+    NodeCapacity.objects.filter(name="h100-1").update(drained=True)
+    items = [("h200-141gb.full", 1), ("h200-141gb.mig-1g.18gb", 2)]
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=items, cluster=fleet)
+    approve_request(request_id=request.pk, approver=approver)
+    admit_waiting()
+    made = []
+
+    def count(sender, **kwargs):
+        made.append(sender)
+
+    post_init.connect(count)
+    try:
+        with django_assert_num_queries(2):
+            gpus = fleet_snapshot([fleet], {fleet.pk: True})["sim"].gpus
+    finally:
+        post_init.disconnect(count)
+    assert made == []  # no model instance: plain values only
+
+    def on(node):
+        return [g for g in gpus if g.node == f"sim/{node}"]
+
+    assert len(gpus) == 24 and all(g.cluster == "sim" for g in gpus)
+    assert not any(g.schedulable for g in on("h100-1")) and all(g.schedulable for g in on("h200-1"))
+    assert {g.group for g in on("h200-2")} == {"training"} and {g.group for g in on("h200-1")} == {None}
+    assert sum(g.allocated for g in gpus) == 1  # the whole GPU
+    assert sum(s.allocated for g in gpus for s in g.instances) == 2  # the two MIG slots
+    assert [s.profile for s in on("h200-1")[0].instances] == ["1g.18gb"] * 7

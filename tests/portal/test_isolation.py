@@ -230,6 +230,7 @@ NOT_TENANT_SCOPED = {
         "approvers only; anyone else, tenants and other staff, gets 404 (tests/pools/test_approvals.py)",
     ),
     "favicon": "the same redirect to the portal's icon for everyone (tests/portal/test_favicon.py)",
+    "audit": "approvers, operators and finance; anyone else gets 404 (tests/portal/test_audit.py)",
     **dict.fromkeys(
         ["capacity-group", "capacity-node"],
         "platform staff only; anyone else gets 404 (tests/pools/test_capacity_views.py)",
@@ -316,11 +317,23 @@ def _request(client, route, url, tenancy=None):
     return call(url, route.data or {})
 
 
+def foreign_user(tenancy, who: str):
+    """A person of another tenant in each of its roles, or of none."""
+    from portal.models import Role
+    from tests.factories import MembershipFactory
+
+    roles = {"globex_admin": Role.ADMIN, "globex_viewer": Role.VIEWER}
+    if who in roles:
+        return MembershipFactory(tenant=tenancy.globex, role=roles[who], user__username=who).user
+    return getattr(tenancy, who)
+
+
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.name)
-@pytest.mark.parametrize("who", ["globex_member", "outsider"])
+@pytest.mark.parametrize("who", ["globex_admin", "globex_member", "globex_viewer", "outsider"])
 def test_foreign_object_answers_404_and_changes_nothing(route, who, tenancy, client, api_client):
+    """Every role of another tenant (and a person of none), on each of acme's objects."""
     objects = acme_objects(tenancy)
-    user = getattr(tenancy, who)
+    user = foreign_user(tenancy, who)
     http = api_client if route.api else client
     if route.api:
         http.force_authenticate(user)
