@@ -97,6 +97,42 @@ def staff_user(db):
 
 
 @pytest.fixture
+def approver(staff_user):
+    return staff_user("approver")
+
+
+@pytest.fixture
+def operator(staff_user):
+    """An operator, their group holding monitoring's permissions as the roles migration grants them (a
+    test database flushed by an earlier test that committed has lost what migrations wrote)."""
+    from django.contrib.auth.models import Permission
+
+    from portal.roles import PlatformRole
+
+    group = Group.objects.get(name=PlatformRole.OPERATOR)
+    for codename in ("view_alert", "change_alert", "view_latest"):
+        group.permissions.add(Permission.objects.get(content_type__app_label="monitoring", codename=codename))
+    return staff_user("operator")
+
+
+@pytest.fixture
+def synced(db, settings):
+    """`synced(fleet)`: a simulated cluster of that fleet (as `ClusterFactory(fleet=…)` takes it), synced,
+    its MIG changes applied at once."""
+    from pools.sync import sync_cluster
+    from tests.factories import ClusterFactory
+
+    settings.SIMULATED_MIG_APPLY_SECONDS = 0
+
+    def make(fleet, name: str = "sim"):
+        cluster = ClusterFactory(name=name, fleet=fleet)
+        sync_cluster(cluster=cluster)
+        return cluster
+
+    return make
+
+
+@pytest.fixture
 def api_client():
     return APIClient()
 

@@ -12,8 +12,7 @@ import pytest
 from django.db import connections
 from django.urls import reverse
 
-from pools.sync import sync_cluster
-from tests.factories import PASSWORD, ClusterFactory, totp_code
+from tests.factories import PASSWORD, totp_code
 
 CHROMIUM = Path("/usr/bin/chromium")
 try:
@@ -125,12 +124,9 @@ def screenshots(tmp_path) -> Path:
 
 
 @pytest.fixture
-def fleet(db, settings):
+def fleet(synced):
     """A simulated cluster: h200-1 (GPU 0 cut in 7 × 1g.18gb, GPU 1 whole), h100-1 (two whole GPUs)."""
-    settings.SIMULATED_MIG_APPLY_SECONDS = 0
-    cluster = ClusterFactory(name="sim", fleet=FLEET)
-    sync_cluster(cluster=cluster)
-    return cluster
+    return synced(FLEET)
 
 
 @pytest.fixture

@@ -2,25 +2,15 @@
 names the pool still running there, and acknowledges an alert."""
 
 import pytest
-from django.contrib.auth.models import Group, Permission
 
 from monitoring import collection
 from monitoring.models import Alert
 from pools.models import GpuCapacity
-from portal.roles import PlatformRole
 from tests.factories import AlertFactory, AllocationFactory, PoolFactory
 
 from .conftest import JOURNEY, settle
 
 pytestmark = JOURNEY
-
-
-@pytest.fixture
-def operator(staff_user):
-    group = Group.objects.get(name=PlatformRole.OPERATOR)
-    for codename in ("view_alert", "change_alert", "view_latest"):
-        group.permissions.add(Permission.objects.get(content_type__app_label="monitoring", codename=codename))
-    return staff_user("operator")
 
 
 @pytest.fixture

@@ -17,15 +17,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def operator(staff_user):
-    """An operator, their group holding the alert permissions (the roles migration grants them later)."""
-    group = Group.objects.get(name=PlatformRole.OPERATOR)
-    for codename in ("view_alert", "change_alert"):
-        group.permissions.add(Permission.objects.get(content_type__app_label="monitoring", codename=codename))
-    return staff_user("operator")
-
-
-@pytest.fixture
 def gpu():
     return GpuCapacityFactory(node__name="gpu-node-7", node__cluster__name="east", index=3)
 

@@ -4,7 +4,6 @@ Acknowledge button that goes through the alert service and back; compute slices 
 for people without monitoring's permissions."""
 
 import pytest
-from django.contrib.auth.models import Group, Permission
 from django.test import RequestFactory
 from django.urls import reverse
 from django.utils import timezone
@@ -15,7 +14,6 @@ from monitoring.selectors import cluster_usage
 from pools.models import GpuCapacity, NodeCapacity
 from pools.services import admit_waiting, approve_request, set_node_group, submit_request
 from pools.sync import sync_cluster
-from portal.roles import PlatformRole
 from portal.shell import CapacityScope
 from tests.factories import AlertFactory, ClusterFactory, GpuGroupFactory, UserFactory
 
@@ -25,15 +23,6 @@ FULL = [None] * 8
 @pytest.fixture(autouse=True)
 def _instant_mig(settings):
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
-
-
-@pytest.fixture
-def operator(staff_user):
-    """An operator, their group holding the alert permissions (as the roles migration grants them)."""
-    group = Group.objects.get(name=PlatformRole.OPERATOR)
-    for codename in ("view_alert", "change_alert", "view_latest"):
-        group.permissions.add(Permission.objects.get(content_type__app_label="monitoring", codename=codename))
-    return staff_user("operator")
 
 
 @pytest.fixture

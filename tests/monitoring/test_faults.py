@@ -23,10 +23,8 @@ from pools.services import (
     submit_request,
 )
 from pools.services.dispatch import Send
-from pools.sync import sync_cluster
 from portal.errors import Conflict, NotAllowed
 from portal.models import Preferences
-from tests.factories import ClusterFactory
 from tests.pools.test_replacement import active_pool
 
 FLEET = [
@@ -36,16 +34,8 @@ FLEET = [
 
 
 @pytest.fixture
-def fleet(db, settings):
-    settings.SIMULATED_MIG_APPLY_SECONDS = 0
-    cluster = ClusterFactory(name="sim", fleet=FLEET)
-    sync_cluster(cluster=cluster)
-    return cluster
-
-
-@pytest.fixture
-def approver(staff_user):
-    return staff_user("approver")
+def fleet(synced):
+    return synced(FLEET)
 
 
 def gpu_of(pool) -> GpuCapacity:

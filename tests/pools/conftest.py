@@ -28,8 +28,3 @@ def fleet(sim_cluster):
     h100-1 (8 whole GPUs)."""
     sync_cluster(cluster=sim_cluster)
     return sim_cluster
-
-
-@pytest.fixture
-def approver(staff_user):
-    return staff_user("approver")

@@ -34,12 +34,11 @@ from pools.services import (
     submit_request,
 )
 from pools.services.replacement import replace
-from pools.sync import sync_cluster
 from portal import audit
 from portal.errors import Conflict
 from portal.models import AuditEntry
 from tests.billing.test_invoices import AFTER, november  # noqa: F401 (a fixture)
-from tests.factories import ClusterFactory, PriceListFactory, TenantFactory, UserFactory
+from tests.factories import PriceListFactory, TenantFactory, UserFactory
 from tests.monitoring.test_faults import push, report
 from tests.pools.test_replacement import active_pool
 
@@ -48,16 +47,8 @@ FULL = [("h100-80gb.full", 1)]
 
 
 @pytest.fixture
-def fleet(db, settings):
-    settings.SIMULATED_MIG_APPLY_SECONDS = 0
-    cluster = ClusterFactory(name="sim", fleet=FLEET)
-    sync_cluster(cluster=cluster)
-    return cluster
-
-
-@pytest.fixture
-def approver(staff_user):
-    return staff_user("approver")
+def fleet(synced):
+    return synced(FLEET)
 
 
 def trail(**filters) -> list[tuple]:
