@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -61,7 +63,9 @@ class AccountThrottle(SimpleRateThrottle):
         login = request.data.get("username") if hasattr(request.data, "get") else None
         if not isinstance(login, str) or not login.strip() or len(login) > 254:
             return None  # the serializer refuses it before any password is checked
-        return self.cache_format % {"scope": self.scope, "ident": login_attempts_key(login)}
+        # Hashed: a login may hold any character, and a cache key should be short plain text.
+        ident = hashlib.sha256(login_attempts_key(login).encode()).hexdigest()
+        return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
 class TokenView(APIView):
