@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from billing import invoicing, mail, metering
 from billing.models import (
@@ -35,7 +36,6 @@ from billing.models import (
 )
 from billing.services import first_unmetered
 from portal import audit
-from portal.audit import gettext_noop
 from portal.errors import Conflict, InvalidInput
 
 DRAFTED = gettext_noop("Draft invoice of %(month)s made (%(total)s %(currency)s)")

@@ -17,13 +17,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Min, Q
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from billing import metering
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord
 from billing.prices import check_price, in_force, metered_until
 from pools.models import Pool, RequestItem
 from portal import audit
-from portal.audit import gettext_noop
 
 log = logging.getLogger(__name__)
 

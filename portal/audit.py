@@ -17,16 +17,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
 from portal.models import AuditEntry
 
 TEXT = "%(text)s"  # a value people typed: shown as it is, in every language
-
-
-def gettext_noop(template: str) -> str:
-    """Marks a template for the translation catalogue; it is translated where it is shown."""
-    return template
 
 
 def text(value: str) -> dict:
@@ -53,6 +48,12 @@ def _render(data, translate) -> str:
 def english(data: dict) -> str:
     """A summary as stored for searching: in English, as its templates are written."""
     return _render(data, str)
+
+
+def render_data(data) -> str:
+    """A stored template and its values (an audit summary, a waiting reason) in the language of the current
+    request; plain text stays as it is."""
+    return _render(data, gettext)
 
 
 def render(entry: AuditEntry) -> str:

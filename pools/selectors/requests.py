@@ -17,6 +17,7 @@ from pools.models import (
     PoolState,
     RequestState,
 )
+from portal import audit
 
 if TYPE_CHECKING:
     from portal.models import Project, Tenant
@@ -146,16 +147,9 @@ def visible_pool(*, user, tenant_slug: str, pk: int) -> Pool:
 
 
 def render_reason(data) -> str:
-    """A stored reason (its template and values) in the language of the current request."""
-    from django.utils.translation import gettext
-
-    if isinstance(data, dict):
-        values = {key: render_reason(value) for key, value in data["params"].items()}
-        template = data["template"]
-        return (template if template == "%(text)s" else gettext(template)) % values
-    if isinstance(data, list):
-        return "; ".join(render_reason(item) for item in data)
-    return data
+    """A stored reason (its template and values) in the language of the current request: read as the
+    audit trail reads its summaries, which are stored alike."""
+    return audit.render_data(data)
 
 
 def event_reason(event: PoolEvent, request: PoolRequest | None) -> str:

@@ -12,12 +12,12 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from pools import capacity_version
 from pools.models import Allocation, Cluster, GpuCapacity, GpuGroup, NodeCapacity
 from pools.services import dispatch
 from portal import audit
-from portal.audit import gettext_noop
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
 
