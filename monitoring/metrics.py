@@ -23,7 +23,8 @@ Families (gauges unless said otherwise):
 - gpu_portal_pools_overdue{state=provisioning|releasing, deadline=redrive|stuck} and
   gpu_portal_pools_overdue_oldest_seconds: pools past their deadlines (pools.services.deadlines).
 
-Each family is one query whatever the fleet's size.
+Each family is one query whatever the fleet's size. The portal's processes add theirs (web requests, tasks,
+the task queue: portal/telemetry.py).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from monitoring.models.samples import WHOLE_GPU
 from pools import mig
 from pools.models import Pool, PoolRequest, PoolState, RequestState
 from pools.services.deadlines import overdue_pools
+from portal import telemetry
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +333,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
             status=403,
             content_type="text/plain; charset=utf-8",
         )
-    response = HttpResponse(generate_latest(PortalCollector()), content_type=CONTENT_TYPE_LATEST)
+    # The web processes' own figures follow the fleet's (portal/telemetry.py): one scrape for both.
+    body = generate_latest(PortalCollector()) + telemetry.latest()
+    response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
     response["Cache-Control"] = "no-store"
     return response

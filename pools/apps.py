@@ -36,6 +36,7 @@ class PoolsConfig(AppConfig):
         project_sections=("pools.views.project_section",),
         tenant_sections=("pools.views.tenant_section",),
         tenant_figures=("pools.views.tenant_figures",),
+        readiness=("pools.selectors.readiness.cluster_checks",),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,

@@ -11,6 +11,9 @@ import environ
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
+from django_guid.integrations import CeleryIntegration
+
+from portal import logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -52,6 +55,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_guid",
     "portal",
     "pools",
     "billing",
@@ -59,6 +63,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes first: they come by a pod's address over plain HTTP (portal/health.py).
+    "portal.health.HealthMiddleware",
+    "django_guid.middleware.guid_middleware",
+    "portal.telemetry.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -202,6 +210,9 @@ QUEUE_BACKFILL_GRACE_SECONDS = env.int("QUEUE_BACKFILL_GRACE_SECONDS", default=1
 # How long a process may reuse its picture of the fleet (availability for the request form and the
 # specs API) while no change of capacity has been seen; 0 rebuilds it on every read.
 CAPACITY_PICTURE_SECONDS = env.int("CAPACITY_PICTURE_SECONDS", default=30)
+# /readyz calls a cluster behind (degraded, still ready) when its last sync is older than this; 0: the
+# heartbeat (SYNC_HEARTBEAT_SECONDS) plus three sync periods (pools/selectors/readiness.py).
+SYNC_STALE_SECONDS = env.int("SYNC_STALE_SECONDS", default=0)
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 
@@ -436,10 +447,15 @@ CONTENT_SECURITY_POLICY = {
 # them, and the portal gains nothing from telling it, so only same-origin requests get a referrer.
 SECURE_REFERRER_POLICY = "same-origin"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+# --- Logs and request ids ---------------------------------------------------------
+
+# `text` for a terminal, `json` (one object a line) for a log pipeline; see portal/logs.py.
+LOGGING = logs.config(
+    log_format=env.str("LOG_FORMAT", default="text"), level=env.str("LOG_LEVEL", default="INFO")
+)
+# A request keeps the id a proxy gave it in X-Request-ID (when well-formed) or gets one; the answer says it,
+# and the tasks it sends carry it to the worker's log lines.
+DJANGO_GUID = {
+    "GUID_HEADER_NAME": "X-Request-ID",
+    "INTEGRATIONS": [CeleryIntegration(use_django_logging=False, log_parent=False)],
 }

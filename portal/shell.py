@@ -82,6 +82,8 @@ class AppPlugin:
     - `tenant_figures`: dotted paths of `figures(user, tenants) -> {tenant id: [Figure, ...]}`, numbers shown
       beside each tenant on the home page, answered for all the tenants at once (no query per tenant).
     - `email_topics`: the e-mails it sends, each of which a person may turn off.
+    - `readiness`: dotted paths of `checks() -> [portal.health.Check, ...]`, what `/readyz` reports of the
+      app besides the database and Redis (a check `down` takes the process out of service, `degraded` not).
     - `workspaces`: pages where platform staff who belong to no tenant land after signing in, most
       important first, each for the staff holding its `permission` (see `workspace_for`).
     """
@@ -98,6 +100,7 @@ class AppPlugin:
     tenant_figures: tuple[str, ...] = ()
     email_topics: tuple[EmailTopic, ...] = ()
     workspaces: tuple[Link, ...] = ()
+    readiness: tuple[str, ...] = ()
 
 
 def plugins() -> list[AppPlugin]:
@@ -200,6 +203,11 @@ def tenant_figures(user, tenants) -> dict[int, list[Figure]]:
         for tenant_id, figures in import_string(path)(user, tenants).items():
             found.setdefault(tenant_id, []).extend(figures)
     return found
+
+
+def readiness_checks() -> list[tuple[str, object]]:
+    """Every app's readiness checks, as (dotted path, callable), in the order of INSTALLED_APPS."""
+    return [(path, import_string(path)) for plugin in plugins() for path in plugin.readiness]
 
 
 def email_topics() -> list[EmailTopic]:
