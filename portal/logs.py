@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 
 from celery import current_task
+from django.core.exceptions import ImproperlyConfigured
+from pythonjsonlogger.core import RESERVED_ATTRS
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(context)s %(message)s"
 JSON_FIELDS = ("asctime", "levelname", "name", "message", "request_id", "task_id", "task_name")
@@ -39,13 +41,15 @@ class TaskContext(logging.Filter):
 def config(*, log_format: str, level: str) -> dict:
     """The LOGGING setting: one console handler, in the chosen format, with both filters."""
     if log_format not in ("text", "json"):
-        raise ValueError(f"LOG_FORMAT must be text or json, not {log_format!r}")
+        raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {log_format!r}.")
     formatter = (
         {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "fmt": " ".join(f"%({name})s" for name in JSON_FIELDS),
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
             "timestamp": False,
+            # Said once each: the correlation id is `request_id` here, and `context` is for plain lines.
+            "reserved_attrs": [*RESERVED_ATTRS, "correlation_id", "context"],
         }
         if log_format == "json"
         else {"format": TEXT_FORMAT}
