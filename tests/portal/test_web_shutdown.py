@@ -29,9 +29,9 @@ def test_sigterm_lets_the_request_in_flight_finish_and_refuses_new_ones(tmp_path
         while True:
             assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
             try:
-                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # still starting
                 pass
             assert time.monotonic() < deadline, (tmp_path / "gunicorn.log").read_text()
             time.sleep(0.2)
