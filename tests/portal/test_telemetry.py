@@ -108,7 +108,7 @@ def _json_lines(text: str) -> list[dict]:
 
 
 @pytest.mark.celery
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_worker_logs_its_tasks_under_the_web_request_id_and_serves_their_figures(
     tenancy, approver, synced, api_for, tmp_path
 ):
