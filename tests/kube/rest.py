@@ -1,5 +1,6 @@
-"""REST verbs of the test API server: core v1 paths routed to list, get, create, update, patch and delete
-on the object store, with a real server's answers (paging, 404/409/422, status left to subresources)."""
+"""REST verbs of the test API server: core v1 and API-group paths routed to list, get, create, update,
+patch and delete on the object store, with a real server's answers (paging, 404/409/422, status left to
+subresources, per-kind defaults and validation in kinds.py) and its discovery documents."""
 
 from __future__ import annotations
 
@@ -14,23 +15,31 @@ from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
-from tests.kube import objects
+from tests.kube import kinds, objects
+from tests.kube.rbac import RequestInfo
 from tests.kube.semantics import ApiError, apply_patch, field_matcher, label_matcher, not_found, status_body
-from tests.kube.store import RESOURCES, ClusterStore, Key, Resource
+from tests.kube.store import RESOURCES, ClusterStore, Key, Resource, group_versions
 
 Reply = tuple[int, dict[str, Any], list[tuple[str, str]]]
 
-_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-test", "platform": "linux/amd64"}
+# Every field a real server reports: the client's VersionInfo requires them all.
+_VERSION = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0-test",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2024-08-13T07:28:49Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_VERBS = {
-    ("GET", False): "list",
-    ("POST", False): "create",
-    ("GET", True): "get",
-    ("PUT", True): "update",
-    ("PATCH", True): "patch",
-    ("DELETE", True): "delete",
-}
+# RBAC objects may be named like `system:discovery`: any path segment will do.
+_PATH_SEGMENT = re.compile(r"^(?!\.{1,2}$)[^/%]+$")
+_RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+_NOT_FOUND = "the server could not find the requested resource"
 
 
 def _check_string_map(value: Any, field: str) -> None:
@@ -60,28 +69,28 @@ class RestApi:
 
     def __init__(self, store: ClusterStore, *, on_node_write: Callable[[dict, dict], None]) -> None:
         self.store = store
+        self.address = ""  # host:port, for the `/api` discovery document; set when the server starts
         self.lock = store.lock
         self.on_node_write = on_node_write
         self.patch_content_types: list[str] = []
 
-    def route(self, method: str, path: str, query: dict[str, str], content_type: str, body: bytes) -> Reply:
-        parts = [part for part in path.split("/") if part]
-        if parts == ["version"] and method == "GET":
-            return 200, _VERSION, []
-        if parts[:2] != ["api", "v1"] or len(parts) < 3:
-            raise ApiError(404, "the server could not find the requested resource")
-        segments, namespace = parts[2:], None
-        if segments[0] == "namespaces" and len(segments) >= 3:
-            namespace, segments = segments[1], segments[2:]
-        resource = RESOURCES.get(segments[0])
-        if resource is None or len(segments) > 2 or (namespace is not None and not resource.namespaced):
-            raise ApiError(404, "the server could not find the requested resource")
-        name = segments[1] if len(segments) == 2 else None
+    def route(self, info: RequestInfo, query: dict[str, str], content_type: str, body: bytes) -> Reply:
+        if not info.is_resource:
+            if info.verb != "get":
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return 200, self._discovery(info.path), []
+        resource = RESOURCES.get((info.group, info.resource))
+        if resource is None or resource.version != info.version or info.subresource:
+            raise ApiError(404, _NOT_FOUND)
+        if info.scoped and not resource.namespaced:
+            raise ApiError(404, _NOT_FOUND)
+        namespace = info.namespace if info.scoped else None
+        name = info.name or None
         if resource.namespaced and namespace is None and name is not None:
-            raise ApiError(404, "the server could not find the requested resource")
-        verb = _VERBS.get((method, name is not None))
+            raise ApiError(404, _NOT_FOUND)
+        verb = "list" if info.verb == "watch" else info.verb  # _list refuses watches with a 400
         if verb == "create" and resource.namespaced and namespace is None:
-            verb = None
+            verb = ""
         if verb not in resource.verbs:
             raise ApiError(405, "the server does not allow this method on the requested resource")
         if verb == "list":
@@ -98,6 +107,47 @@ class RestApi:
             return 200, self._update(resource, namespace or "", name, document), []
         self.patch_content_types.append(content_type)
         return 200, self._patch(resource, namespace or "", name, document, content_type), []
+
+    def _discovery(self, path: str) -> dict:
+        """`/version`, `/api`, `/apis`, `/apis/<group>` and each group version's resource list."""
+        parts = [part for part in path.split("/") if part]
+        served = group_versions()
+        if parts == ["version"]:
+            return _VERSION
+        if parts == ["api"]:
+            address = {"clientCIDR": "0.0.0.0/0", "serverAddress": self.address}
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [address]}
+        groups = {}
+        for group_version in served:
+            group, _, version = group_version.rpartition("/")
+            if group:
+                entry = {"groupVersion": group_version, "version": version}
+                groups[group] = {"name": group, "versions": [entry], "preferredVersion": entry}
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [groups[g] for g in sorted(groups)]}
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
+            return {"kind": "APIGroup", "apiVersion": "v1", **groups[parts[1]]}
+        group_version = "/".join(parts[1:])
+        is_group_version = (parts[:1] == ["api"] and len(parts) == 2) or (
+            parts[:1] == ["apis"] and len(parts) == 3
+        )
+        if is_group_version and group_version in served:
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": group_version,
+                "resources": [
+                    {
+                        "name": resource.plural,
+                        "singularName": resource.kind.lower(),
+                        "namespaced": resource.namespaced,
+                        "kind": resource.kind,
+                        "verbs": sorted(resource.verbs),
+                    }
+                    for resource in served[group_version]
+                ],
+            }
+        raise ApiError(404, _NOT_FOUND)
 
     @staticmethod
     def _json(body: bytes) -> Any:
@@ -148,7 +198,12 @@ class RestApi:
             metadata["continue"] = _encode_continue(last, resource_version)
             if not selectors:
                 metadata["remainingItemCount"] = remaining
-        return {"apiVersion": "v1", "kind": f"{resource.kind}List", "metadata": metadata, "items": items}
+        return {
+            "apiVersion": resource.api_version,
+            "kind": f"{resource.kind}List",
+            "metadata": metadata,
+            "items": items,
+        }
 
     def _validated(self, resource: Resource, namespace: str, document: Any) -> dict:
         """Checks every write body: the kind, the namespace, the string maps the client insists on."""
@@ -156,6 +211,12 @@ class RestApi:
             raise ApiError(400, "the request body must be a JSON object")
         if document.get("kind", resource.kind) != resource.kind:
             raise ApiError(400, f"the body is a {document.get('kind')}, not a {resource.kind}")
+        if document.get("apiVersion", resource.api_version) != resource.api_version:
+            raise ApiError(
+                400,
+                f"the API version in the data ({document.get('apiVersion')}) does not match the expected "
+                f"API version ({resource.api_version})",
+            )
         metadata = document.get("metadata")
         if not isinstance(metadata, dict):
             raise ApiError(400, "metadata must be an object")
@@ -167,7 +228,7 @@ class RestApi:
         _check_string_map(metadata.get("annotations"), "metadata.annotations")
         if resource.kind == "ConfigMap":
             _check_string_map(document.get("data"), "data")
-        return {**document, "apiVersion": "v1", "kind": resource.kind}
+        return {**document, "apiVersion": resource.api_version, "kind": resource.kind}
 
     def _create(self, resource: Resource, namespace: str, document: Any) -> dict:
         obj = deepcopy(self._validated(resource, namespace, document))
@@ -176,15 +237,17 @@ class RestApi:
             suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
             metadata["name"] = metadata["generateName"] + suffix
         name = metadata.get("name") or ""
-        pattern = _DNS_LABEL if resource.kind == "Namespace" else _DNS_SUBDOMAIN
+        pattern = {"Namespace": _DNS_LABEL, **dict.fromkeys(_RBAC_KINDS, _PATH_SEGMENT)}.get(
+            resource.kind, _DNS_SUBDOMAIN
+        )
         if not pattern.match(name):
-            raise ApiError(
-                422, f'{resource.kind} "{name}" is invalid: metadata.name: Invalid value: "{name}"'
-            )
-        for server_owned in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
+            raise kinds.invalid(resource, name, "metadata.name", f'Invalid value: "{name}"')
+        for server_owned in ("resourceVersion", "creationTimestamp", "deletionTimestamp"):
             metadata.pop(server_owned, None)
+        metadata["uid"] = objects.new_uid()  # before the defaults: a Job's selector is made of it
         if resource.namespaced:
             metadata["namespace"] = namespace
+        kinds.prepare_create(resource, obj)
         if resource.kind == "Namespace":
             obj = {**objects.namespace(name, metadata.get("labels")), "metadata": metadata}
         with self.lock:
@@ -240,6 +303,7 @@ class RestApi:
             }
         if resource.has_status:
             obj["status"] = deepcopy(current.get("status", {}))
+        kinds.prepare_update(resource, current, obj)
         if resource.kind == "ResourceQuota":
             obj["status"] = objects.quota_status(obj, self.store.in_namespace("Pod", stored["namespace"]))
         if resource.kind == "Node":
@@ -259,8 +323,10 @@ class RestApi:
                         for key in [key for key in self.store.keys(contained.kind) if key[0] == name]:
                             self.store.remove(contained.kind, key)
             deleted_metadata = {**stored["metadata"], "resourceVersion": str(self.store.resource_version)}
-        if resource.kind == "ConfigMap":
-            details = {"name": name, "kind": resource.plural, "uid": stored["metadata"]["uid"]}
+        if resource.kind not in ("Namespace", "Pod", "Node", "ResourceQuota"):
+            # Kinds without a graceful deletion answer a Status, as a real server does.
+            group = {"group": resource.group} if resource.group else {}
+            details = {"name": name, **group, "kind": resource.plural, "uid": stored["metadata"]["uid"]}
             return status_body(code=200, message="", reason="", details=details)
         if resource.kind == "Namespace":
             deleted_metadata["deletionTimestamp"] = objects.now()

@@ -36,7 +36,14 @@ class ApiError(Exception):
     """An error answered as a Status body; `reason` defaults to the one a real server uses for `code`."""
 
     def __init__(
-        self, code: int, message: str, *, reason: str | None = None, name: str = "", kind: str = ""
+        self,
+        code: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        name: str = "",
+        kind: str = "",
+        group: str = "",
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -44,11 +51,14 @@ class ApiError(Exception):
         self.reason = reason or REASONS.get(code, "Unknown")
         self.name = name
         self.kind = kind
+        self.group = group
 
     def status(self) -> dict[str, Any]:
         details: dict[str, Any] = {}
         if self.name:
             details["name"] = self.name
+        if self.group:
+            details["group"] = self.group
         if self.kind:
             details["kind"] = self.kind
         return status_body(code=self.code, message=self.message, reason=self.reason, details=details)

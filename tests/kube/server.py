@@ -1,14 +1,19 @@
-"""A small Kubernetes API server (core v1, JSON over real HTTP) for tests and benchmarks of the portal.
+"""A small Kubernetes API server (JSON over real HTTP) for tests and benchmarks of the portal.
 
-The official `kubernetes` client talks to it through a kubeconfig the server writes; tests arrange the
-cluster through the Python control API (`add_gpu_node`, `add_namespace`, `set_mig_outcome`, ...) and
-assert on stored objects with `get` and `objects`. Node MIG reconfiguration follows the GPU Operator's
-MIG manager (mig_manager.py); the REST verbs are in rest.py, the store in store.py.
+It serves core v1 and the API groups the portal's own manifests use (apps, batch, networking.k8s.io,
+policy, rbac.authorization.k8s.io). The official `kubernetes` client talks to it through a kubeconfig the
+server writes; tests arrange the cluster through the Python control API (`add_gpu_node`, `add_namespace`,
+`set_mig_outcome`, ...) and assert on stored objects with `get` and `objects`. The admin token may do
+anything; a token from `service_account_token` is authorized by the RBAC objects stored in the server,
+and `grants` records which rule allowed each of its requests. Node MIG reconfiguration follows the GPU
+Operator's MIG manager (mig_manager.py); the REST verbs are in rest.py, per-kind rules in kinds.py, RBAC in
+rbac.py, the store in store.py.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import traceback
 from copy import deepcopy
@@ -21,6 +26,14 @@ import yaml
 
 from tests.kube import objects as build
 from tests.kube.mig_manager import CONFIG_LABEL, GPU_PRESENT_LABEL, MigManager
+from tests.kube.rbac import (
+    Authorizer,
+    Grant,
+    RequestInfo,
+    ServiceAccountUser,
+    bootstrap_objects,
+    request_info,
+)
 from tests.kube.rest import Reply, RestApi
 from tests.kube.semantics import ApiError, status_body
 from tests.kube.store import ClusterStore, resource_for
@@ -51,8 +64,12 @@ class KubeApiServer:
         self._mig = MigManager(self)
         self._rest = RestApi(self.store, on_node_write=self._node_written)
         self.patch_content_types = self._rest.patch_content_types  # what clients really send on PATCH
+        self._authorizer = Authorizer(self.store)
+        self._service_account_tokens: dict[str, ServiceAccountUser] = {}
         self.store.insert("Namespace", build.namespace("default"))
         self.store.insert("Namespace", build.namespace(mig_config_map.partition("/")[0]))
+        for obj in bootstrap_objects():
+            self.store.insert(obj["kind"], obj)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -64,6 +81,7 @@ class KubeApiServer:
         http.api = self  # type: ignore[attr-defined]
         self._http = http
         self.url = f"http://127.0.0.1:{http.server_address[1]}"
+        self._rest.address = f"127.0.0.1:{http.server_address[1]}"
         threading.Thread(
             target=http.serve_forever, kwargs={"poll_interval": 0.02}, name="kube-api-server", daemon=True
         ).start()
@@ -165,6 +183,28 @@ class KubeApiServer:
             stored = self.store.by_key(kind)
             return [deepcopy(stored[key]) for key in self.store.keys(kind)]
 
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A bearer token of the service account `namespace/name`, authorized by the stored RBAC objects.
+
+        The account itself need not exist yet (manifests may create it later), but a request made while it
+        does not exist is refused with 401, as a real server refuses a deleted account's token."""
+        token = f"sa.{namespace}.{name}.{secrets.token_urlsafe(16)}"
+        with self.lock:
+            self._service_account_tokens[token] = ServiceAccountUser(namespace, name)
+        return token
+
+    @property
+    def grants(self) -> list[Grant]:
+        """Every service-account request allowed so far, with the binding, role and rule that allowed it."""
+        with self.lock:
+            return list(self._authorizer.grants)
+
+    @property
+    def denials(self) -> list[tuple[str, RequestInfo]]:
+        """Every service-account request refused so far: (user name, request info)."""
+        with self.lock:
+            return list(self._authorizer.denials)
+
     def fail_requests(self, status: int, count: int = 1) -> None:
         with self.lock:
             self._failures.extend([status] * count)
@@ -179,17 +219,30 @@ class KubeApiServer:
                 failure = self._failures.pop(0) if self._failures else None
             if failure is not None:
                 raise ApiError(failure, f"injected failure ({failure})")
-            if headers.get("Authorization") != f"Bearer {self.token}":
-                raise ApiError(401, "Unauthorized")
+            user = self._authenticate(headers.get("Authorization") or "")
             url = urlsplit(raw_path)
             query = dict(parse_qsl(url.query, keep_blank_values=True))
-            return self._rest.route(method, url.path, query, headers.get("Content-Type") or "", body)
+            info = request_info(method, url.path, query)
+            if user is not None:  # the admin token is not subject to RBAC
+                self._authorizer.authorize(user, info)
+            return self._rest.route(info, query, headers.get("Content-Type") or "", body)
         except ApiError as error:
             extra = [("Retry-After", "1")] if error.code == 429 else []
             return error.code, error.status(), extra
         except Exception:
             self.errors.append(traceback.format_exc())
             return 500, status_body(code=500, message=traceback.format_exc(), reason="InternalError"), []
+
+    def _authenticate(self, authorization: str) -> ServiceAccountUser | None:
+        """None for the admin token, the account for a service-account token; 401 for anything else."""
+        scheme, _, token = authorization.partition(" ")
+        if scheme == "Bearer" and token == self.token:
+            return None
+        with self.lock:
+            user = self._service_account_tokens.get(token) if scheme == "Bearer" else None
+            if user is None or self.store.get("ServiceAccount", user.name, user.namespace) is None:
+                raise ApiError(401, "Unauthorized")
+        return user
 
     def _node_written(self, current: dict, node: dict) -> None:
         labels = node["metadata"].get("labels") or {}

@@ -1,4 +1,5 @@
-"""The test API server's object store: the core v1 kinds it serves, objects by key, one resourceVersion.
+"""The test API server's object store: the kinds it serves (core v1 and the API groups the portal's own
+manifests use), objects by key, one resourceVersion.
 
 Stored objects are never changed in place: every write stores a new dict. That lets a LIST take
 references to stored objects under the lock and serialise them after releasing it, with no copy of the
@@ -23,28 +24,64 @@ class Resource:
     verbs: frozenset[str]
     # Kinds whose status belongs to a subresource: a write to the main resource leaves it alone.
     has_status: bool
+    group: str = ""  # "" is the core group, served under /api/v1
+    version: str = "v1"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
 _ALL_VERBS = frozenset({"list", "get", "create", "update", "patch", "delete"})
-RESOURCES = {
-    resource.plural: resource
+_APPS, _BATCH, _NETWORKING, _POLICY, _RBAC = (
+    "apps",
+    "batch",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+)
+# Keyed by (API group, plural). Kinds are unique across groups here, so the store keys objects by kind.
+RESOURCES: dict[tuple[str, str], Resource] = {
+    (resource.group, resource.plural): resource
     for resource in (
         Resource("nodes", "Node", False, frozenset({"list", "get", "patch"}), True),
         Resource("pods", "Pod", True, frozenset({"list", "get"}), True),
         Resource("namespaces", "Namespace", False, _ALL_VERBS - {"update"}, True),
         Resource("resourcequotas", "ResourceQuota", True, _ALL_VERBS, True),
         Resource("configmaps", "ConfigMap", True, _ALL_VERBS, False),
+        Resource("secrets", "Secret", True, _ALL_VERBS, False),
+        Resource("serviceaccounts", "ServiceAccount", True, _ALL_VERBS, False),
+        Resource("services", "Service", True, _ALL_VERBS, True),
+        Resource("deployments", "Deployment", True, _ALL_VERBS, True, _APPS),
+        Resource("jobs", "Job", True, _ALL_VERBS, True, _BATCH),
+        Resource("ingresses", "Ingress", True, _ALL_VERBS, True, _NETWORKING),
+        Resource("poddisruptionbudgets", "PodDisruptionBudget", True, _ALL_VERBS, True, _POLICY),
+        Resource("clusterroles", "ClusterRole", False, _ALL_VERBS, False, _RBAC),
+        Resource("clusterrolebindings", "ClusterRoleBinding", False, _ALL_VERBS, False, _RBAC),
+        Resource("roles", "Role", True, _ALL_VERBS, False, _RBAC),
+        Resource("rolebindings", "RoleBinding", True, _ALL_VERBS, False, _RBAC),
     )
 }
-_BY_KIND = {resource.kind.lower(): resource for resource in RESOURCES.values()}
+_BY_NAME = {
+    **{resource.plural: resource for resource in RESOURCES.values()},
+    **{resource.kind.lower(): resource for resource in RESOURCES.values()},
+}
 
 
 def resource_for(kind: str) -> Resource:
     """Accepts `Node`, `node` or `nodes`."""
-    resource = RESOURCES.get(kind.lower()) or _BY_KIND.get(kind.lower())
+    resource = _BY_NAME.get(kind.lower())
     if resource is None:
-        raise KeyError(f"unknown kind {kind!r}; known: {sorted(RESOURCES)}")
+        raise KeyError(f"unknown kind {kind!r}; known: {sorted(plural for _, plural in RESOURCES)}")
     return resource
+
+
+def group_versions() -> dict[str, list[Resource]]:
+    """The resources served under each group/version, as discovery lists them."""
+    served: dict[str, list[Resource]] = {}
+    for resource in RESOURCES.values():
+        served.setdefault(resource.api_version, []).append(resource)
+    return served
 
 
 class ClusterStore:
@@ -83,7 +120,7 @@ class ClusterStore:
         key = (metadata.get("namespace", ""), metadata["name"])
         if key in self._objects[kind]:
             raise ValueError(f"{kind} {key} already exists")
-        metadata["uid"] = objects.new_uid()
+        metadata["uid"] = metadata.get("uid") or objects.new_uid()
         metadata["creationTimestamp"] = objects.now()
         if kind == "Namespace":
             metadata["labels"] = {

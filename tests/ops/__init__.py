@@ -1,0 +1,1 @@
+"""Tests of operating the portal: its workers under concurrency and failure, backup and restore."""
