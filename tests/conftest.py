@@ -164,28 +164,33 @@ class Worker:
 
 
 @contextmanager
-def running_worker(queue: str, workdir: Path, *, pool: str = "solo"):
-    """A real Celery worker process on the test database, consuming `queue` through Redis."""
+def running_worker(
+    queue: str, workdir: Path, *, pool: str = "solo", hostname: str = "", env: dict[str, str] | None = None
+):
+    """A real Celery worker process on the test database, consuming `queue` through Redis. Several may
+    consume one queue, each under its own `hostname` (node name); `env` adds to or overrides its
+    environment."""
     from django.conf import settings
 
     db = settings.DATABASES["default"]  # the test database, once django_db_setup has run
     auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
     database_url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     worker = Worker(queue=queue, mail_dir=workdir / "mail", log=workdir / "worker.log")
-    env = {
+    environment = {
         **os.environ,
         "DATABASE_URL": database_url,
         "CELERY_QUEUE": queue,
         "EMAIL_URL": f"filemail:///{worker.mail_dir}",  # django-environ drops one leading slash
         "SIMULATED_MIG_APPLY_SECONDS": "0.3",
         "PROVISION_POLL_SECONDS": "0.2",
+        **(env or {}),
     }
     with worker.log.open("w") as log:
         worker.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool", pool, "--concurrency", "1",
-             "--loglevel", "INFO", "--queues", queue, "--hostname", f"{queue}@%h", "--without-heartbeat",
-             "--without-mingle"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+             "--loglevel", "INFO", "--queues", queue, "--hostname", hostname or f"{queue}@%h",
+             "--without-heartbeat", "--without-mingle"],
+            cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 60

@@ -134,7 +134,9 @@ class ClusterDriver(Protocol):
         """Ask the GPU Operator to re-partition the listed GPUs of a node (others are left as they are).
 
         Returns the name of the MIG config the node now has to reach; its state is
-        `pending` from this call on, until the operator reports success or failure.
+        `pending` from this call on, until the operator reports success or failure. A change asked
+        while another is still pending on the node keeps that one's layouts for the GPUs this call
+        does not list, so the new config reaches both (two pools re-partitioning GPUs of one node).
         """
 
     def mig_state(self, node: str) -> MigStatus: ...

@@ -159,10 +159,16 @@ class SimulatedDriver:
                         mig.validate_layout(model, [mig.Instance(i.start, i.profile) for i in gpu.instances])
                     except mig.LayoutError as error:
                         raise DriverError(f"{node} GPU {gpu.index}: {error}") from None
-            wanted = {
-                g.index: {"mig": g.mig_enabled, "instances": [[i.profile, i.start] for i in g.instances]}
-                for g in layout
-            }
+            # A change still pending keeps its layouts for the GPUs not listed here, as the GPU Operator's
+            # config does (the driver protocol's rule).
+            earlier = (found.get("pending") or {}).get("layout") or {}
+            wanted = {int(index): value for index, value in earlier.items()}
+            wanted.update(
+                {
+                    g.index: {"mig": g.mig_enabled, "instances": [[i.profile, i.start] for i in g.instances]}
+                    for g in layout
+                }
+            )
             digest = hashlib.sha256(json.dumps(sorted(wanted.items())).encode()).hexdigest()[:10]
             config = f"portal-{node}-{digest}"
             due = timezone.now() + timedelta(seconds=settings.SIMULATED_MIG_APPLY_SECONDS)

@@ -172,15 +172,17 @@ def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
     under_way = False
     for node, layouts in layouts_to_apply(pool).items():
         config = pool.mig_configs.get(node)
-        if config is None:
-            config = driver.apply_mig_layout(node, layouts)
-            Pool.objects.filter(pk=pool.pk).update(mig_configs={**pool.mig_configs, node: config})
-            pool.mig_configs[node] = config
+        if config is None and _ask_mig_change(pool, driver, node, layouts):
             under_way = True
             continue
+        config = pool.mig_configs[node]
         status = driver.mig_state(node)
         if status.config != config:
-            raise DriverError(_("%(node)s was given another MIG config meanwhile.") % {"node": node})
+            if not _asked_later_for_another_pool(pool, node, status.config):
+                raise DriverError(_("%(node)s was given another MIG config meanwhile.") % {"node": node})
+            # The later change keeps this pool's layouts (the driver protocol's rule): it is the one to reach.
+            config = pool.mig_configs[node] = status.config
+            Pool.objects.filter(pk=pool.pk).update(mig_configs=pool.mig_configs)
         if status.state == MigState.FAILED:
             raise DriverError(_("The GPU Operator could not re-partition %(node)s.") % {"node": node})
         if status.state != MigState.SUCCESS:
@@ -192,6 +194,34 @@ def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
                 )
             under_way = True
     return under_way
+
+
+def _asked_later_for_another_pool(pool: Pool, node: str, config: str) -> bool:
+    """Whether the portal itself asked for `config` on `node`, for another pool of the cluster, after
+    this pool's change: a change asked while ours was pending carries our layouts along, where a config
+    set by anyone else may not."""
+    return (
+        Pool.objects.filter(cluster_id=pool.cluster_id, mig_configs__contains={node: config})
+        .exclude(pk=pool.pk)
+        .exists()
+    )
+
+
+def _ask_mig_change(pool: Pool, driver, node: str, layouts: list[GpuLayout]) -> bool:
+    """Ask for the node's MIG change and remember it on the pool, unless a concurrent run of this
+    pool's task asked first (two deliveries at once read the pool before either had asked); False
+    then, and `pool.mig_configs` holds what that run asked. The pool's row stays locked over the
+    driver call, so only one run asks: asked again, the same change would re-partition the GPUs
+    once more, or mark pending a node that has it already, which the MIG manager, seeing no new
+    config, may never end."""
+    with transaction.atomic():
+        asked = Pool.objects.select_for_update().values_list("mig_configs", flat=True).get(pk=pool.pk)
+        first = node not in asked
+        if first:
+            asked = {**asked, node: driver.apply_mig_layout(node, layouts)}
+            Pool.objects.filter(pk=pool.pk).update(mig_configs=asked)
+    pool.mig_configs = asked
+    return first
 
 
 def bind_instances(pool: Pool) -> None:

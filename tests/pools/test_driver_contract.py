@@ -198,6 +198,21 @@ def test_a_layout_change_goes_pending_then_succeeds_and_leaves_other_gpus_alone(
     )
 
 
+def test_a_change_asked_while_another_is_pending_keeps_both(world):
+    """Two pools re-partition GPUs of one node, the second asking while the first change is pending."""
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    first = d.apply_mig_layout("gpu-a", [layout(2, **{"4g.71gb": 1})])
+    assert d.mig_state("gpu-a").state == MigState.PENDING
+    second = d.apply_mig_layout("gpu-a", [layout(3, **{"1g.18gb": 7})])
+    assert second != first
+    assert settled(d, "gpu-a", second).state == MigState.SUCCESS
+    nodes = d.inventory()
+    assert [i.profile for i in gpu(nodes, "gpu-a", 2).instances] == ["4g.71gb"]
+    assert [i.profile for i in gpu(nodes, "gpu-a", 3).instances] == ["1g.18gb"] * 7
+    assert not any(gpu(nodes, "gpu-a", index).mig_enabled for index in (0, 1, 4, 5, 6, 7))
+
+
 def test_a_failed_change_is_reported_and_the_known_picture_stays(world):
     world.add_gpu_node("gpu-a")
     sync_cluster(cluster=world.cluster)

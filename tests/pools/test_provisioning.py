@@ -1,5 +1,7 @@
 """A pool's life after admission: MIG changes, namespace and quota, active, release — and failures."""
 
+import time
+
 import pytest
 
 from pools.drivers.simulated import SimulatedDriver
@@ -332,3 +334,39 @@ def test_a_finished_release_stops_billing_when_the_capacity_went_back(fleet, ten
     pool = released_pool(fleet, tenancy, staff_user("approver"))
     assert finish_release(pool_id=pool.pk).state == PoolState.RELEASED
     assert_released_with(pool)
+
+
+def test_two_pools_re_partitioning_gpus_of_one_node_both_become_active(fleet, tenancy, staff_user, settings):
+    """Admitted in one queue run, each pool asks for its node's change in turn, the second while the first
+    is still pending: the second change keeps the first's layouts (the driver protocol's rule), and the
+    first pool follows it instead of failing."""
+    settings.SIMULATED_MIG_APPLY_SECONDS = 0.5
+    approver = staff_user("approver")
+    requests = [
+        submit_request(
+            project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.mig-4g.71gb", 1)]
+        )
+        for _ in range(2)
+    ]
+    for request in requests:
+        approve_request(request_id=request.pk, approver=approver)
+    admit_waiting()
+    first, second = (Pool.objects.get(request=request) for request in requests)
+    assert provision_step(pool_id=first.pk) == WAITING
+    assert provision_step(pool_id=second.pk) == WAITING
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert set(first.mig_configs) == set(second.mig_configs)  # one node, two changes: what this is about
+    (node,) = first.mig_configs
+    assert first.mig_configs[node] != second.mig_configs[node]
+    assert provision_step(pool_id=first.pk) == WAITING  # following the second change, still pending
+    time.sleep(0.6)
+    assert provision_step(pool_id=first.pk) == DONE
+    assert provision_step(pool_id=second.pk) == DONE
+    for pool in (first, second):
+        pool.refresh_from_db()
+        assert pool.state == PoolState.ACTIVE, pool.events.last().reason
+        (allocation,) = pool.allocations.all()
+        assert allocation.profile == "4g.71gb" and allocation.instance_uuid.startswith("MIG-")
+    assert first.mig_configs == second.mig_configs  # the first followed the later change
+    assert simulated(fleet)["quotas"]["acme-vision"] == {"nvidia.com/mig-4g.71gb": 2}
