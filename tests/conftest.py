@@ -163,6 +163,16 @@ class Worker:
     process: subprocess.Popen | None = None
 
 
+def database_address(name: str | None = None) -> str:
+    """The address of database `name` (default: the test database, once django_db_setup has run) on the
+    tests' PostgreSQL server, as the user the tests connect as."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name or db['NAME']}"
+
+
 @contextmanager
 def running_worker(
     queue: str, workdir: Path, *, pool: str = "solo", hostname: str = "", env: dict[str, str] | None = None
@@ -170,11 +180,7 @@ def running_worker(
     """A real Celery worker process on the test database, consuming `queue` through Redis. Several may
     consume one queue, each under its own `hostname` (node name); `env` adds to or overrides its
     environment."""
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]  # the test database, once django_db_setup has run
-    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
-    database_url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    database_url = database_address()
     worker = Worker(queue=queue, mail_dir=workdir / "mail", log=workdir / "worker.log")
     environment = {
         **os.environ,

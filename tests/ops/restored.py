@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import quote
 
 import psycopg
 from django.conf import settings
@@ -26,13 +25,6 @@ from portal.tokens import token_for_key
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_KEY = "backup-test-cluster-secrets-key-0123456789"
-
-
-def database_url(name: str) -> str:
-    """A URL of `name` on the server (and as the user) of the test database."""
-    db = settings.DATABASES["default"]
-    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
 
 
 def run(args: list[str], url: str, **env: str) -> subprocess.CompletedProcess:

@@ -47,12 +47,12 @@ from pools.services import (
 )
 from portal.models import AuditEntry, TokenStatus
 from portal.tokens import issue_token
+from tests.conftest import database_address
 from tests.factories import AllocationFactory, PoolFactory
 from tests.ops.restored import (
     CLUSTER_KEY,
     ROOT,
     backup,
-    database_url,
     invoice_facts,
     pdf_text,
     read,
@@ -153,7 +153,7 @@ def test_a_restored_backup_holds_the_same_state_and_the_portal_reads_it_the_same
 ):
     settings.CLUSTER_SECRETS_KEY = CLUSTER_KEY
     state = build_state(tenancy, approver, staff_user, synced)
-    original_url = database_url(settings.DATABASES["default"]["NAME"])
+    original_url = database_address(settings.DATABASES["default"]["NAME"])
     original = snapshot(original_url)
     # The state is what the test says it is, so that equal snapshots mean something.
     tables = original["rows"]
@@ -230,11 +230,11 @@ def test_a_restored_backup_holds_the_same_state_and_the_portal_reads_it_the_same
 def test_a_dump_of_another_release_is_reported_and_migrate_brings_an_older_one_up_to_date(
     new_database, tmp_path
 ):
-    test_url = database_url(settings.DATABASES["default"]["NAME"])
+    test_url = database_address(settings.DATABASES["default"]["NAME"])
     current = tmp_path / "current.dump"
     backup(test_url, current)
 
-    missing = database_url(f"{settings.DATABASES['default']['NAME']}_{uuid4().hex[:8]}_absent")
+    missing = database_address(f"{settings.DATABASES['default']['NAME']}_{uuid4().hex[:8]}_absent")
     absent = restore(missing, current)
     assert absent.returncode == 1 and "does not answer" in absent.stderr and "createdb" in absent.stderr
 
@@ -280,7 +280,7 @@ def test_the_scripts_say_how_to_call_them_and_refuse_what_is_not_a_dump(tmp_path
             assert done.returncode == 2 and done.stderr.startswith(f"usage: {script} FILE"), (script, args)
     # A dump that fails leaves no file behind that could pass for a backup.
     never = tmp_path / "never.dump"
-    failed = run(["scripts/backup", str(never)], database_url(f"absent_{uuid4().hex[:8]}"))
+    failed = run(["scripts/backup", str(never)], database_address(f"absent_{uuid4().hex[:8]}"))
     assert failed.returncode != 0 and not never.exists() and not (tmp_path / "never.dump.partial").exists()
     garbage = tmp_path / "notes.txt"
     garbage.write_text("not a dump\n")

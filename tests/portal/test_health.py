@@ -7,7 +7,6 @@ import subprocess
 import sys
 import uuid
 from datetime import timedelta
-from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -15,7 +14,7 @@ from django.utils import timezone
 
 from pools.models import Cluster
 from pools.selectors.readiness import stale_after_seconds
-from tests.conftest import ROOT
+from tests.conftest import ROOT, database_address
 from tests.pools.conftest import SMALL_FLEET
 
 POD_ADDRESS = "10.42.0.17:8000"  # what a kubelet's probe sends as Host: no ALLOWED_HOSTS names it
@@ -107,15 +106,6 @@ def test_redis_down_takes_the_process_out_of_service_and_says_so(probe, settings
     assert "ConnectionError" in next(check["detail"] for check in body["checks"] if check["name"] == "redis")
 
 
-def _database_url(name: str) -> str:
-    """The address of database `name` on the tests' PostgreSQL server."""
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
-
-
 def _readyz_in_a_process(database_url: str) -> tuple[int, dict]:
     """/readyz asked in a process of its own, on another database than the tests'."""
     script = (
@@ -134,7 +124,7 @@ def _readyz_in_a_process(database_url: str) -> tuple[int, dict]:
 
 
 def test_a_database_that_does_not_answer_is_named_in_a_503():
-    status, body = _readyz_in_a_process(_database_url("no_such_portal_database"))
+    status, body = _readyz_in_a_process(database_address("no_such_portal_database"))
     assert status == 503
     assert body["down"] == ["database"]
     assert "no_such_portal_database" in body["checks"][0]["detail"]
@@ -144,10 +134,10 @@ def test_a_database_that_does_not_answer_is_named_in_a_503():
 def test_a_database_with_migrations_to_apply_is_not_ready():
     """A new release's web processes stay out of service until its migration Job has run."""
     name = f"portal_unmigrated_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(_database_url("postgres"), autocommit=True) as admin:
+    with psycopg.connect(database_address("postgres"), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
         try:
-            status, body = _readyz_in_a_process(_database_url(name))
+            status, body = _readyz_in_a_process(database_address(name))
         finally:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
     assert status == 503
