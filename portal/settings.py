@@ -207,6 +207,10 @@ POOL_STUCK_SECONDS = env.int("POOL_STUCK_SECONDS", default=2 * POOL_REDRIVE_SECO
 POOL_SWEEP_SECONDS = env.int("POOL_SWEEP_SECONDS", default=60)
 # A blocked request that has waited this long stops smaller ones behind it from backfilling.
 QUEUE_BACKFILL_GRACE_SECONDS = env.int("QUEUE_BACKFILL_GRACE_SECONDS", default=1800)
+# Requests approved this far back are the recent demand the queue tells placement, each counting less the
+# older it is (half every half window): re-partitioned GPUs get layouts for what is being asked. The what-if
+# simulator weighs its trace the same way (pools/placement/demand.py).
+QUEUE_DEMAND_WINDOW_SECONDS = env.int("QUEUE_DEMAND_WINDOW_SECONDS", default=7 * 24 * 3600)
 # How long a process may reuse its picture of the fleet (availability for the request form and the
 # specs API) while no change of capacity has been seen; 0 rebuilds it on every read.
 CAPACITY_PICTURE_SECONDS = env.int("CAPACITY_PICTURE_SECONDS", default=30)

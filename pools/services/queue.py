@@ -44,6 +44,7 @@ from pools.models import (
 )
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
+from pools.selectors.demand import queue_demand
 from pools.services import dispatch
 from pools.services.transitions import record_event, transition
 
@@ -201,6 +202,7 @@ def admit_waiting() -> list[Admission]:
         clusters, grouped = ready_clusters()
         fleets = fleet_snapshot(clusters, grouped)
         now = timezone.now()
+        demand = queue_demand(now=now)
         grace = timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS)
         starving: list[Claim] = []
         results = []
@@ -208,7 +210,7 @@ def admit_waiting() -> list[Admission]:
             if any(claim.held_back(request, clusters, grouped) for claim in starving):
                 results.append(_wait(request, Reason(BEHIND_OLDER)))
                 continue
-            plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets)
+            plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets, demand)
             if plan is not None and plan.placed:
                 fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
                 transition(request, RequestState.FULFILLED)
@@ -225,10 +227,10 @@ def admit_waiting() -> list[Admission]:
         return results
 
 
-def _place(request, upcoming, clusters, grouped, fleets):
+def _place(request, upcoming, clusters, grouped, fleets, demand):
     """The first candidate cluster's plan that places the request; else the failed plan of the cluster
     that comes closest (fewest compute slices missing), its reason naming that cluster when there
-    were several."""
+    were several. `demand` (selectors.demand.queue_demand) guides the layouts of re-partitioned GPUs."""
     candidates = [c for c in clusters if request.cluster_id in (None, c.pk)]
     failures = []
     for cluster in candidates:
@@ -237,7 +239,7 @@ def _place(request, upcoming, clusters, grouped, fleets):
             continue
         wanted = engine_request(request, grouped[cluster.pk])
         later = [engine_request(r, grouped[cluster.pk]) for r in upcoming[:50]]
-        plan = placement.place(fleet, wanted, upcoming=later)
+        plan = placement.place(fleet, wanted, upcoming=later, demand=demand or None)
         if plan.placed:
             return plan, cluster
         failures.append((placement.shortfall(fleet, wanted), plan, cluster))
@@ -319,8 +321,9 @@ def verdicts(requests: Sequence[PoolRequest]) -> dict[int, Verdict]:
     unready = {c.pk for c in picture.clusters if c.pk not in picture.ready}
     plans: dict[int, tuple[placement.Placement, Cluster]] = {}
     found: dict[int, Verdict] = {}
+    demand = queue_demand(now=timezone.now())  # as the queue will place it, re-partitions included
     for request in requests:
-        plan, cluster = _place(request, [], clusters, grouped, fleets)
+        plan, cluster = _place(request, [], clusters, grouped, fleets, demand)
         if plan is not None and plan.placed:
             plans[request.pk] = (plan, cluster)
             continue
@@ -332,7 +335,7 @@ def verdicts(requests: Sequence[PoolRequest]) -> dict[int, Verdict]:
             continue
         if empty is None:
             empty = picture.emptied_fleets
-        ever, _cluster = _place(request, [], clusters, grouped, empty)
+        ever, _cluster = _place(request, [], clusters, grouped, empty, demand)
         if ever is not None and not ever.placed:
             found[request.pk] = Verdict(NEVER, _as_reason(ever.reason))
         else:
