@@ -2,8 +2,10 @@
 
 Modules: `engine` (place a request), `plan` (plan one request), `layouts` (choose new MIG layouts), `index`
 (the fleet, indexed), `reasons` (why a request does not fit), `availability` (how much one request could
-get), `trace` (the JSON of `manage.py place`), `types` (the plain data). None of them imports this package,
-so each can be imported alone.
+get), `trace` (the JSON of `manage.py place`), `types` (the plain data); over time: `demand` (recent demand,
+as the queue and the simulator weigh it), `simulation` (the queue's policy replayed on a time trace),
+`replay` (checks a simulated answer), `timetrace` (the JSON of `manage.py simulate`). None of them imports
+this package, so each can be imported alone.
 """
 
 from pools.placement.engine import apply, fleet_index, place, place_all, shortfall, validate_request

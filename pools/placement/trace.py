@@ -3,6 +3,7 @@
 Reading checks everything the engine relies on and says where the input is wrong ("gpus[2] ('n1/2'): ..."):
 known models and profiles, layouts the catalogue accepts, positive counts, unique GPU and request ids.
 Keys the contract does not name are ignored, so that additions to it do not break older readers.
+The simulation trace (pools/placement/timetrace.py) reads its GPUs and requests with the same readers.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pools.placement.types import Fleet, Gpu, Item, Placement, Request, Slot
 
 
 class TraceError(ValueError):
-    """A trace (the input of `manage.py place`) that is not what API.md describes; the message says where."""
+    """A trace (the input of `manage.py place` or `simulate`) that is not what API.md describes; the message
+    says where."""
 
 
 _MISSING = object()
@@ -24,18 +26,11 @@ _MISSING = object()
 
 def read_trace(data: Any) -> tuple[Fleet, list[Request]]:
     if not isinstance(data, dict):
-        raise TraceError(f'A trace is a JSON object with "gpus" and "requests", not {_kind(data)}.')
-    gpus = tuple(
-        _gpu(raw, f"gpus[{n}]") for n, raw in enumerate(_list(data, "gpus", "the trace", required=True))
-    )
-    seen: set[str] = set()
-    for gpu in gpus:
-        if gpu.id in seen:
-            raise TraceError(f'GPU id {gpu.id!r} appears more than once in "gpus".')
-        seen.add(gpu.id)
-    fleet = Fleet(gpus)
+        raise TraceError(f'A trace is a JSON object with "gpus" and "requests", not {kind_of(data)}.')
+    fleet = read_fleet(data)
     requests = [
-        _request(raw, f"requests[{n}]", fleet) for n, raw in enumerate(_list(data, "requests", "the trace"))
+        read_request(raw, f"requests[{n}]", fleet)
+        for n, raw in enumerate(list_field(data, "requests", "the trace"))
     ]
     ids: set[str] = set()
     for request in requests:
@@ -45,9 +40,22 @@ def read_trace(data: Any) -> tuple[Fleet, list[Request]]:
     return fleet, requests
 
 
+def read_fleet(data: dict) -> Fleet:
+    """The GPUs of a trace (its "gpus"), each checked, their ids unique; shared with the simulation trace."""
+    gpus = tuple(
+        _gpu(raw, f"gpus[{n}]") for n, raw in enumerate(list_field(data, "gpus", "the trace", required=True))
+    )
+    seen: set[str] = set()
+    for gpu in gpus:
+        if gpu.id in seen:
+            raise TraceError(f'GPU id {gpu.id!r} appears more than once in "gpus".')
+        seen.add(gpu.id)
+    return Fleet(gpus)
+
+
 def _gpu(raw: Any, where: str) -> Gpu:
     if not isinstance(raw, dict):
-        raise TraceError(f"{where}: a GPU is a JSON object, not {_kind(raw)}.")
+        raise TraceError(f"{where}: a GPU is a JSON object, not {kind_of(raw)}.")
     gpu_id = _text(raw, "id", where)
     where = f"{where} ({gpu_id!r})"
     model_name = _text(raw, "model", where)
@@ -57,7 +65,7 @@ def _gpu(raw: Any, where: str) -> Gpu:
         raise TraceError(f"{where}: {error}") from None
     mig = _flag(raw, "mig", where, default=_MISSING)
     slots = tuple(
-        _slot(item, f"{where} instances[{n}]") for n, item in enumerate(_list(raw, "instances", where))
+        _slot(item, f"{where} instances[{n}]") for n, item in enumerate(list_field(raw, "instances", where))
     )
     if slots and not mig:
         raise TraceError(f"{where}: MIG is off, so it cannot have MIG instances.")
@@ -80,29 +88,31 @@ def _gpu(raw: Any, where: str) -> Gpu:
 
 def _slot(raw: Any, where: str) -> Slot:
     if not isinstance(raw, dict):
-        raise TraceError(f"{where}: an instance is a JSON object, not {_kind(raw)}.")
+        raise TraceError(f"{where}: an instance is a JSON object, not {kind_of(raw)}.")
     return Slot(
         profile=_text(raw, "profile", where),
-        start=_whole_number(raw, "start", where),
+        start=whole_number(raw, "start", where),
         allocated=_flag(raw, "allocated", where, default=False),
     )
 
 
-def _request(raw: Any, where: str, fleet: Fleet) -> Request:
+def read_request(raw: Any, where: str, fleet: Fleet) -> Request:
+    """One request of a trace at `where` ("requests[3]"): its id, items and group, checked as the engine
+    checks them; the message of a bad one names it ("requests[3] ('r4'): ...")."""
     if not isinstance(raw, dict):
-        raise TraceError(f"{where}: a request is a JSON object, not {_kind(raw)}.")
+        raise TraceError(f"{where}: a request is a JSON object, not {kind_of(raw)}.")
     request_id = _text(raw, "id", where)
     where = f"{where} ({request_id!r})"
     items = []
-    for n, item in enumerate(_list(raw, "items", where, required=True)):
+    for n, item in enumerate(list_field(raw, "items", where, required=True)):
         item_where = f"{where} items[{n}]"
         if not isinstance(item, dict):
-            raise TraceError(f"{item_where}: an item is a JSON object, not {_kind(item)}.")
+            raise TraceError(f"{item_where}: an item is a JSON object, not {kind_of(item)}.")
         items.append(
             Item(
                 model=_text(item, "model", item_where),
                 profile=_text(item, "profile", item_where),
-                count=_whole_number(item, "count", item_where),
+                count=whole_number(item, "count", item_where),
             )
         )
     request = Request(id=request_id, items=tuple(items), group=_optional_text(raw, "group", where))
@@ -119,9 +129,12 @@ def write_results(placements: Sequence[Placement]) -> dict:
 def _result(placement: Placement) -> dict:
     if not placement.placed:
         return {"id": placement.request, "placed": False, "reason": placement.reason}
+    return {"id": placement.request, "placed": True, **write_changes(placement)}
+
+
+def write_changes(placement: Placement) -> dict:
+    """A placed request's "reconfigure" and "assignments", as both traces' answers write them."""
     return {
-        "id": placement.request,
-        "placed": True,
         "reconfigure": [
             {
                 "gpu": change.gpu,
@@ -139,17 +152,17 @@ def _result(placement: Placement) -> dict:
     }
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "true or false", type(None): "null"}
     return names.get(type(value), "a number")
 
 
-def _list(raw: dict, key: str, where: str, *, required: bool = False) -> list:
+def list_field(raw: dict, key: str, where: str, *, required: bool = False) -> list:
     value = raw.get(key, _MISSING)
     if value is _MISSING and not required:
         return []
     if not isinstance(value, list):
-        shown = "nothing" if value is _MISSING else _kind(value)
+        shown = "nothing" if value is _MISSING else kind_of(value)
         raise TraceError(f'{where}: "{key}" must be a list, got {shown}.')
     return value
 
@@ -157,9 +170,10 @@ def _list(raw: dict, key: str, where: str, *, required: bool = False) -> list:
 def _text(raw: dict, key: str, where: str) -> str:
     value = raw.get(key)
     if not isinstance(value, str) or not value.strip():
-        shown = (
-            "nothing" if key not in raw else _kind(value) if not isinstance(value, str) else "an empty string"
-        )
+        if key not in raw:
+            shown = "nothing"
+        else:
+            shown = kind_of(value) if not isinstance(value, str) else "an empty string"
         raise TraceError(f'{where}: "{key}" must be a non-empty string, got {shown}.')
     return value
 
@@ -167,23 +181,24 @@ def _text(raw: dict, key: str, where: str) -> str:
 def _optional_text(raw: dict, key: str, where: str) -> str | None:
     value = raw.get(key)
     if value is not None and not isinstance(value, str):
-        raise TraceError(f'{where}: "{key}" must be a string or null, got {_kind(value)}.')
+        raise TraceError(f'{where}: "{key}" must be a string or null, got {kind_of(value)}.')
     return value
 
 
 def _flag(raw: dict, key: str, where: str, *, default: Any) -> bool:
     value = raw.get(key, default)
     if not isinstance(value, bool):
-        shown = "nothing" if value is _MISSING else _kind(value)
+        shown = "nothing" if value is _MISSING else kind_of(value)
         raise TraceError(f'{where}: "{key}" must be true or false, got {shown}.')
     return value
 
 
-def _whole_number(raw: dict, key: str, where: str) -> int:
+def whole_number(raw: dict, key: str, where: str) -> int:
     value = raw.get(key, _MISSING)
     if isinstance(value, bool) or not isinstance(value, int):
-        shown = (
-            "nothing" if value is _MISSING else _kind(value) if not isinstance(value, float) else repr(value)
-        )
+        if value is _MISSING:
+            shown = "nothing"
+        else:
+            shown = kind_of(value) if not isinstance(value, float) else repr(value)
         raise TraceError(f'{where}: "{key}" must be a whole number, got {shown}.')
     return value

@@ -42,6 +42,7 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
+from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
 from pools.selectors.demand import queue_demand
@@ -238,7 +239,7 @@ def _place(request, upcoming, clusters, grouped, fleets, demand):
         if fleet is None:
             continue
         wanted = engine_request(request, grouped[cluster.pk])
-        later = [engine_request(r, grouped[cluster.pk]) for r in upcoming[:50]]
+        later = [engine_request(r, grouped[cluster.pk]) for r in upcoming[:QUEUE_WINDOW]]
         plan = placement.place(fleet, wanted, upcoming=later, demand=demand or None)
         if plan.placed:
             return plan, cluster

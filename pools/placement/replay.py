@@ -1,0 +1,145 @@
+"""The replay check of a simulated answer: whatever simulator or placer produced it, does it keep every rule?
+
+It replays the outcomes on the trace's fleet in time order: at each admission time, first the releases due by
+then, then that time's admissions in arrival order (each applied as engine.apply applies it, which refuses a
+layout change on a GPU that holds work, an invalid layout, and an instance or GPU given twice), then the
+releases of what was admitted there with a hold of 0 — the order pools/placement/simulation.py runs them in.
+It also checks that each admitted request got exactly what it asked for, in one cluster, on schedulable GPUs
+of its group, after it arrived, not after the horizon, at a time when something arrived or was released.
+
+Pure: plain data in, a list of problems out (empty when the answer is valid).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+
+from pools.mig import FULL_GPU
+from pools.placement.engine import apply
+from pools.placement.simulation import Outcome, SimulationTrace, TimedRequest, release
+from pools.placement.types import Fleet, Gpu, Placement
+
+__all__ = ["check"]
+
+
+def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
+    """Every rule the outcomes break, one sentence each, naming the request; empty when they keep them all."""
+    if len(outcomes) != len(trace.requests):
+        return [f"{len(outcomes)} outcomes for the {len(trace.requests)} requests of the trace."]
+    gpus = {gpu.id: gpu for gpu in trace.fleet.gpus}
+    problems: list[str] = []
+    admitted: list[tuple[int, int]] = []  # (admission time, position in the trace)
+    for position, (timed, outcome) in enumerate(zip(trace.requests, outcomes, strict=True)):
+        if outcome.request != timed.id:
+            problems.append(
+                f"Outcome {position} is of {outcome.request!r}, but request {position} is {timed.id!r}."
+            )
+            continue
+        if outcome.admitted_at is None:
+            if outcome.placement.placed:
+                problems.append(f"{timed.id!r} is not admitted, yet its placement is placed.")
+            continue
+        if not outcome.placement.placed:
+            problems.append(f"{timed.id!r} is admitted at {outcome.admitted_at} without a placement.")
+            continue
+        at = outcome.admitted_at
+        if isinstance(at, bool) or not isinstance(at, int):
+            problems.append(f"{timed.id!r}: the admission time must be whole seconds, not {at!r}.")
+            continue
+        problems += [f"{_name(timed, outcome)}: {p}" for p in _admission(trace, timed, outcome)]
+        problems += [f"{_name(timed, outcome)}: {p}" for p in _fulfils(timed, outcome.placement, gpus)]
+        admitted.append((at, position))
+    events = {timed.arrive for timed in trace.requests}
+    events |= {at + trace.requests[position].hold for at, position in admitted}
+    for at, position in admitted:
+        if at not in events:
+            name = _name(trace.requests[position], outcomes[position])
+            problems.append(f"{name}: nothing arrived or was released at {at}, so no queue ran then.")
+    return problems + _replay(trace, outcomes, sorted(admitted))
+
+
+def _name(timed: TimedRequest, outcome: Outcome) -> str:
+    return f"{timed.id!r} (admitted at {outcome.admitted_at})"
+
+
+def _admission(trace: SimulationTrace, timed: TimedRequest, outcome: Outcome) -> list[str]:
+    at = outcome.admitted_at
+    problems = []
+    if outcome.placement.request != timed.id:
+        problems.append(f"its placement is of {outcome.placement.request!r}.")
+    if at < timed.arrive:
+        problems.append(f"admitted before it arrived at {timed.arrive}.")
+    if at > trace.horizon:
+        problems.append(f"admitted after the horizon {trace.horizon}.")
+    return problems
+
+
+def _fulfils(timed: TimedRequest, placement: Placement, gpus: dict[str, Gpu]) -> list[str]:
+    """Exactly the instances asked for, in one cluster, on schedulable GPUs of the request's group."""
+    named = [a.gpu for a in placement.assignments] + [c.gpu for c in placement.reconfigure]
+    unknown = sorted({gpu for gpu in named if gpu not in gpus})
+    if unknown:
+        return [f"it names GPUs not in the fleet: {', '.join(unknown)}."]
+    problems = []
+    asked: Counter[tuple[str, str]] = Counter()
+    for item in timed.items:
+        asked[item.model, item.profile] += item.count
+    got = Counter((gpus[a.gpu].model, a.profile) for a in placement.assignments)
+    if got != asked:
+        problems.append(f"it asked for {_listed(asked)} and was given {_listed(got)}.")
+    if len({gpus[gpu].cluster for gpu in named}) > 1:
+        problems.append("its GPUs span more than one cluster.")
+    for gpu in dict.fromkeys(named):
+        if not gpus[gpu].schedulable:
+            problems.append(f"GPU {gpu} is drained or unhealthy, yet the request uses it.")
+        if timed.group is not None and gpus[gpu].group != timed.group:
+            problems.append(f"GPU {gpu} is not in its group {timed.group!r}.")
+    for assignment in placement.assignments:
+        if (assignment.profile == FULL_GPU) != (assignment.start is None):
+            problems.append(
+                f"the assignment on {assignment.gpu} gives {assignment.profile} at {assignment.start}."
+            )
+    return problems
+
+
+def _listed(counts: Counter[tuple[str, str]]) -> str:
+    listed = [f"{n} × {model} {profile}" for (model, profile), n in sorted(counts.items())]
+    return ", ".join(listed) or "nothing"
+
+
+def _replay(
+    trace: SimulationTrace, outcomes: Sequence[Outcome], admitted: list[tuple[int, int]]
+) -> list[str]:
+    fleet: Fleet = trace.fleet
+    problems: list[str] = []
+    holding: list[tuple[int, int]] = []  # heap of (release time, position) of what the fleet holds now
+    number = 0
+    while number < len(admitted):
+        at = admitted[number][0]
+        fleet = _release_until(fleet, holding, at, outcomes, problems)
+        while number < len(admitted) and admitted[number][0] == at:
+            position = admitted[number][1]
+            number += 1
+            outcome = outcomes[position]
+            try:
+                fleet = apply(fleet, outcome.placement)
+            except ValueError as error:  # the rule it breaks; the rest is replayed without it
+                problems.append(f"{_name(trace.requests[position], outcome)}: {error}")
+                continue
+            heapq.heappush(holding, (at + trace.requests[position].hold, position))
+        fleet = _release_until(fleet, holding, at, outcomes, problems)
+    return problems
+
+
+def _release_until(
+    fleet: Fleet, holding: list[tuple[int, int]], at: int, outcomes: Sequence[Outcome], problems: list[str]
+) -> Fleet:
+    while holding and holding[0][0] <= at:
+        _until, position = heapq.heappop(holding)
+        try:
+            fleet = release(fleet, outcomes[position].placement)
+        except ValueError as error:
+            problems.append(f"{outcomes[position].request!r} cannot be released: {error}")
+    return fleet

@@ -1,0 +1,358 @@
+"""What-if simulation of the admission queue over time, on plain data: requests arrive, wait, are admitted by
+a placer under the queue's policy (pools/services/queue.py), hold what they were given, and give it back.
+
+Words used here (placement words are pools/placement/engine.py's):
+- timed request: a request with an arrival time and a hold, how long its pool keeps what it was given.
+- event time: a second at which a request arrives or a pool is released, up to the horizon. The queue runs
+  once per event time, after that time's releases and arrivals. A pool admitted with a hold of 0 gives its
+  instances back right after the run that admitted it (its release falls in that same second).
+- waiting: arrived and not admitted. A run takes the waiting requests in arrival order, each placed whole or
+  not at all, and admits one that fits at once even behind one that does not (backfill).
+- starving: a waiting request that could not be admitted in this run and has waited the backfill grace or
+  longer (None: never starving). For the rest of the run no later request that competes with it is
+  admitted, so that freed capacity collects for it.
+- compete: two requests ask for a common GPU model, and one of them names no group or both name the same
+  one (the queue's Claim.held_back without priorities and clusters, which a trace does not have).
+- re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
+  as in the queue; by the next run its MIG manager is done. The trace's own marks count for the first run.
+  Each run reads the fleet afresh, as the queue reads its snapshot from the database.
+- stranded slices: free compute slices no new instance can use (pools/mig.py), counted as the capacity pages
+  count them: per MIG GPU, from its layout, whatever on it is allocated.
+
+Pure: no Django, no I/O, no clock. The replay check of an answer is pools/placement/replay.py.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
+from typing import Protocol
+
+from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
+from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
+from pools.placement.engine import apply, fleet_index, place
+from pools.placement.plan import QUEUE_WINDOW
+from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Request
+
+__all__ = [
+    "Outcome",
+    "Placer",
+    "SimulationResult",
+    "SimulationTrace",
+    "Summary",
+    "TimedRequest",
+    "compute_slices",
+    "release",
+    "simulate",
+    "stranded_slices",
+]
+
+BEHIND_OLDER = "waiting behind an older request that needs the capacity first"
+AFTER_HORIZON = "arrives after the horizon"
+
+
+@dataclass(frozen=True)
+class TimedRequest:
+    id: str
+    arrive: int  # seconds from the start
+    hold: int  # seconds its pool keeps what it was given
+    items: tuple[Item, ...]
+    group: str | None = None
+
+    @cached_property
+    def request(self) -> Request:
+        """What the placer is asked to place."""
+        return Request(self.id, self.items, self.group)
+
+
+@dataclass(frozen=True)
+class SimulationTrace:
+    fleet: Fleet
+    requests: tuple[TimedRequest, ...]  # in arrival order, ids unique
+    horizon: int  # seconds: nothing happens after it
+    backfill_grace_seconds: int | None = None  # None: backfill is never held back
+
+
+@dataclass(frozen=True)
+class Outcome:
+    request: str
+    admitted_at: int | None
+    # Placed when admitted; else unplaced, with why it still waits (or never came) when the horizon fell.
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Summary:
+    requests: int
+    admitted: int
+    served_slice_hours: float  # compute slices held × hours held, before the horizon
+    mean_wait_seconds: float | None  # of admitted requests; None when none was
+    p95_wait_seconds: int | None  # nearest rank: the least wait that 95 % of admitted requests stay within
+    stranded: tuple[tuple[int, int], ...]  # (event time, stranded compute slices after its run)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    outcomes: tuple[Outcome, ...]  # one per trace request, in trace order
+    summary: Summary
+
+
+class Placer(Protocol):
+    """Where one request goes now, as pools.placement.engine.place answers (its default). The simulation
+    retries a request only once a GPU it could use (of its models, in its group) has changed, so whether a
+    placer places a request must depend on those GPUs alone; `upcoming` and `demand` may steer only how."""
+
+    def __call__(
+        self,
+        fleet: Fleet,
+        request: Request,
+        *,
+        upcoming: Sequence[Request],
+        demand: Mapping[tuple[str, str], float] | None,
+    ) -> Placement: ...
+
+
+def simulate(
+    trace: SimulationTrace,
+    *,
+    placer: Placer = place,
+    demand_window_seconds: float = DEMAND_WINDOW_SECONDS,
+) -> SimulationResult:
+    """The trace run to its horizon: every event time's releases, arrivals and queue run, in time order.
+    Raises ValueError when the placer answers a placement that breaks a rule (engine.apply refuses it)."""
+    queue = _Queue(trace, placer, demand_window_seconds)
+    requests, arrivals = trace.requests, 0
+    first = True
+    while True:
+        times = [requests[arrivals].arrive] if arrivals < len(requests) else []
+        if queue.releases:
+            times.append(queue.releases[0][0])
+        if not times or min(times) > trace.horizon:
+            break
+        now = min(times)
+        queue.release_until(now)
+        queue.settle(keep_marks=first)
+        first = False
+        while arrivals < len(requests) and requests[arrivals].arrive <= now:
+            queue.arrive(arrivals)
+            arrivals += 1
+        queue.run(now)
+        queue.stranded.append((now, queue.stranded_now()))
+        queue.release_until(now)  # what was admitted with a hold of 0
+    return queue.result()
+
+
+def release(fleet: Fleet, placement: Placement) -> Fleet:
+    """The fleet once a placement's pool is released: each instance (or whole GPU) it was assigned is free
+    again; layouts, MIG modes and the marks of nodes being re-partitioned stay as they are (API.md). The
+    inverse of engine.apply for what apply allocates. Raises ValueError for anything it names not held."""
+    if not placement.placed:
+        return fleet
+    index = fleet_index(fleet)
+    gpus = list(fleet.gpus)
+    changed: set[int] = set()
+    for assignment in placement.assignments:
+        position = index.position.get(assignment.gpu)
+        if position is None:
+            raise ValueError(f"The placement names GPU {assignment.gpu!r}, which is not in the fleet.")
+        gpus[position] = _free(gpus[position], assignment)
+        changed.add(position)
+    after = Fleet(tuple(gpus))
+    # The index carried forward as engine.apply carries it: a cache on the immutable fleet.
+    object.__setattr__(after, "_index", index.updated(after.gpus, changed, ()))
+    return after
+
+
+def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
+    if assignment.profile == FULL_GPU:
+        if gpu.mig or not gpu.allocated:
+            raise ValueError(f"GPU {gpu.id} is not a MIG-disabled GPU in use: it cannot be given back whole.")
+        return replace(gpu, allocated=False)
+    slots = list(gpu.instances)
+    for number, slot in enumerate(slots):
+        if slot.start == assignment.start and slot.profile == assignment.profile and slot.allocated:
+            slots[number] = replace(slot, allocated=False)
+            return replace(gpu, instances=tuple(slots))
+    raise ValueError(f"GPU {gpu.id} has no allocated {assignment.profile} instance at {assignment.start}.")
+
+
+def compute_slices(fleet: Fleet, placement: Placement) -> int:
+    """Compute slices a placement holds: each instance its profile's, a whole GPU all of them."""
+    models = {gpu.id: gpu.model for gpu in fleet.gpus}
+    return sum(
+        COMPUTE_SLICES
+        if a.profile == FULL_GPU
+        else gpu_model(models[a.gpu]).profile(a.profile).compute_slices
+        for a in placement.assignments
+    )
+
+
+def stranded_slices(fleet: Fleet) -> int:
+    """Stranded compute slices of the fleet: those of each MIG GPU's layout (pools/mig.py), as the capacity
+    pages count them; a MIG-disabled GPU strands nothing."""
+    return sum(
+        _stranded(gpu.model, tuple((slot.start, slot.profile) for slot in gpu.instances))
+        for gpu in fleet.gpus
+        if gpu.mig
+    )
+
+
+@lru_cache(maxsize=4096)
+def _stranded(model: str, layout: tuple[tuple[int, str], ...]) -> int:
+    # An exact search per layout; a fleet holds few distinct layouts, so each is searched once.
+    return stranded_compute_slices(gpu_model(model), [Instance(start, profile) for start, profile in layout])
+
+
+@dataclass(frozen=True)
+class _Claim:
+    models: frozenset[str]
+    group: str | None
+
+    def competes(self, other: _Claim) -> bool:
+        if not self.models & other.models:
+            return False
+        return self.group is None or other.group is None or self.group == other.group
+
+
+@dataclass
+class _Queue:
+    """The state between event times: the fleet, who waits, who holds what until when."""
+
+    trace: SimulationTrace
+    placer: Placer
+    window: float
+    fleet: Fleet = field(init=False)
+    waiting: list[int] = field(default_factory=list)  # positions in the trace, in arrival order
+    releases: list[tuple[int, int]] = field(default_factory=list)  # heap of (release time, position)
+    admitted: dict[int, tuple[int, Placement]] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+    stranded: list[tuple[int, int]] = field(default_factory=list)
+    # Whether a request fits depends only on the GPUs it could use (its models, its group's or every
+    # group's), so a failed try is kept with the change count it saw and is not repeated until one of
+    # those GPUs changes: on most event times most of the queue is not placed again.
+    changes: int = 0
+    stamps: dict[tuple[str, str, str | None], int] = field(default_factory=dict)  # bucket -> last change
+    failed: dict[int, tuple[int, str]] = field(default_factory=dict)  # position -> (change count, reason)
+    _stranded_now: int | None = None
+    _demand: dict[tuple[str, str], float] | None = None
+
+    def __post_init__(self) -> None:
+        self.fleet = self.trace.fleet
+        self.keys = {gpu.id: (gpu.cluster, gpu.model, gpu.group) for gpu in self.fleet.gpus}
+        buckets = set(self.keys.values())
+        self.claims: list[_Claim] = []
+        self.buckets: list[tuple[tuple[str, str, str | None], ...]] = []
+        for timed in self.trace.requests:
+            models = frozenset(item.model for item in timed.items)
+            self.claims.append(_Claim(models, timed.group))
+            self.buckets.append(tuple(b for b in buckets if b[1] in models and timed.group in (None, b[2])))
+        self.arrived: list[int] = []  # arrival times so far, for the demand window
+        self.arrivals: list[tuple[int, tuple[Item, ...]]] = []
+
+    def arrive(self, position: int) -> None:
+        timed = self.trace.requests[position]
+        self.waiting.append(position)
+        self.arrived.append(timed.arrive)
+        self.arrivals.append((timed.arrive, timed.items))
+
+    def settle(self, *, keep_marks: bool) -> None:
+        """The fleet as a queue run reads it afresh, with the re-partitioning of earlier runs done (unless
+        `keep_marks`). Afresh, because the engine takes equally good GPUs in its index's order, which the
+        changes carried forward reorder; the queue indexes a fresh snapshot at each run, and so does this."""
+        gpus = self.fleet.gpus
+        if not keep_marks:
+            gpus = tuple(replace(g, reconfiguring=False) if g.reconfiguring else g for g in gpus)
+        self.fleet = Fleet(gpus)
+
+    def release_until(self, now: int) -> None:
+        while self.releases and self.releases[0][0] <= now:
+            _at, position = heapq.heappop(self.releases)
+            placement = self.admitted[position][1]
+            self.fleet = release(self.fleet, placement)
+            self._touched(placement)
+
+    def run(self, now: int) -> None:
+        grace = self.trace.backfill_grace_seconds
+        starving: list[_Claim] = []
+        self._demand = None  # counted once per run, and only if something is placed
+        still: list[int] = []
+        for number, position in enumerate(self.waiting):
+            timed, claim = self.trace.requests[position], self.claims[position]
+            if any(blocked.competes(claim) for blocked in starving):
+                self.reasons[position] = BEHIND_OLDER
+                still.append(position)
+                continue
+            if self._worth_trying(position):
+                placement = self._place(number, position, now)
+                if placement.placed:
+                    self._admit(position, placement, now)
+                    continue
+                self.failed[position] = (self.changes, placement.reason)
+            self.reasons[position] = self.failed[position][1]
+            if grace is not None and now - timed.arrive >= grace:
+                starving.append(claim)
+            still.append(position)
+        self.waiting = still
+
+    def _place(self, number: int, position: int, now: int) -> Placement:
+        if self._demand is None:
+            # The arrivals of the window, its oldest second left out, as pools/selectors/demand.py reads them.
+            start = bisect_right(self.arrived, now - self.window)
+            self._demand = recent_demand(self.arrivals[start:], now=now, window_seconds=self.window)
+        behind = self.waiting[number + 1 : number + 1 + QUEUE_WINDOW]
+        upcoming = [self.trace.requests[p].request for p in behind]
+        request = self.trace.requests[position].request
+        # No demand at all is told as None, as the queue tells it: the engine then counts the request itself.
+        return self.placer(self.fleet, request, upcoming=upcoming, demand=self._demand or None)
+
+    def _worth_trying(self, position: int) -> bool:
+        if position not in self.failed:
+            return True
+        seen = self.failed[position][0]
+        return any(self.stamps.get(key, 0) > seen for key in self.buckets[position])
+
+    def _admit(self, position: int, placement: Placement, now: int) -> None:
+        self.fleet = apply(self.fleet, placement)
+        self._touched(placement)
+        if placement.reconfigure:
+            self._stranded_now = None
+        self.admitted[position] = (now, placement)
+        heapq.heappush(self.releases, (now + self.trace.requests[position].hold, position))
+
+    def _touched(self, placement: Placement) -> None:
+        self.changes += 1
+        for gpu in {a.gpu for a in placement.assignments} | {c.gpu for c in placement.reconfigure}:
+            self.stamps[self.keys[gpu]] = self.changes
+
+    def stranded_now(self) -> int:
+        if self._stranded_now is None:
+            self._stranded_now = stranded_slices(self.fleet)
+        return self._stranded_now
+
+    def result(self) -> SimulationResult:
+        trace, outcomes, waits = self.trace, [], []
+        served = 0.0
+        for position, timed in enumerate(trace.requests):
+            if position in self.admitted:
+                at, placement = self.admitted[position]
+                waits.append(at - timed.arrive)
+                held = min(at + timed.hold, trace.horizon) - at
+                served += compute_slices(trace.fleet, placement) * held / 3600
+                outcomes.append(Outcome(timed.id, at, placement))
+                continue
+            reason = self.reasons.get(position, AFTER_HORIZON)
+            outcomes.append(Outcome(timed.id, None, Placement(timed.id, False, reason=reason)))
+        return SimulationResult(
+            tuple(outcomes),
+            Summary(
+                requests=len(trace.requests),
+                admitted=len(waits),
+                served_slice_hours=served,
+                mean_wait_seconds=sum(waits) / len(waits) if waits else None,
+                p95_wait_seconds=sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None,
+                stranded=tuple(self.stranded),
+            ),
+        )
