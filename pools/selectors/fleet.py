@@ -13,10 +13,21 @@ from pools.models import (
     GpuCapacity,
     GpuGroup,
     Health,
+    PoolRequest,
 )
 
 if TYPE_CHECKING:
     pass
+
+
+def engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
+    """A pool request as the engine places it (its items prefetched); its purpose is its GPU group where
+    the cluster places work by group."""
+    return placement.Request(
+        id=str(request.pk),
+        items=tuple(placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()),
+        group=(request.purpose or None) if grouped else None,
+    )
 
 
 def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:

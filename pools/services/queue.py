@@ -46,6 +46,7 @@ from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
 from pools.selectors.demand import queue_demand
+from pools.selectors.fleet import engine_request
 from pools.services import dispatch
 from pools.services.transitions import record_event, transition
 
@@ -95,14 +96,6 @@ class Admission:
     admitted: bool
     pool_id: int | None = None
     reason: str = ""
-
-
-def engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
-    return placement.Request(
-        id=str(request.pk),
-        items=tuple(placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()),
-        group=(request.purpose or None) if grouped else None,
-    )
 
 
 def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, now) -> Pool:

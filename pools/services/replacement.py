@@ -42,6 +42,7 @@ from pools.mig import FULL_GPU, resource_name
 from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
+from pools.selectors.fleet import engine_request
 from pools.services import dispatch
 from pools.services.inventory import sync_inventory
 from pools.services.provisioning import (
@@ -56,7 +57,7 @@ from pools.services.provisioning import (
     project_quota,
     settle_quota,
 )
-from pools.services.queue import engine_request, lock_capacity, recount_allocated, reserve_plan
+from pools.services.queue import lock_capacity, recount_allocated, reserve_plan
 from pools.services.transitions import record_event
 from portal.errors import Conflict
 

@@ -1,4 +1,6 @@
-"""`manage.py simulate --input TRACE.json`: the admission queue run over a timed trace, without a database."""
+"""`manage.py simulate --input TRACE.json`: the admission queue run over a timed trace, without a database;
+`manage.py simulate --history YYYY-MM [--cluster C] [--add …] [--remove …] [--regroup …]`: a month of the
+portal's own requests on today's fleet and on a changed one."""
 
 import json
 import sys
@@ -7,20 +9,36 @@ from pathlib import Path
 from typing import TextIO
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
+from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
 from pools.placement.simulation import SimulationResult, simulate
 from pools.placement.timetrace import TraceError, read_simulation_trace, write_outcomes
+from pools.placement.whatif import side_by_side
+from pools.services.whatif import BAD_INPUT, InvalidAnswer, run_whatif
 
 HELP = """Run the admission queue over the timed requests of a trace, on its GPUs, from second 0 to the
 horizon, and print when each request was admitted and where it went as JSON (API.md, "Simulation trace");
-a summary goes to standard error. Reads no database row and writes none. --input is required.
+a summary goes to standard error. --input is required unless --history is given; --input reads no
+database row, and neither writes any.
 
 The GPUs are those of a placement trace (see `manage.py place --help`). The trace also has "horizon"
 (seconds, above 0), "backfill_grace_seconds" (null or absent: a request that fits is always admitted; else
 how long a blocked request waits before no later request competing with it is admitted until it is), and
 "requests", in arrival order: id, arrive and hold (whole seconds, 0 or more), items [{model, profile ("full"
 for a whole GPU), count}] and optionally group. At each arrival and release the waiting requests are taken in
-arrival order, each whole or not at all, as the portal's queue takes them."""
+arrival order, each whole or not at all, as the portal's queue takes them.
+
+--history YYYY-MM (a month in the billing time zone) reads that month's approved requests instead, with the
+holds their pools really had, and runs them on today's fleet, emptied, as JSON: {"month", "cluster",
+"changes", "fleets": {"real": {...}, "changed": {...}}}, each fleet's requests, admitted,
+served_slice_hours, mean and p95 wait, stranded min/mean/max and GPUs; the two side by side go to standard
+error. --cluster, --add "N MODEL [GROUP]", --remove NODE and --regroup NODE=GROUP go only with --history;
+the changes, each repeatable, apply in the order given and make the "changed" fleet."""
+
+# How the command line names each fleet change; one list keeps their order across kinds.
+CHANGES = {"--add": ADD, "--remove": REMOVE, "--regroup": REGROUP}
+HISTORY_ONLY = ("--cluster", *CHANGES)
 
 
 class Command(BaseCommand):
@@ -31,15 +49,47 @@ class Command(BaseCommand):
     stealth_options = ("stdin",)  # call_command(..., stdin=stream) stands in for standard input
 
     def add_arguments(self, parser) -> None:
-        # One source of requests per run; a group, so that other sources can join --input as alternatives.
-        source = parser.add_mutually_exclusive_group(required=True)
+        # One source of requests per run. Which one is required is checked in handle, so that the message
+        # for none keeps naming --input as it always has.
+        source = parser.add_mutually_exclusive_group()
         source.add_argument(
             "--input",
             dest="source",
-            help="path of the JSON simulation trace, or - for standard input (required)",
+            help="path of the JSON simulation trace, or - for standard input (required unless --history)",
         )
+        source.add_argument(
+            "--history",
+            metavar="YYYY-MM",
+            help="simulate that month of the portal's own requests on today's fleet (reads the database)",
+        )
+        parser.add_argument("--cluster", help="with --history: only this cluster's requests and GPUs")
+        helps = {
+            "--add": ("GPUS", '"N MODEL [GROUP]", e.g. "8 H200-141GB training": N GPUs in new 8-GPU nodes'),
+            "--remove": ("NODE", "every GPU of that node goes"),
+            "--regroup": ("NODE=GROUP", "that node's GPUs move to the group (NODE=: to none)"),
+        }
+        for flag, kind in CHANGES.items():
+            metavar, text = helps[flag]
+            parser.add_argument(
+                flag,
+                dest="changes",
+                action="append",
+                type=lambda value, kind=kind: (kind, value),
+                metavar=metavar,
+                help=f"with --history, repeatable: {text}",
+            )
 
-    def handle(self, *args, source: str, **options) -> None:
+    def handle(self, *args, source: str | None, history: str | None, **options) -> None:
+        if history is None:
+            given = [flag for flag in HISTORY_ONLY if self._given(flag, options)]
+            if given:
+                need = "needs" if len(given) == 1 else "need"
+                raise CommandError(f"{' and '.join(given)} {need} --history YYYY-MM: a month to run.")
+        if source is None and history is None:
+            # In argparse's words, as before --history joined --input; either one is required.
+            raise CommandError("Error: one of the arguments --input is required, or --history YYYY-MM.")
+        if history is not None:
+            return self._history(history, options.get("cluster"), options.get("changes") or [])
         text = self._read(source, options.get("stdin") or sys.stdin)
         try:
             data = json.loads(text)
@@ -58,6 +108,24 @@ class Command(BaseCommand):
         # Built in full before anything is written, so a failure leaves standard output empty.
         self.stdout.write(json.dumps(write_outcomes(result.outcomes), ensure_ascii=False, indent=2))
         self.stderr.write(summary_text(result, elapsed))
+
+    @staticmethod
+    def _given(flag: str, options: dict) -> bool:
+        if flag == "--cluster":
+            return options.get("cluster") is not None
+        return any(kind == CHANGES[flag] for kind, _text in options.get("changes") or [])
+
+    def _history(self, month: str, cluster: str | None, changes: list[tuple[str, str]]) -> None:
+        started = time.perf_counter()
+        try:
+            report = run_whatif(month=month, cluster=cluster, changes=changes)
+        except (*BAD_INPUT, InvalidAnswer) as error:
+            raise CommandError(str(error)) from error
+        except DatabaseError as error:
+            raise CommandError(f"--history reads the portal's database, and cannot: {error}") from error
+        self.stdout.write(json.dumps(report, ensure_ascii=False, indent=2))
+        self.stderr.write(side_by_side(report))
+        self.stderr.write(f"run time: {time.perf_counter() - started:.2f} s")
 
     def _read(self, source: str, stdin: TextIO) -> str:
         if source == "-":

@@ -1,0 +1,73 @@
+"""What if the fleet had been different: a month of the portal's own requests simulated on today's fleet and,
+when changes are given, on the fleet so changed, each answer checked by the replay check, in one report.
+
+The one way to run it, for `manage.py simulate --history` as for the pages and tasks that will run it too.
+It reads the database once (pools/selectors/history.py) and writes nothing; the rest is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from django.conf import settings
+
+from pools.placement.fleet_changes import FleetChangeError, apply_changes, parse_changes
+from pools.placement.replay import check
+from pools.placement.simulation import SimulationTrace, simulate
+from pools.placement.whatif import RoutedPlacer, summary_of
+from pools.selectors.history import HistoryError, month_history
+
+__all__ = ["BAD_INPUT", "InvalidAnswer", "run_whatif"]
+
+BAD_INPUT = (HistoryError, FleetChangeError)  # what a caller shows its user as a mistake of theirs
+
+
+class InvalidAnswer(RuntimeError):
+    """A simulated answer that breaks a rule of the replay check: the simulator's fault, not the input's."""
+
+
+def run_whatif(
+    *,
+    month: str,
+    cluster: str | None = None,
+    changes: Sequence[tuple[str, str]] = (),
+    progress: Callable[[float], None] | None = None,
+    now: datetime | None = None,
+) -> dict:
+    """The report of a month (YYYY-MM) on the real fleet and, when `changes` ((kind, text) pairs of
+    pools/placement/fleet_changes.py, applied in order) are given, on the changed one, with the same
+    requests: {"month", "time_zone", "cluster", "horizon_seconds", "estimated_holds", "changes",
+    "fleets": {"real": summary, "changed": summary}}. `progress(done)` is told 0.5 between the two runs and
+    1.0 at the end. Raises one of BAD_INPUT for a bad month, cluster or change, before anything is
+    simulated, and InvalidAnswer should an answer break a rule."""
+    parsed = parse_changes(changes)  # a misspelt change is refused before the database is read
+    history = month_history(month=month, cluster=cluster, now=now)
+    traces = {"real": history.trace}
+    said: tuple[str, ...] = ()
+    if parsed:
+        fleet, said = apply_changes(history.trace.fleet, parsed, cluster=cluster)
+        traces["changed"] = replace(history.trace, fleet=fleet)
+    fleets = {}
+    for name, trace in traces.items():
+        fleets[name] = _run(name, trace, RoutedPlacer(history.routes))
+        if progress is not None:
+            progress(len(fleets) / len(traces))
+    return {
+        "month": history.month,
+        "time_zone": history.time_zone,
+        "cluster": cluster,
+        "horizon_seconds": history.trace.horizon,
+        "estimated_holds": len(history.estimated),
+        "changes": list(said),
+        "fleets": fleets,
+    }
+
+
+def _run(name: str, trace: SimulationTrace, placer: RoutedPlacer) -> dict:
+    result = simulate(trace, placer=placer, demand_window_seconds=settings.QUEUE_DEMAND_WINDOW_SECONDS)
+    problems = check(trace, result.outcomes)
+    if problems:
+        raise InvalidAnswer(f"The run on the {name} fleet breaks the rules: " + " ".join(problems[:5]))
+    return summary_of(result.summary, trace.fleet)
