@@ -2,11 +2,10 @@
 
 import json
 import sys
-from pathlib import Path
-from typing import TextIO
 
 from django.core.management.base import BaseCommand, CommandError
 
+from pools.management.trace_files import read_json, source_name
 from pools.placement import place_all
 from pools.placement.trace import TraceError, read_trace, write_results
 
@@ -34,32 +33,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, source: str, **options) -> None:
-        text = self._read(source, options.get("stdin") or sys.stdin)
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise CommandError(
-                f"{self._name(source)} is not valid JSON: {error.msg} at line {error.lineno}, "
-                f"column {error.colno}."
-            ) from error
+        data = read_json(source, options.get("stdin") or sys.stdin)
         try:
             fleet, requests = read_trace(data)
         except TraceError as error:
-            raise CommandError(f"{self._name(source)}: {error}") from error
+            raise CommandError(f"{source_name(source)}: {error}") from error
         placements, _ = place_all(fleet, requests)
         # Built in full before anything is written, so a failure leaves standard output empty.
         self.stdout.write(json.dumps(write_results(placements), ensure_ascii=False, indent=2))
-
-    def _read(self, source: str, stdin: TextIO) -> str:
-        if source == "-":
-            return stdin.read()
-        try:
-            return Path(source).read_text(encoding="utf-8")
-        except OSError as error:
-            raise CommandError(f"Cannot read {source}: {error.strerror or error}.") from error
-        except UnicodeDecodeError as error:
-            raise CommandError(f"Cannot read {source}: it is not UTF-8 text.") from error
-
-    @staticmethod
-    def _name(source: str) -> str:
-        return "standard input" if source == "-" else source

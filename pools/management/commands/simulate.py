@@ -5,12 +5,11 @@ portal's own requests on today's fleet and on a changed one."""
 import json
 import sys
 import time
-from pathlib import Path
-from typing import TextIO
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
+from pools.management.trace_files import read_json, source_name
 from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
 from pools.placement.simulation import SimulationResult, simulate
 from pools.placement.timetrace import TraceError, read_simulation_trace, write_outcomes
@@ -90,18 +89,11 @@ class Command(BaseCommand):
             raise CommandError("Error: one of the arguments --input is required, or --history YYYY-MM.")
         if history is not None:
             return self._history(history, options.get("cluster"), options.get("changes") or [])
-        text = self._read(source, options.get("stdin") or sys.stdin)
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise CommandError(
-                f"{self._name(source)} is not valid JSON: {error.msg} at line {error.lineno}, "
-                f"column {error.colno}."
-            ) from error
+        data = read_json(source, options.get("stdin") or sys.stdin)
         try:
             trace = read_simulation_trace(data)
         except TraceError as error:
-            raise CommandError(f"{self._name(source)}: {error}") from error
+            raise CommandError(f"{source_name(source)}: {error}") from error
         started = time.perf_counter()
         result = simulate(trace)
         elapsed = time.perf_counter() - started
@@ -126,20 +118,6 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(report, ensure_ascii=False, indent=2))
         self.stderr.write(side_by_side(report))
         self.stderr.write(f"run time: {time.perf_counter() - started:.2f} s")
-
-    def _read(self, source: str, stdin: TextIO) -> str:
-        if source == "-":
-            return stdin.read()
-        try:
-            return Path(source).read_text(encoding="utf-8")
-        except OSError as error:
-            raise CommandError(f"Cannot read {source}: {error.strerror or error}.") from error
-        except UnicodeDecodeError as error:
-            raise CommandError(f"Cannot read {source}: it is not UTF-8 text.") from error
-
-    @staticmethod
-    def _name(source: str) -> str:
-        return "standard input" if source == "-" else source
 
 
 def summary_text(result: SimulationResult, elapsed: float) -> str:
