@@ -1,0 +1,453 @@
+#!/usr/bin/env python
+"""Benchmark: placement over time, the portal's engine against homogeneous first fit in the what-if simulator.
+
+On seeded week-long traces (bench/simulate_trace.py: 8 nodes × 8 GPUs, half H100 and half H200, all whole,
+free and MIG off at the start; about 600 requests arriving as a Poisson process, items drawn as in
+bench/placement.py, holds log-uniform over a 72:1 range stretched to make the expected offered load
+1.3 × the fleet's compute slices, about 1.7 hours to 5 days) it simulates each trace twice under the same
+queue policy (FIFO with backfill, the portal's default grace of 1800 s, then again with no grace):
+- with the engine, pools.placement.engine.place, the simulator's default placer;
+- with homogeneous first fit (below): it cuts a wholly free GPU only into as many instances of the asked
+  profile as fit, at their lowest starts, takes free instances of the asked profile first in GPU order, and
+  gives a whole GPU from a wholly free MIG-off GPU (else switches a wholly free MIG GPU off).
+It reports, per seed and in total, the compute-slice-hours each served before the horizon and their ratio
+(the figure that matters), the requests admitted, mean and p95 waits, the mean stranded compute slices over
+the week (time-weighted, as the capacity pages count them), the fleet's compute-slice-hours by use
+(allocated, in idle instances, unprovisioned on GPUs in use, wholly free), and the simulator's run time per
+trace. Unprovisioned slices on a GPU in use are lost until it is wholly free again, since only then may its
+layout change; the pages' stranded count does not include them when some profile could still fit there.
+
+Every simulated answer is replayed by pools.placement.replay.check; a broken rule is printed as a line
+starting "ENGINE BUG" or "BENCH BUG" and the benchmark exits with status 1. Targets are printed, not asserted.
+
+Run from the repository root; no database, no Django:
+    .venv/bin/python bench/simulate.py [--seeds 5] [--requests 600] [--nodes 8] [--horizon 604800]
+Prints the table per seed, then one figure per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.simulate_trace import (  # noqa: E402
+    BACKFILL_GRACE_SECONDS,
+    HOLD_MAX,
+    HOLD_MIN,
+    HOUR,
+    LOAD,
+    NODES,
+    REQUESTS,
+    WEEK,
+    hold_stretch,
+    offered_load,
+    random_simulation_trace,
+)
+from pools import mig  # noqa: E402
+from pools.placement.engine import apply, place, validate_request  # noqa: E402
+from pools.placement.index import has_allocation  # noqa: E402
+from pools.placement.replay import check  # noqa: E402
+from pools.placement.simulation import (  # noqa: E402
+    Placer,
+    SimulationResult,
+    SimulationTrace,
+    release,
+    simulate,
+    stranded_slices,
+)
+from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Reconfigure, Request  # noqa: E402
+
+SEEDS = 5
+TARGET_RATIO = 1.07
+TARGET_SECONDS = 120.0
+NO_ROOM = "first fit found no room in any cluster"
+USES = (
+    ("allocated", "allocated"),
+    ("idle_instances", "idle instances"),
+    ("unprovisioned", "unprovisioned on GPUs in use"),
+    ("wholly_free", "wholly free"),
+)
+
+
+# --- homogeneous first fit ------------------------------------------------------------------------------
+
+
+@cache
+def homogeneous_layout(model: str, profile: str) -> tuple[tuple[str, int], ...]:
+    """As many instances of `profile` as one empty GPU of `model` holds, at their lowest valid starts, as
+    (profile, start) sorted by start."""
+    gpu_model = mig.gpu_model(model)
+    for count in range(gpu_model.profile(profile).max_count, 0, -1):
+        layout = mig.place_profiles(gpu_model, {profile: count})
+        if layout is not None:
+            return tuple((i.profile, i.start) for i in layout)
+    raise ValueError(f"No {profile} fits on an empty {model}.")
+
+
+class _Scratch:
+    """One GPU as first fit sees it while placing one request: its layout and what is taken on it."""
+
+    __slots__ = ("gpu", "mig", "slots", "whole_taken")
+
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+        self.mig = gpu.mig
+        self.whole_taken = gpu.allocated
+        self.slots = [[slot.profile, slot.start, slot.allocated] for slot in gpu.instances]
+
+    @property
+    def wholly_free(self) -> bool:
+        return not self.whole_taken and not any(taken for _, _, taken in self.slots)
+
+
+def first_fit(
+    fleet: Fleet,
+    request: Request,
+    *,
+    upcoming: Sequence[Request] = (),
+    demand: Mapping[tuple[str, str], float] | None = None,
+) -> Placement:
+    """Homogeneous first fit in the simulator's Placer shape; `upcoming` and `demand` are not looked at.
+    The request goes whole into the first cluster (in fleet order) that holds all of it."""
+    errors = validate_request(request, fleet)
+    if errors:
+        return Placement(request.id, False, reason=" ".join(errors))
+    for cluster in dict.fromkeys(gpu.cluster for gpu in fleet.gpus):
+        usable = [
+            gpu
+            for gpu in fleet.gpus
+            if gpu.cluster == cluster and gpu.schedulable and request.group in (None, gpu.group)
+        ]
+        placement = _first_fit_in(usable, request)
+        if placement is not None:
+            return placement
+    return Placement(request.id, False, reason=NO_ROOM)
+
+
+def _first_fit_in(gpus: list[Gpu], request: Request) -> Placement | None:
+    # Most tries are of waiting requests that do not fit: a cheap bound turns most of them away.
+    if any(_room(gpus, item) < item.count for item in request.items):
+        return None
+    models = {item.model for item in request.items}
+    scratch = [_Scratch(gpu) for gpu in gpus if gpu.model in models]
+    reconfigure: dict[int, Reconfigure] = {}
+    assignments: list[Assignment] = []
+    for item in request.items:
+        mine = [(n, s) for n, s in enumerate(scratch) if s.gpu.model == item.model]
+        take = _take_whole if item.profile == mig.FULL_GPU else _take_instances
+        taken = take(mine, item, reconfigure)
+        if len(taken) < item.count:
+            return None
+        assignments += taken
+    ordered = tuple(reconfigure[n] for n in sorted(reconfigure))
+    return Placement(request.id, True, reconfigure=ordered, assignments=tuple(assignments))
+
+
+def _room(gpus: list[Gpu], item: Item) -> int:
+    """What first fit could give this item alone: the free instances of its profile, and the wholly free
+    GPUs that hold none (each cut into the homogeneous layout, or given whole). Exact for a request of one
+    item; for more, a bound, since its items may want the same wholly free GPUs."""
+    whole = item.profile == mig.FULL_GPU
+    per_gpu = 1 if whole else len(homogeneous_layout(item.model, item.profile))
+    room = 0
+    for gpu in gpus:
+        if gpu.model != item.model:
+            continue
+        free = 0 if whole else sum(not s.allocated and s.profile == item.profile for s in gpu.instances)
+        if free:
+            room += free
+        elif not has_allocation(gpu):
+            room += per_gpu
+    return room
+
+
+def _take_whole(
+    mine: list[tuple[int, _Scratch]], item: Item, reconfigure: dict[int, Reconfigure]
+) -> list[Assignment]:
+    free = [(n, s) for n, s in mine if s.wholly_free]
+    ordered = [(n, s) for n, s in free if not s.mig] + [(n, s) for n, s in free if s.mig]
+    taken = []
+    for n, s in ordered[: item.count]:
+        if s.mig:
+            reconfigure[n] = Reconfigure(s.gpu.id, False, ())
+            s.mig, s.slots = False, []
+        s.whole_taken = True
+        taken.append(Assignment(s.gpu.id, mig.FULL_GPU, None))
+    return taken
+
+
+def _take_instances(
+    mine: list[tuple[int, _Scratch]], item: Item, reconfigure: dict[int, Reconfigure]
+) -> list[Assignment]:
+    taken: list[Assignment] = []
+
+    def take_free(s: _Scratch) -> None:
+        for slot in s.slots:
+            if len(taken) < item.count and slot[0] == item.profile and not slot[2]:
+                slot[2] = True
+                taken.append(Assignment(s.gpu.id, item.profile, slot[1]))
+
+    for _, s in mine:
+        if s.mig:
+            take_free(s)
+    for n, s in mine:
+        if len(taken) >= item.count:
+            break
+        if s.wholly_free:
+            layout = homogeneous_layout(item.model, item.profile)
+            reconfigure[n] = Reconfigure(s.gpu.id, True, layout)
+            s.mig, s.slots = True, [[profile, start, False] for profile, start in layout]
+            take_free(s)
+    return taken
+
+
+# --- measuring ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    result: SimulationResult | None  # None when the placer's answer could not even be simulated
+    seconds: float
+    problems: list[str]
+
+    @property
+    def served(self) -> float:
+        return self.result.summary.served_slice_hours
+
+
+def simulated(trace: SimulationTrace, placer: Placer) -> Run:
+    began = time.perf_counter()
+    try:
+        result = simulate(trace, placer=placer)
+    except Exception:
+        return Run(None, time.perf_counter() - began, [f"it raised {traceback.format_exc(limit=-3)}"])
+    seconds = time.perf_counter() - began
+    return Run(result, seconds, check(trace, result.outcomes))
+
+
+def mean_stranded(trace: SimulationTrace, result: SimulationResult) -> float:
+    """Stranded compute slices averaged over the horizon: each event time's count holds until the next."""
+    total, at, now = 0, 0, stranded_slices(trace.fleet)
+    for time_, stranded in result.summary.stranded:
+        total += now * (time_ - at)
+        at, now = time_, stranded
+    total += now * (trace.horizon - at)
+    return total / trace.horizon
+
+
+@dataclass(frozen=True)
+class CapacityUse:
+    """The fleet's compute-slice-hours up to the horizon, by what each slice was doing."""
+
+    allocated: float  # in instances or whole GPUs given to a request
+    idle_instances: float  # in free instances on GPUs that hold work
+    unprovisioned: float  # in no instance, on GPUs that hold work: unusable until they are wholly free
+    wholly_free: float  # on GPUs that hold nothing
+
+    @property
+    def total(self) -> float:
+        return self.allocated + self.idle_instances + self.unprovisioned + self.wholly_free
+
+
+def capacity_use(trace: SimulationTrace, result: SimulationResult) -> CapacityUse:
+    """The outcomes replayed in the simulator's order (at each time the releases due, then the admissions in
+    arrival order, then the releases of holds of 0), each state weighted by how long it lasted."""
+    events = []
+    for position, (timed, outcome) in enumerate(zip(trace.requests, result.outcomes, strict=True)):
+        if outcome.admitted_at is not None:
+            events.append((outcome.admitted_at, 1, position, apply))
+            events.append((outcome.admitted_at + timed.hold, 0 if timed.hold else 2, position, release))
+    events.sort(key=lambda event: event[:3])
+    fleet, since, use = trace.fleet, 0, [0.0] * 4
+    for at, _, position, change in [*events, (trace.horizon, 3, 0, None)]:
+        if at > trace.horizon:
+            at, change = trace.horizon, None
+        for share, slices in enumerate(_slices_by_use(fleet)):
+            use[share] += slices * (at - since) / HOUR
+        if change is None:
+            break
+        since, fleet = at, change(fleet, result.outcomes[position].placement)
+    return CapacityUse(*use)
+
+
+def _slices_by_use(fleet: Fleet) -> tuple[int, int, int, int]:
+    allocated = idle = unprovisioned = free = 0
+    for gpu in fleet.gpus:
+        if not has_allocation(gpu):
+            free += mig.COMPUTE_SLICES
+            continue
+        if not gpu.mig:
+            allocated += mig.COMPUTE_SLICES
+            continue
+        model = mig.gpu_model(gpu.model)
+        held = sum(model.profile(s.profile).compute_slices for s in gpu.instances if s.allocated)
+        free_instances = sum(
+            model.profile(s.profile).compute_slices for s in gpu.instances if not s.allocated
+        )
+        allocated, idle = allocated + held, idle + free_instances
+        unprovisioned += mig.COMPUTE_SLICES - held - free_instances
+    return allocated, idle, unprovisioned, free
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    trace: SimulationTrace
+    engine: Run
+    first_fit: Run
+
+
+def measure(seed: int, *, nodes: int, horizon: int, requests: float, grace: int | None) -> SeedResult:
+    trace = random_simulation_trace(
+        seed, nodes=nodes, horizon=horizon, requests=requests, backfill_grace_seconds=grace
+    )
+    return SeedResult(seed, trace, simulated(trace, place), simulated(trace, first_fit))
+
+
+def loud_lines(result: SeedResult, label: str) -> list[str]:
+    lines = [f"ENGINE BUG seed {result.seed}{label}: {p}" for p in result.engine.problems]
+    lines += [f"BENCH BUG seed {result.seed}{label}: first fit: {p}" for p in result.first_fit.problems]
+    return lines
+
+
+def hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / HOUR:.2f}"
+
+
+def ratio(part: float, whole: float) -> str:
+    return f"{part / whole:.3f}" if whole else "n/a"
+
+
+COLUMNS = (
+    "grace  seed  requests  load  served_eng  served_ff  eng/ff  admit_eng  admit_ff  wait_eng_h  wait_ff_h  "
+    "p95_eng_h  p95_ff_h  strand_eng  strand_ff  eng_s  ff_s"
+)
+
+
+def table_row(result: SeedResult) -> str:
+    trace, engine, ff = result.trace, result.engine.result, result.first_fit.result
+    grace = trace.backfill_grace_seconds
+    return (
+        f"{'none' if grace is None else grace:>5}  {result.seed:4d}  {len(trace.requests):8d}  "
+        f"{offered_load(trace):4.2f}  {engine.summary.served_slice_hours:10.1f}  "
+        f"{ff.summary.served_slice_hours:9.1f}  {ratio(result.engine.served, result.first_fit.served):>6}  "
+        f"{engine.summary.admitted:9d}  {ff.summary.admitted:8d}  "
+        f"{hours(engine.summary.mean_wait_seconds):>10}  {hours(ff.summary.mean_wait_seconds):>9}  "
+        f"{hours(engine.summary.p95_wait_seconds):>9}  {hours(ff.summary.p95_wait_seconds):>8}  "
+        f"{mean_stranded(trace, engine):10.2f}  {mean_stranded(trace, ff):9.2f}  "
+        f"{result.engine.seconds:5.2f}  {result.first_fit.seconds:4.2f}"
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.mean(known) if known else None
+
+
+def totals(results: list[SeedResult], label: str) -> list[str]:
+    """The figures over every seed of one queue policy: sums of what is served and admitted, means of the
+    per-seed waits and stranded slices, the slowest and mean simulation."""
+    lines = []
+    for name, runs in (
+        ("engine", [r.engine for r in results]),
+        ("first fit", [r.first_fit for r in results]),
+    ):
+        summaries = [run.result.summary for run in runs]
+        served = sum(s.served_slice_hours for s in summaries)
+        wait = _mean([s.mean_wait_seconds for s in summaries])
+        p95 = _mean([s.p95_wait_seconds for s in summaries])
+        stranded = statistics.mean(
+            mean_stranded(r.trace, run.result) for r, run in zip(results, runs, strict=True)
+        )
+        seconds = [run.seconds for run in runs]
+        uses = [capacity_use(r.trace, run.result) for r, run in zip(results, runs, strict=True)]
+        whole = sum(use.total for use in uses)
+        shares = [
+            f"{words} {100 * sum(getattr(use, field) for use in uses) / whole:.1f} %" for field, words in USES
+        ]
+        lines += [
+            f"{name} served compute-slice-hours{label} (total): {served:.1f}",
+            f"{name} admitted{label} (total): {sum(s.admitted for s in summaries)} of "
+            f"{sum(s.requests for s in summaries)}",
+            f"{name} mean wait{label} (mean of seeds): {hours(wait)} h",
+            f"{name} p95 wait{label} (mean of seeds): {hours(p95)} h",
+            f"{name} mean stranded compute slices{label} (mean of seeds): {stranded:.2f}",
+            f"{name} compute-slice-hours by use{label}: {', '.join(shares)}",
+            f"{name} simulation time per trace{label}: mean {statistics.mean(seconds):.2f} s, "
+            f"max {max(seconds):.2f} s",
+        ]
+    engine = sum(r.engine.served for r in results)
+    baseline = sum(r.first_fit.served for r in results)
+    lines.append(f"engine / first fit served compute-slice-hours{label}: {ratio(engine, baseline)} ×")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"traces to measure (default {SEEDS})")
+    parser.add_argument(
+        "--requests", type=float, default=REQUESTS, help=f"expected arrivals per trace (default {REQUESTS})"
+    )
+    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes of 8 GPUs (default {NODES})")
+    parser.add_argument("--horizon", type=int, default=WEEK, help=f"seconds simulated (default {WEEK})")
+    parser.add_argument("--no-null-grace", action="store_true", help="skip the runs without a grace")
+    args = parser.parse_args(argv)
+
+    began = time.perf_counter()
+    graces: tuple[int | None, ...] = (
+        (BACKFILL_GRACE_SECONDS,) if args.no_null_grace else (BACKFILL_GRACE_SECONDS, None)
+    )
+    by_grace: dict[int | None, list[SeedResult]] = {}
+    for grace in graces:
+        by_grace[grace] = [
+            measure(seed, nodes=args.nodes, horizon=args.horizon, requests=args.requests, grace=grace)
+            for seed in range(1, args.seeds + 1)
+        ]
+    labels = {grace: "" if grace == BACKFILL_GRACE_SECONDS else ", no grace" for grace in graces}
+    loud = [line for grace in graces for r in by_grace[grace] for line in loud_lines(r, labels[grace])]
+    for line in loud:
+        print(line)
+    results = by_grace[BACKFILL_GRACE_SECONDS]
+    gpus = len(results[0].trace.fleet.gpus)
+    print(
+        f"seeds: {args.seeds} ({gpus} GPUs, horizon {args.horizon} s, {args.requests:g} requests expected, "
+        f"offered load {LOAD} expected)"
+    )
+    if loud:
+        print(f"replay check: {len(loud)} problems; figures not scored")
+        return 1
+    print(COLUMNS)
+    for grace in graces:
+        for result in by_grace[grace]:
+            print(table_row(result))
+    print(f"offered load (mean of seeds): {statistics.mean(offered_load(r.trace) for r in results):.3f}")
+    print(f"requests per trace (mean): {statistics.mean(len(r.trace.requests) for r in results):.1f}")
+    stretch = hold_stretch(gpus=gpus, horizon=args.horizon, requests=args.requests, load=LOAD)
+    print(f"holds: log-uniform from {stretch * HOLD_MIN / HOUR:.2f} h to {stretch * HOLD_MAX / HOUR:.1f} h")
+    for grace in graces:
+        for line in totals(by_grace[grace], labels[grace]):
+            print(line)
+    print("replay check: no problems in any answer")
+    engine = sum(r.engine.served for r in results)
+    baseline = sum(r.first_fit.served for r in results)
+    met = "met" if baseline and engine / baseline >= TARGET_RATIO else "NOT MET"
+    print(f"target engine ≥ {TARGET_RATIO:.2f} × first fit served compute-slice-hours: {met}")
+    slowest = max(r.engine.seconds for r in results)
+    met = "met" if slowest < TARGET_SECONDS else "NOT MET"
+    print(f"target engine simulation < {TARGET_SECONDS:.0f} s per trace: {met}")
+    print(f"benchmark wall time: {time.perf_counter() - began:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
