@@ -2,10 +2,7 @@
 
 import io
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -14,8 +11,7 @@ from pools.management.commands.place import Command
 from pools.placement import Assignment, Placement, Reconfigure
 from pools.placement.trace import read_trace
 from tests.pools.test_placement import check_placement
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.pools.trace_commands import manage_command, run_command, write
 
 # API.md, "Placement trace", verbatim.
 EXAMPLE = {
@@ -38,20 +34,10 @@ ROOMY = {
         {"id": "r2", "items": [{"model": "H100-80GB", "profile": "4g.40gb", "count": 2}]},
     ],
 }
-NO_DATABASE = "postgres://nobody@127.0.0.1:9/none"
-
-
-def write(tmp_path: Path, trace: object, name: str = "trace.json") -> Path:
-    path = tmp_path / name
-    path.write_text(trace if isinstance(trace, str) else json.dumps(trace), encoding="utf-8")
-    return path
 
 
 def run(*args: str, stdin: str | None = None) -> tuple[str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    options = {"stdin": io.StringIO(stdin)} if stdin is not None else {}
-    call_command("place", *args, stdout=out, stderr=err, **options)
-    return out.getvalue(), err.getvalue()
+    return run_command("place", *args, stdin=stdin)
 
 
 def check_output(trace: dict, output: str) -> list[dict]:
@@ -202,26 +188,17 @@ def test_bad_input_is_refused_clearly_with_nothing_on_standard_output(tmp_path, 
     assert out.getvalue() == ""
 
 
-def test_an_unreadable_file_is_refused(tmp_path):
+@pytest.mark.parametrize("command", ["place", "simulate"])  # one reader serves both
+def test_an_unreadable_file_is_refused(tmp_path, command):
     with pytest.raises(CommandError, match=r"Cannot read .*missing\.json: No such file or directory\."):
-        run("--input", str(tmp_path / "missing.json"))
+        run_command(command, "--input", str(tmp_path / "missing.json"))
     write(tmp_path, "", "binary.json").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(CommandError, match="it is not UTF-8 text"):
-        run("--input", str(tmp_path / "binary.json"))
+        run_command(command, "--input", str(tmp_path / "binary.json"))
 
 
 def manage(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    # A database URL that nothing listens on: the command must not need one.
-    env = {**os.environ, "DATABASE_URL": NO_DATABASE, "DEBUG": "true"}
-    return subprocess.run(
-        [sys.executable, "manage.py", "place", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return manage_command("place", *args, stdin=stdin)
 
 
 def test_the_command_runs_as_a_process_without_a_database(tmp_path):
