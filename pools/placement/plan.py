@@ -3,7 +3,8 @@
 The order of preference, per GPU model of the request, in one cluster:
 1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off; on one node if one can take
    them all (NVLink), else on the fewest nodes.
-2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway.
+2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway; on those
+   holding the most tenants first.
 3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
 4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
    on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement/layouts.py).
@@ -257,15 +258,21 @@ def _take_slots(index: FleetIndex, plan: Plan, model: str, gpu: int, profile: st
 def _use_partial(
     index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
 ) -> None:
+    """Free instances of GPUs that already hold work, those of the GPUs holding the most instances first:
+    a GPU is wholly free (and so can be re-cut, or given whole) only once its last tenant leaves, and one
+    more tenant delays that least where several stay anyway."""
     for profile in list(need):
-        for bucket in buckets:
-            for gpu in bucket.partial.get(profile, ()):
-                need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
-                if not need[profile]:
-                    break
+        gpus = [gpu for bucket in buckets for gpu in bucket.partial.get(profile, ())]
+        gpus.sort(key=lambda gpu: -_tenants(index.gpus[gpu]))
+        for gpu in gpus:
+            need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
             if not need[profile]:
                 del need[profile]
                 break
+
+
+def _tenants(gpu) -> int:
+    return sum(slot.allocated for slot in gpu.instances)
 
 
 def _use_whole_layouts(

@@ -9,8 +9,8 @@ Words used here (placement words are pools/placement/engine.py's):
 - waiting: arrived and not admitted. A run takes the waiting requests in arrival order, each placed whole or
   not at all, and admits one that fits at once even behind one that does not (backfill).
 - starving: a waiting request that could not be admitted in this run and has waited the backfill grace or
-  longer (None: never starving). For the rest of the run no later request that competes with it is
-  admitted, so that freed capacity collects for it.
+  longer (None: never starving). For the rest of the run a later request that competes with it is admitted
+  only where it lands out of its way (pools/placement/backfill.py), so that freed capacity collects for it.
 - compete: two requests ask for a common GPU model, and one of them names no group or both name the same
   one (the queue's Claim.held_back without priorities and clusters, which a trace does not have).
 - re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
@@ -32,6 +32,7 @@ from functools import cached_property, lru_cache
 from typing import Protocol
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
+from pools.placement.backfill import out_of_the_way, wanted_pairs
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.engine import apply, fleet_index, place
 from pools.placement.plan import QUEUE_WINDOW
@@ -210,6 +211,7 @@ def _stranded(model: str, layout: tuple[tuple[int, str], ...]) -> int:
 class _Claim:
     models: frozenset[str]
     group: str | None
+    wanted: frozenset[tuple[str, str]]  # (model, profile) of its items
 
     def competes(self, other: _Claim) -> bool:
         if not self.models & other.models:
@@ -247,7 +249,7 @@ class _Queue:
         self.buckets: list[tuple[tuple[str, str, str | None], ...]] = []
         for timed in self.trace.requests:
             models = frozenset(item.model for item in timed.items)
-            self.claims.append(_Claim(models, timed.group))
+            self.claims.append(_Claim(models, timed.group, wanted_pairs(timed.items)))
             self.buckets.append(tuple(b for b in buckets if b[1] in models and timed.group in (None, b[2])))
         self.arrived: list[int] = []  # arrival times so far, for the demand window
         self.arrivals: list[tuple[int, tuple[Item, ...]]] = []
@@ -281,21 +283,28 @@ class _Queue:
         still: list[int] = []
         for number, position in enumerate(self.waiting):
             timed, claim = self.trace.requests[position], self.claims[position]
-            if any(blocked.competes(claim) for blocked in starving):
+            blockers = [blocked for blocked in starving if blocked.competes(claim)]
+            if self._worth_trying(position):
+                placement = self._place(number, position, now)
+                if placement.placed and (not blockers or self._out_of_the_way(placement, blockers)):
+                    self._admit(position, placement, now)
+                    continue
+                if not placement.placed:
+                    self.failed[position] = (self.changes, placement.reason)
+            if blockers:
+                # Held back: it waits behind the older request, and is not starving itself.
                 self.reasons[position] = BEHIND_OLDER
                 still.append(position)
                 continue
-            if self._worth_trying(position):
-                placement = self._place(number, position, now)
-                if placement.placed:
-                    self._admit(position, placement, now)
-                    continue
-                self.failed[position] = (self.changes, placement.reason)
             self.reasons[position] = self.failed[position][1]
             if grace is not None and now - timed.arrive >= grace:
                 starving.append(claim)
             still.append(position)
         self.waiting = still
+
+    def _out_of_the_way(self, placement: Placement, blockers: list[_Claim]) -> bool:
+        wanted = frozenset().union(*(blocked.wanted for blocked in blockers))
+        return out_of_the_way(self.fleet, placement, wanted)
 
     def _place(self, number: int, position: int, now: int) -> Placement:
         if self._demand is None:

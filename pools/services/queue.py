@@ -11,6 +11,9 @@ when they could land on the same GPUs: they ask for a common GPU model, on a
 common cluster, in the same GPU group there (a request without a purpose, or a
 cluster without groups, reaches every group). A request that competes for nothing
 the blocked one needs is still admitted: holding it back would free nothing for it.
+Nor is one held back whose placement keeps out of the blocked one's way: only free
+instances of GPUs that already hold work, of profiles the blocked one does not ask
+for (pools/placement/backfill.py): instances that could never serve it.
 
 Admission and reservation are one transaction, run one at a time under a database
 advisory lock; the allocation exclusion constraint makes over-commit impossible even
@@ -42,6 +45,7 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
+from pools.placement.backfill import out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
@@ -64,14 +68,17 @@ class Claim:
     cluster_ids: frozenset[int]
     models: frozenset[str]
     purpose: str
+    wanted: frozenset[tuple[str, str]]  # (GPU model, profile) of its items
 
     @classmethod
     def of(cls, request: PoolRequest, clusters: list[Cluster]) -> Claim:
+        items = request.items.all()
         return cls(
             priority=request.priority,
             cluster_ids=frozenset(_candidate_ids(request, clusters)),
-            models=frozenset(item.gpu_model for item in request.items.all()),
+            models=frozenset(item.gpu_model for item in items),
             purpose=request.purpose,
+            wanted=frozenset((item.gpu_model, item.profile) for item in items),
         )
 
     def held_back(self, request: PoolRequest, clusters: list[Cluster], grouped: dict[int, bool]) -> bool:
@@ -201,11 +208,13 @@ def admit_waiting() -> list[Admission]:
         starving: list[Claim] = []
         results = []
         for position, request in enumerate(waiting):
-            if any(claim.held_back(request, clusters, grouped) for claim in starving):
-                results.append(_wait(request, Reason(BEHIND_OLDER)))
-                continue
+            blockers = [claim for claim in starving if claim.held_back(request, clusters, grouped)]
             plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets, demand)
-            if plan is not None and plan.placed:
+            placed = plan is not None and plan.placed
+            if blockers and not (placed and _out_of_their_way(fleets[cluster.name], plan, blockers)):
+                results.append(_wait(request, Reason(BEHIND_OLDER)))  # held back: not starving itself
+                continue
+            if placed:
                 fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
                 transition(request, RequestState.FULFILLED)
                 request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
@@ -219,6 +228,10 @@ def admit_waiting() -> list[Admission]:
             if request.approved_at and now - request.approved_at >= grace:
                 starving.append(Claim.of(request, clusters))
         return results
+
+
+def _out_of_their_way(fleet: placement.Fleet, plan: placement.Placement, blockers: list[Claim]) -> bool:
+    return out_of_the_way(fleet, plan, frozenset().union(*(claim.wanted for claim in blockers)))
 
 
 def _place(request, upcoming, clusters, grouped, fleets, demand):

@@ -124,6 +124,15 @@ def test_free_instance_on_a_gpu_in_use_comes_first():
     assert result.reconfigure == () and result.assignments == (Assignment("n1/2", "1g.10gb", 4),)
 
 
+def test_free_instances_go_first_to_the_gpus_holding_the_most_tenants():
+    one_tenant = gpu("n1/0", "3g.40gb@0* 1g.10gb@4 1g.10gb@5 1g.10gb@6")
+    three = gpu("n2/0", "1g.10gb@0* 1g.10gb@1* 1g.10gb@2* 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6")
+    result = placed(fleet(one_tenant, three), ask((3, "1g.10gb")))
+    assert {a.gpu for a in result.assignments} == {"n2/0"}  # n1/0 may empty the sooner
+    result = placed(fleet(one_tenant, three), ask((5, "1g.10gb")))
+    assert sorted(a.gpu for a in result.assignments) == ["n1/0"] + ["n2/0"] * 4
+
+
 def test_layout_changes_only_on_wholly_free_gpus():
     in_use = gpu("n1/0", "3g.40gb@4*")  # slices 0-3 are empty, but the GPU holds a tenant
     result = placed(fleet(in_use, gpu("n1/1")), ask((1, "4g.40gb")))
