@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from xml.etree import ElementTree
-
 import pygal
 from pygal.style import Style
 
 from billing.finance import History
 from billing.models import InvoiceState
+from portal.charts import without_scripts
 
 COLOURS = {InvoiceState.PAID: "#2f7d32", InvoiceState.ISSUED: "#e0a526", InvoiceState.DRAFT: "#9aa5a0"}
 
@@ -41,13 +40,3 @@ def month_totals_svg(history: History, *, currency: str) -> bytes:
     for state, totals in history.totals.items():
         chart.add(str(InvoiceState(state).label), [float(total) for total in totals])
     return without_scripts(chart.render_tree())
-
-
-def without_scripts(tree: ElementTree.Element) -> bytes:
-    """pygal writes its settings into a script for its tooltips; an image runs none, so none is sent
-    (nor the comments, which carry the moment of drawing)."""
-    for parent in tree.iter():
-        for child in list(parent):
-            if child.tag is ElementTree.Comment or str(child.tag).rsplit("}", 1)[-1] == "script":
-                parent.remove(child)
-    return ElementTree.tostring(tree, encoding="utf-8", xml_declaration=True)

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 
 from billing import charts, exports, finance, invoices, invoicing, metering, selectors, services
 from billing.models import CreditNote, Invoice, InvoiceState, MeteredPeriod
+from portal.charts import CHART_POLICY
 from portal.errors import Conflict, InvalidInput, PortalError
 from portal.models import Tenant
 from portal.permissions import staff_may
@@ -134,8 +135,7 @@ def finance_month(request: HttpRequest, month: str) -> HttpResponse:
 
 
 @login_required
-# pygal styles its SVG inline; the image may load nothing and run nothing.
-@csp_replace({"default-src": ["'none'"], "script-src": ["'none'"], "style-src": ["'unsafe-inline'"]})
+@csp_replace(CHART_POLICY)
 def finance_chart(request: HttpRequest, month: str) -> HttpResponse:
     """The twelve months up to this one, as an SVG image (its styles are inline, its scripts none)."""
     _require(request, "billing.view_invoice")

@@ -16,9 +16,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from pygal.style import Style
 
-from billing.charts import without_scripts
 from monitoring import selectors
 from monitoring.samples import Point, series
+from portal.charts import without_scripts
 from portal.errors import InvalidInput
 
 RANGES = {
@@ -29,9 +29,6 @@ RANGES = {
     "30d": timedelta(days=30),
 }
 DEFAULT_RANGE = "24h"
-
-# pygal styles its SVG inline; the image may load nothing and run nothing.
-CHART_POLICY = {"default-src": ["'none'"], "script-src": ["'none'"], "style-src": ["'unsafe-inline'"]}
 
 
 @dataclass(frozen=True)

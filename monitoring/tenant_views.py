@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 from monitoring import charts, selectors
 from pools import selectors as pool_selectors
 from pools.models import Pool
+from portal.charts import CHART_POLICY
 from portal.errors import InvalidInput
 from portal.models import Tenant
 
@@ -67,7 +68,7 @@ def tenant_section(request: HttpRequest, tenant: Tenant) -> str:
 
 @login_required
 @require_GET
-@csp_replace(charts.CHART_POLICY)
+@csp_replace(CHART_POLICY)
 def pool_usage_chart(request: HttpRequest, tenant_slug: str, pk: int, metric: str) -> HttpResponse:
     """One of the pool's charts as SVG; a pool outside the user's tenants is 404, a bad range 400."""
     pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pool_id=pk)

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 
 from monitoring import charts, selectors
 from pools.models import Cluster, GpuCapacity
+from portal.charts import CHART_POLICY
 from portal.errors import InvalidInput, bad_input
 from portal.permissions import staff_may
 
@@ -188,7 +189,7 @@ def _chart_range(request: HttpRequest, metric: str, measures) -> str | HttpRespo
 
 @login_required
 @require_GET
-@csp_replace(charts.CHART_POLICY)
+@csp_replace(CHART_POLICY)
 def gpu_chart(request: HttpRequest, pk: int, metric: str) -> HttpResponse:
     """A GPU's metric over the range: the whole GPU, and each MIG instance for SM activity and memory."""
     _require_operator(request)
@@ -219,7 +220,7 @@ def pool(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_GET
-@csp_replace(charts.CHART_POLICY)
+@csp_replace(CHART_POLICY)
 def pool_chart(request: HttpRequest, pk: int, metric: str) -> HttpResponse:
     _require_operator(request)
     chosen = _chart_range(request, metric, charts.TENANT_MEASURES)

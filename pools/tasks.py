@@ -8,6 +8,7 @@ from django.conf import settings
 from pools.models import Cluster
 from pools.services.inventory import sync_inventory
 from pools.services.queue import admit_waiting
+from pools.services.whatif_runs import execute_whatif_run as execute_run
 from pools.sync import clusters_due
 
 
@@ -89,10 +90,18 @@ def finish_pool_release(self, pool_id: int) -> str:
 @shared_task
 def sweep_stuck_pools() -> str:
     """Beat: re-drive pools in provisioning or releasing past their first deadline, end them past
-    the second (POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS)."""
+    the second (POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS); fail what-if runs past theirs."""
     from pools.services.deadlines import sweep_stuck_pools as sweep
 
     return sweep().summary()
+
+
+# The sweeper fails a run past WHATIF_RUN_SECONDS; the limits stop the worker's part of it soon after (where
+# the worker's pool can stop a task), so that a run past saving does not hold the worker.
+@shared_task(soft_time_limit=settings.WHATIF_RUN_SECONDS + 30, time_limit=settings.WHATIF_RUN_SECONDS + 90)
+def execute_whatif_run(run_id: int) -> str:
+    """A kept what-if run, run to its end; a second delivery finds it claimed and does nothing."""
+    return execute_run(run_id=run_id)
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)

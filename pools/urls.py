@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from pools import approval_views, capacity_views, drain_views, views
+from pools import approval_views, capacity_views, drain_views, views, whatif_views
 
 urlpatterns = [
     path("approvals/", approval_views.approvals_list, name="approvals"),
@@ -15,6 +15,15 @@ urlpatterns = [
     path("capacity/nodes/<int:pk>/", capacity_views.node, name="capacity-node"),
     path("capacity/gpus/<int:pk>/drain/", drain_views.gpu_drain, name="capacity-gpu-drain"),
     path("capacity/nodes/<int:pk>/drain/", drain_views.node_drain, name="capacity-node-drain"),
+    path("capacity/whatif/", whatif_views.whatif_list, name="whatif-list"),
+    path("capacity/whatif/<int:pk>/", whatif_views.whatif_run, name="whatif-run"),
+    path("capacity/whatif/<int:pk>/<slug:metric>.svg", whatif_views.whatif_chart, name="whatif-chart"),
+    path("capacity/whatif/compare/", whatif_views.whatif_compare, name="whatif-compare"),
+    path(
+        "capacity/whatif/compare/<slug:metric>.svg",
+        whatif_views.whatif_compare_chart,
+        name="whatif-compare-chart",
+    ),
     path("t/<slug:tenant_slug>/p/<slug:slug>/request/", views.request_new, name="pool-request-new"),
     path("t/<slug:tenant_slug>/requests/", views.tenant_requests, name="tenant-requests"),
     path("t/<slug:tenant_slug>/requests/<int:pk>/", views.request_detail, name="pool-request"),

@@ -141,7 +141,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "pools.tasks.admit_waiting_requests",
         "schedule": env.int("QUEUE_RUN_SECONDS", default=60),
     },
-    "sweep-stuck-pools": {  # POOL_REDRIVE_SECONDS and POOL_STUCK_SECONDS, under Capacity
+    "sweep-stuck-pools": {  # POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS and WHATIF_RUN_SECONDS, under Capacity
         "task": "pools.tasks.sweep_stuck_pools",
         "schedule": env.int("POOL_SWEEP_SECONDS", default=60),
     },
@@ -217,6 +217,10 @@ CAPACITY_PICTURE_SECONDS = env.int("CAPACITY_PICTURE_SECONDS", default=30)
 # /readyz calls a cluster behind (degraded, still ready) when its last sync is older than this; 0: the
 # heartbeat (SYNC_HEARTBEAT_SECONDS) plus three sync periods (pools/selectors/readiness.py).
 SYNC_STALE_SECONDS = env.int("SYNC_STALE_SECONDS", default=0)
+# A what-if run kept for the operators' page (pools/services/whatif_runs.py) must start within this many
+# seconds of being asked for, and finish within as many of starting; past either deadline the sweeper
+# (POOL_SWEEP_SECONDS) fails it, and the worker stops a run that overstays it.
+WHATIF_RUN_SECONDS = env.int("WHATIF_RUN_SECONDS", default=1800)
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 

@@ -20,6 +20,7 @@ from tests.factories import (
     ProjectFactory,
     RequestItemFactory,
     SpecAndCountFactory,
+    WhatIfRunFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.django_db
         RequestItemFactory,
         PoolFactory,
         AllocationFactory,
+        WhatIfRunFactory,
     ],
 )
 def test_each_factory_makes_a_row_that_validates(factory):

@@ -1,5 +1,5 @@
-"""Django admin of the pools app: capacity, and the approvers' queue of pool requests."""
+"""Django admin of the pools app: capacity, the approvers' queue of pool requests, kept what-if runs."""
 
-from pools.admin import capacity, requests
+from pools.admin import capacity, requests, whatif
 
-__all__ = ["capacity", "requests"]
+__all__ = ["capacity", "requests", "whatif"]

@@ -1,4 +1,5 @@
-"""Models of the pools app: capacity (what clusters have), pools (what tenants get), the simulated fleet."""
+"""Models of the pools app: capacity (what clusters have), pools (what tenants get), the simulated fleet,
+kept what-if runs."""
 
 from pools.models.capacity import (
     Cluster,
@@ -21,10 +22,13 @@ from pools.models.pools import (
     RequestState,
 )
 from pools.models.simulated import SimulatedClusterState
+from pools.models.whatif import WHATIF_IN_BETWEEN, WHATIF_TRANSITIONS, WhatIfRun, WhatIfState
 
 __all__ = [
     "POOL_TRANSITIONS",
     "REQUEST_TRANSITIONS",
+    "WHATIF_IN_BETWEEN",
+    "WHATIF_TRANSITIONS",
     "Allocation",
     "Cluster",
     "GpuCapacity",
@@ -39,5 +43,7 @@ __all__ = [
     "RequestState",
     "SimulatedClusterState",
     "SpecAndCount",
+    "WhatIfRun",
+    "WhatIfState",
     "WorkloadProfile",
 ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Protocol
@@ -46,12 +46,14 @@ __all__ = [
     "Summary",
     "TimedRequest",
     "compute_slices",
+    "held_slices",
     "release",
     "simulate",
     "stranded_slices",
 ]
 
 BEHIND_OLDER = "waiting behind an older request that needs the capacity first"
+PROGRESS_STEP = 0.01  # of the horizon: a hundred reports at most, whatever the number of event times
 AFTER_HORIZON = "arrives after the horizon"
 
 
@@ -121,12 +123,16 @@ def simulate(
     *,
     placer: Placer = place,
     demand_window_seconds: float = DEMAND_WINDOW_SECONDS,
+    progress: Callable[[float], None] | None = None,
 ) -> SimulationResult:
     """The trace run to its horizon: every event time's releases, arrivals and queue run, in time order.
-    Raises ValueError when the placer answers a placement that breaks a rule (engine.apply refuses it)."""
+    `progress(done)` is told the share of the horizon simulated so far, each time it has grown by a
+    PROGRESS_STEP or more, and 1.0 at the end. Raises ValueError when the placer answers a placement that
+    breaks a rule (engine.apply refuses it)."""
     queue = _Queue(trace, placer, demand_window_seconds)
     requests, arrivals = trace.requests, 0
     first = True
+    told = 0.0
     while True:
         times = [requests[arrivals].arrive] if arrivals < len(requests) else []
         if queue.releases:
@@ -143,6 +149,11 @@ def simulate(
         queue.run(now)
         queue.stranded.append((now, queue.stranded_now()))
         queue.release_until(now)  # what was admitted with a hold of 0
+        if progress is not None and now / trace.horizon - told >= PROGRESS_STEP:
+            told = now / trace.horizon
+            progress(told)
+    if progress is not None:
+        progress(1.0)
     return queue.result()
 
 
@@ -182,7 +193,11 @@ def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
 
 def compute_slices(fleet: Fleet, placement: Placement) -> int:
     """Compute slices a placement holds: each instance its profile's, a whole GPU all of them."""
-    models = {gpu.id: gpu.model for gpu in fleet.gpus}
+    return held_slices({gpu.id: gpu.model for gpu in fleet.gpus}, placement)
+
+
+def held_slices(models: Mapping[str, str], placement: Placement) -> int:
+    """compute_slices, given the fleet's GPU models by GPU id (built once for many placements)."""
     return sum(
         COMPUTE_SLICES
         if a.profile == FULL_GPU
@@ -344,12 +359,13 @@ class _Queue:
     def result(self) -> SimulationResult:
         trace, outcomes, waits = self.trace, [], []
         served = 0.0
+        models = {gpu.id: gpu.model for gpu in trace.fleet.gpus}
         for position, timed in enumerate(trace.requests):
             if position in self.admitted:
                 at, placement = self.admitted[position]
                 waits.append(at - timed.arrive)
                 held = min(at + timed.hold, trace.horizon) - at
-                served += compute_slices(trace.fleet, placement) * held / 3600
+                served += held_slices(models, placement) * held / 3600
                 outcomes.append(Outcome(timed.id, at, placement))
                 continue
             reason = self.reasons.get(position, AFTER_HORIZON)

@@ -83,21 +83,11 @@ def month_history(*, month: str, cluster: str | None = None, now: datetime | Non
     (asked for it, or for any cluster and admitted there) and GPUs when `cluster` is given. Six queries,
     however many requests the month holds. Raises HistoryError for a bad month, one not begun by `now`
     (default: the clock), or an unknown cluster."""
-    year, number = parse_month(month)
-    zone = settings.BILLING_TIME_ZONE
-    start = datetime(year, number, 1, tzinfo=ZoneInfo(zone))
-    end = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=ZoneInfo(zone))
-    now = now or timezone.now()
-    horizon = (min(end, now) - start) // _SECOND
-    if horizon < 1:
-        raise HistoryError(f"The month {year:04d}-{number:02d} has not begun yet ({zone}).")
+    label, start, until = month_span(month, now=now)
+    horizon = (until - start) // _SECOND
     clusters = _clusters(cluster)
-    grouped = dict.fromkeys((c.pk for c in clusters), False)
-    for cluster_id in GpuGroup.objects.values_list("cluster_id", flat=True).distinct():
-        grouped[cluster_id] = True
-    fleets = fleet_snapshot(clusters, grouped)
-    fleet = Fleet(tuple(_emptied(gpu) for c in clusters for gpu in fleets.get(c.name, Fleet(())).gpus))
-    requests = _requests(start, min(end, now), clusters[0] if cluster is not None else None)
+    grouped, fleet = _fleet_of(clusters)
+    requests = _requests(start, until, clusters[0] if cluster is not None else None)
     timed: list[TimedRequest] = []
     routes: dict[str, tuple[Route, ...]] = {}
     held: dict[str, list[int]] = defaultdict(list)  # per purpose, the holds of the admitted requests
@@ -134,7 +124,37 @@ def month_history(*, month: str, cluster: str | None = None, now: datetime | Non
         timed[position] = replace(timed[position], hold=hold)
     trace = SimulationTrace(fleet, tuple(timed), horizon, settings.QUEUE_BACKFILL_GRACE_SECONDS)
     estimated = tuple(timed[position].id for position in waited)
-    return MonthHistory(f"{year:04d}-{number:02d}", zone, start, trace, routes, estimated)
+    return MonthHistory(label, settings.BILLING_TIME_ZONE, start, trace, routes, estimated)
+
+
+def month_span(month: str, *, now: datetime | None = None) -> tuple[str, datetime, datetime]:
+    """The month as YYYY-MM, its first instant and the instant a run of it ends: its end, or `now` (default:
+    the clock) for the month under way. Reads no database; raises HistoryError for a bad month or one not
+    begun by `now`."""
+    year, number = parse_month(month)
+    zone = settings.BILLING_TIME_ZONE
+    start = datetime(year, number, 1, tzinfo=ZoneInfo(zone))
+    end = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=ZoneInfo(zone))
+    until = min(end, now or timezone.now())
+    if (until - start) // _SECOND < 1:
+        raise HistoryError(f"The month {year:04d}-{number:02d} has not begun yet ({zone}).")
+    return f"{year:04d}-{number:02d}", start, until
+
+
+def emptied_fleet(*, cluster: str | None = None) -> Fleet:
+    """Today's fleet as a run starts on it (every cluster's, or the named one's), with nothing allocated;
+    fleet changes are checked against it before a run is kept. Raises HistoryError for an unknown cluster."""
+    return _fleet_of(_clusters(cluster))[1]
+
+
+def _fleet_of(clusters: list[Cluster]) -> tuple[dict[int, bool], Fleet]:
+    """Which of the clusters place by GPU group, and their GPUs as placement sees them today, emptied."""
+    grouped = dict.fromkeys((c.pk for c in clusters), False)
+    for cluster_id in GpuGroup.objects.values_list("cluster_id", flat=True).distinct():
+        grouped[cluster_id] = True
+    fleets = fleet_snapshot(clusters, grouped)
+    gpus = (gpu for c in clusters for gpu in fleets.get(c.name, Fleet(())).gpus)
+    return grouped, Fleet(tuple(_emptied(gpu) for gpu in gpus))
 
 
 def _clusters(name: str | None) -> list[Cluster]:

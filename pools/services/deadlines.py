@@ -1,11 +1,12 @@
-"""Deadlines: nothing stays `provisioning` or `releasing` forever.
+"""Deadlines: nothing stays `provisioning` or `releasing` forever, nor a what-if run `queued` or `running`.
 
 Beat runs `sweep_stuck_pools`. A pool in one of those states past POOL_REDRIVE_SECONDS
 (counted from its reservation, or from when its release was asked) has its task enqueued
 again, at most once per that period: the tasks are safe to repeat. Past POOL_STUCK_SECONDS
 a provisioning pool fails (its capacity goes back to the queue) and a release is closed. An active
 pool re-placed onto GPUs whose MIG change is in flight (pools/services/replacement.py) is settled again
-past POOL_REDRIVE_SECONDS; settling gives up a change stuck past MIG_PENDING_TIMEOUT_SECONDS.
+past POOL_REDRIVE_SECONDS; settling gives up a change stuck past MIG_PENDING_TIMEOUT_SECONDS. A kept what-if
+run queued or running past its deadline (WHATIF_RUN_SECONDS) is failed (pools/services/whatif_runs.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pools.models import Pool, PoolEvent, PoolState
 from pools.services import dispatch
 from pools.services.provisioning import close_release, fail_pool
 from pools.services.replacement import redrive_moves
+from pools.services.whatif_runs import fail_overdue_runs
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +37,16 @@ class SweepReport:
     redriven: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
+    whatif_failed: list[int] = field(default_factory=list)  # what-if runs, not pools
 
     def summary(self) -> str:
-        return (
+        text = (
             f"{len(self.redriven)} re-driven, {len(self.failed)} failed, "
             f"{len(self.released)} released as stuck"
         )
+        if self.whatif_failed:
+            text += f", {len(self.whatif_failed)} what-if runs failed past their deadline"
+        return text
 
 
 def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
@@ -65,6 +71,10 @@ def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
         except Exception:  # one pool that cannot be ended must not keep the others in flight
             log.exception("pool %s: the sweeper could not handle it", pool.pk)
     report.redriven += redrive_moves(now=now)  # a re-placed active pool whose MIG change is in flight
+    try:
+        report.whatif_failed = fail_overdue_runs(now=now)
+    except Exception:  # the pools' deadlines are kept whatever befalls the what-if runs'
+        log.exception("the sweeper could not fail the overdue what-if runs")
     return report
 
 

@@ -19,6 +19,7 @@ FINISH_RELEASE = "pools.tasks.finish_pool_release"
 SETTLE_MOVE = "pools.tasks.settle_pool_move"
 SYNC = "pools.tasks.sync_cluster_now"
 EVENT_EMAIL = "pools.tasks.send_event_email"
+WHATIF_RUN = "pools.tasks.execute_whatif_run"
 
 
 @dataclass(frozen=True)

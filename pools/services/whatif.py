@@ -16,7 +16,7 @@ from django.conf import settings
 from pools.placement.fleet_changes import FleetChangeError, apply_changes, parse_changes
 from pools.placement.replay import check
 from pools.placement.simulation import SimulationTrace, simulate
-from pools.placement.whatif import RoutedPlacer, summary_of
+from pools.placement.whatif import RoutedPlacer, series_of, summary_of
 from pools.selectors.history import HistoryError, month_history
 
 __all__ = ["BAD_INPUT", "InvalidAnswer", "run_whatif"]
@@ -39,9 +39,10 @@ def run_whatif(
     """The report of a month (YYYY-MM) on the real fleet and, when `changes` ((kind, text) pairs of
     pools/placement/fleet_changes.py, applied in order) are given, on the changed one, with the same
     requests: {"month", "time_zone", "cluster", "horizon_seconds", "estimated_holds", "changes",
-    "fleets": {"real": summary, "changed": summary}}. `progress(done)` is told 0.5 between the two runs and
-    1.0 at the end. Raises one of BAD_INPUT for a bad month, cluster or change, before anything is
-    simulated, and InvalidAnswer should an answer break a rule."""
+    "fleets": {"real": summary, "changed": summary}}, each summary with its "series" over time
+    (pools/placement/whatif.py). `progress(done)` is told the share done as the runs go: up to 0.5 in the
+    first of two runs, 0.5 between them and 1.0 at the end. Raises one of BAD_INPUT for a bad month,
+    cluster or change, before anything is simulated, and InvalidAnswer should an answer break a rule."""
     parsed = parse_changes(changes)  # a misspelt change is refused before the database is read
     history = month_history(month=month, cluster=cluster, now=now)
     traces = {"real": history.trace}
@@ -50,10 +51,9 @@ def run_whatif(
         fleet, said = apply_changes(history.trace.fleet, parsed, cluster=cluster)
         traces["changed"] = replace(history.trace, fleet=fleet)
     fleets = {}
-    for name, trace in traces.items():
-        fleets[name] = _run(name, trace, RoutedPlacer(history.routes))
-        if progress is not None:
-            progress(len(fleets) / len(traces))
+    for number, (name, trace) in enumerate(traces.items()):
+        told = None if progress is None else _share(progress, number, len(traces))
+        fleets[name] = _run(name, trace, RoutedPlacer(history.routes), told)
     return {
         "month": history.month,
         "time_zone": history.time_zone,
@@ -65,9 +65,21 @@ def run_whatif(
     }
 
 
-def _run(name: str, trace: SimulationTrace, placer: RoutedPlacer) -> dict:
-    result = simulate(trace, placer=placer, demand_window_seconds=settings.QUEUE_DEMAND_WINDOW_SECONDS)
+def _share(progress: Callable[[float], None], number: int, runs: int) -> Callable[[float], None]:
+    """The progress of run `number` of `runs` as a share of all of them."""
+    return lambda done: progress((number + done) / runs)
+
+
+def _run(
+    name: str, trace: SimulationTrace, placer: RoutedPlacer, progress: Callable[[float], None] | None
+) -> dict:
+    result = simulate(
+        trace,
+        placer=placer,
+        demand_window_seconds=settings.QUEUE_DEMAND_WINDOW_SECONDS,
+        progress=progress,
+    )
     problems = check(trace, result.outcomes)
     if problems:
         raise InvalidAnswer(f"The run on the {name} fleet breaks the rules: " + " ".join(problems[:5]))
-    return summary_of(result.summary, trace.fleet)
+    return {**summary_of(result.summary, trace.fleet), "series": series_of(trace, result)}

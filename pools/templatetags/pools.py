@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django import template
+from django.utils.translation import gettext_lazy
 
 from pools import selectors
+from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
 from pools.specs import profile_label
 
 register = template.Library()
@@ -39,3 +41,26 @@ def profile(name: str) -> str:
 def reason(data) -> str:
     """`verdict.reason_data|reason` — a reason kept as its template and values, in the reader's language."""
     return selectors.render_reason(data) if data else ""
+
+
+# A fleet change's kind as the what-if pages name it, in the reader's language.
+CHANGE_KINDS = {ADD: gettext_lazy("add"), REMOVE: gettext_lazy("remove"), REGROUP: gettext_lazy("regroup")}
+
+
+@register.filter
+def fleet_change(pair) -> str:
+    """`change|fleet_change` — a kept what-if run's [kind, text] as "add: 8 H200-141GB training"."""
+    kind, text = pair
+    return f"{CHANGE_KINDS.get(kind, kind)}: {text}"
+
+
+@register.filter
+def whatif_error(run) -> str:
+    """Why a what-if run failed: in the reader's language where the portal wrote it, else as it came."""
+    return selectors.render_reason(run.error_data) if run.error_data else run.error
+
+
+@register.filter
+def percent(share) -> str:
+    """`run.progress|percent` — a share from 0 to 1 as a whole percentage."""
+    return f"{round(float(share or 0) * 100)} %"

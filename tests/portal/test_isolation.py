@@ -236,6 +236,10 @@ NOT_TENANT_SCOPED = {
         "platform staff only; anyone else gets 404 (tests/pools/test_capacity_views.py)",
     ),
     **dict.fromkeys(
+        ["whatif-list", "whatif-run", "whatif-chart", "whatif-compare", "whatif-compare-chart"],
+        "platform staff who see capacity; anyone else gets 404 (tests/pools/test_whatif_page.py)",
+    ),
+    **dict.fromkeys(
         ["capacity-gpu-drain", "capacity-node-drain"],
         "operators only; anyone else gets 404 (tests/pools/test_dashboard_drain.py)",
     ),

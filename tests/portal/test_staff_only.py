@@ -11,7 +11,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from tests.factories import AlertFactory, AllocationFactory, ClusterFactory, PoolFactory
+from tests.factories import AlertFactory, AllocationFactory, ClusterFactory, PoolFactory, WhatIfRunFactory
 from tests.portal.test_isolation import NOT_TENANT_SCOPED, OUR_APPS, _snapshot, make_credit_note, make_invoice
 
 # What the isolation table says of a route meant for platform staff only, by its first words.
@@ -95,6 +95,7 @@ def objects(tenancy):
         "credit_note": make_credit_note(invoice),
         "alert": AlertFactory(gpu=gpu),
         "fault": fault,
+        "whatif_run": WhatIfRunFactory(state="done"),
     }
 
 
@@ -113,6 +114,7 @@ PK_OF = [
     ("monitoring-pool", "pool"),
     ("v1:capacity-node", "node"),
     ("v1:capacity-gpu", "gpu"),
+    ("whatif-", "whatif_run"),
 ]
 OTHER_KWARGS = {"group": "none", "month": "2026-01", "kind": "xlsx", "act": "issue", "metric": "sm_active"}
 

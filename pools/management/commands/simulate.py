@@ -31,9 +31,10 @@ arrival order, each whole or not at all, as the portal's queue takes them.
 --history YYYY-MM (a month in the billing time zone) reads that month's approved requests instead, with the
 holds their pools really had, and runs them on today's fleet, emptied, as JSON: {"month", "cluster",
 "changes", "fleets": {"real": {...}, "changed": {...}}}, each fleet's requests, admitted,
-served_slice_hours, mean and p95 wait, stranded min/mean/max and GPUs; the two side by side go to standard
-error. --cluster, --add "N MODEL [GROUP]", --remove NODE and --regroup NODE=GROUP go only with --history;
-the changes, each repeatable, apply in the order given and make the "changed" fleet."""
+served_slice_hours, mean and p95 wait, stranded min/mean/max, GPUs, and series (its figures over the month
+in buckets of whole hours); the two side by side go to standard error. --cluster, --add "N MODEL [GROUP]",
+--remove NODE and --regroup NODE=GROUP go only with --history; the changes, each repeatable, apply in the
+order given and make the "changed" fleet."""
 
 # How the command line names each fleet change; one list keeps their order across kinds.
 CHANGES = {"--add": ADD, "--remove": REMOVE, "--regroup": REGROUP}

@@ -1,0 +1,260 @@
+"""The operators' what-if page: kept runs of a month of history on today's fleet and on a changed one, the
+form that asks for a new run, one run's report with its charts, and two done runs compared.
+
+For staff who may view capacity (`pools.view_gpucapacity`), as the capacity pages are; anyone else gets 404.
+Runs are kept and run by pools/services/whatif_runs.py; the pages only read them (pools/selectors/whatif.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from csp.decorators import csp_replace
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_http_methods
+
+from pools import whatif_charts
+from pools.models import Cluster, WhatIfRun, WhatIfState
+from pools.placement.fleet_changes import ADD, REGROUP, REMOVE, FleetChangeError
+from pools.selectors import whatif as selectors
+from pools.selectors.history import HistoryError
+from pools.services.whatif import BAD_INPUT
+from pools.services.whatif_runs import MAX_CHANGES, start_whatif_run
+from pools.views import refresh_while
+from portal.charts import CHART_POLICY
+from portal.errors import bad_input
+from portal.permissions import staff_may
+
+PERMISSION = "pools.view_gpucapacity"
+PER_PAGE = 20
+CHANGES_LENGTH = 4000  # characters of each box of changes: far more than MAX_CHANGES lines need
+# Which box of the form a refused fleet change came from, by the words its message opens with.
+CHANGE_FIELDS = {f"--{ADD}": "add", f"--{REMOVE}": "remove", f"--{REGROUP}": "regroup"}
+
+
+def _require_capacity_viewer(request: HttpRequest) -> None:
+    if not staff_may(user=request.user, permission=PERMISSION):
+        raise Http404  # tenants do not learn that the page exists
+
+
+def last_month(now: datetime | None = None) -> str:
+    """The month before this one in the billing time zone, as YYYY-MM: the newest month run whole."""
+    today = (now or timezone.now()).astimezone(ZoneInfo(settings.BILLING_TIME_ZONE)).date()
+    return f"{today.replace(day=1) - timedelta(days=1):%Y-%m}"
+
+
+class WhatIfForm(forms.Form):
+    """A month, a cluster or all, and fleet changes one a line; the service decides if they make a run."""
+
+    month = forms.CharField(
+        label=gettext_lazy("Month"),
+        max_length=7,
+        widget=forms.TextInput(attrs={"type": "month", "placeholder": "2026-11", "pattern": r"\d{4}-\d{2}"}),
+    )
+    cluster = forms.ChoiceField(label=gettext_lazy("Cluster"), required=False)
+    add = forms.CharField(
+        label=gettext_lazy("Add GPUs"),
+        required=False,
+        max_length=CHANGES_LENGTH,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "spellcheck": "false", "placeholder": "8 H200-141GB training"}
+        ),
+        help_text=gettext_lazy(
+            'One a line, "N MODEL [GROUP]", e.g. "8 H200-141GB training": N whole GPUs, MIG off, in new '
+            "nodes of 8 GPUs, in that GPU group if one is named."
+        ),
+    )
+    remove = forms.CharField(
+        label=gettext_lazy("Remove nodes"),
+        required=False,
+        max_length=CHANGES_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "h100-3"}),
+        help_text=gettext_lazy('One a line, "NODE" ("CLUSTER/NODE" where clusters share the name).'),
+    )
+    regroup = forms.CharField(
+        label=gettext_lazy("Move nodes to another GPU group"),
+        required=False,
+        max_length=CHANGES_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "h100-1=inference"}),
+        help_text=gettext_lazy('One a line, "NODE=GROUP"; "NODE=" takes the node out of any group.'),
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        names = Cluster.objects.order_by("name").values_list("name", flat=True)
+        self.fields["cluster"].choices = [("", _("every cluster")), *((name, name) for name in names)]
+        self.fields["month"].help_text = _("YYYY-MM, a calendar month in %(zone)s.") % {
+            "zone": settings.BILLING_TIME_ZONE
+        }
+
+    def changes(self) -> list[tuple[str, str]]:
+        """The changes in the order they apply: the added GPUs, then the removed nodes, then the moved ones,
+        each box's lines in their order; blank lines are no change."""
+        data = self.cleaned_data
+        return [
+            (kind, line.strip())
+            for kind, field in ((ADD, "add"), (REMOVE, "remove"), (REGROUP, "regroup"))
+            for line in data.get(field, "").splitlines()
+            if line.strip()
+        ]
+
+    def refused(self, error: Exception) -> None:
+        """Show a refusal of the service beside the field it is about."""
+        message = str(error)
+        field = None
+        if isinstance(error, FleetChangeError):
+            field = next(
+                (name for opening, name in CHANGE_FIELDS.items() if message.startswith(opening)), None
+            )
+        elif isinstance(error, HistoryError):
+            field = "cluster" if message.startswith("No cluster") else "month"
+        self.add_error(field, message)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def whatif_list(request: HttpRequest) -> HttpResponse:
+    """GET: the kept runs, newest first, and the form of a new one. POST: keep and start a run, then show
+    it; bad input shows the form again with what is wrong, and keeps nothing."""
+    _require_capacity_viewer(request)
+    status = 200
+    if request.method == "POST":
+        form = WhatIfForm(request.POST)
+        if form.is_valid():
+            try:
+                run = start_whatif_run(
+                    user=request.user,
+                    month=form.cleaned_data["month"],
+                    cluster=form.cleaned_data["cluster"] or None,
+                    changes=form.changes(),
+                )
+            except BAD_INPUT as error:
+                form.refused(error)
+            else:
+                return redirect("whatif-run", pk=run.pk)
+        status = 400
+    else:
+        form = WhatIfForm(initial={"month": last_month()})
+    page = Paginator(selectors.whatif_runs(), PER_PAGE).get_page(request.GET.get("page"))
+    context = {"form": form, "page": page, "max_changes": MAX_CHANGES}
+    return render(request, "pools/whatif_list.html", context, status=status)
+
+
+@login_required
+@require_GET
+def whatif_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """One run: what was asked; while it is queued or running, how far it is (the page refreshes itself);
+    once done, the real and the changed fleet side by side and their charts; failed, why."""
+    _require_capacity_viewer(request)
+    run = selectors.whatif_run(pk=pk)
+    context = {
+        "run": run,
+        "refresh": refresh_while(run.in_between),
+        "measures": list(whatif_charts.MEASURES.items()),
+    }
+    if run.state == WhatIfState.DONE:
+        columns = selectors.fleet_columns(run)
+        context["columns"] = columns
+        context["rows"] = selectors.figure_rows(columns)
+        context["step_hours"] = selectors.step_seconds(run) // 3600
+    return render(request, "pools/whatif_run.html", context)
+
+
+@login_required
+@require_GET
+@csp_replace(CHART_POLICY)
+def whatif_chart(request: HttpRequest, pk: int, metric: str) -> HttpResponse:
+    """A done run's chart of one measure: its real and changed fleet over the month."""
+    _require_capacity_viewer(request)
+    if metric not in whatif_charts.MEASURES:
+        raise Http404
+    run = selectors.whatif_run(pk=pk)
+    if run.state != WhatIfState.DONE:
+        return _chart_refusal(_("What-if run #%(id)s is not done: it has no figures yet.") % {"id": run.pk})
+    lines = [_lines(run)]
+    return whatif_charts.svg_response(_svg(lines, metric, run))
+
+
+@login_required
+@require_GET
+def whatif_compare(request: HttpRequest) -> HttpResponse:
+    """Two done runs (`?a=&b=`): their fleets' figures side by side, and their charts overlaid."""
+    _require_capacity_viewer(request)
+    chosen = _two_runs(request)
+    if isinstance(chosen, str):
+        return bad_input(request, chosen)
+    first, second = chosen
+    columns = [
+        *selectors.fleet_columns(first, prefix=f"#{first.pk} "),
+        *selectors.fleet_columns(second, prefix=f"#{second.pk} "),
+    ]
+    context = {
+        "runs": chosen,
+        "columns": columns,
+        "rows": selectors.figure_rows(columns),
+        "measures": list(whatif_charts.MEASURES.items()),
+    }
+    return render(request, "pools/whatif_compare.html", context)
+
+
+@login_required
+@require_GET
+@csp_replace(CHART_POLICY)
+def whatif_compare_chart(request: HttpRequest, metric: str) -> HttpResponse:
+    """Two done runs' chart of one measure, each of their fleets a line."""
+    _require_capacity_viewer(request)
+    if metric not in whatif_charts.MEASURES:
+        raise Http404
+    chosen = _two_runs(request)
+    if isinstance(chosen, str):
+        return _chart_refusal(chosen)
+    first, second = chosen
+    lines = [_lines(first, prefix=f"#{first.pk} "), _lines(second, prefix=f"#{second.pk} ")]
+    return whatif_charts.svg_response(_svg(lines, metric, first))
+
+
+def _two_runs(request: HttpRequest) -> tuple[WhatIfRun, WhatIfRun] | str:
+    """The runs `?a=` and `?b=` name, both done and not the same; else what to choose instead."""
+    values = [request.GET.get(key, "").strip() for key in ("a", "b")]
+    if not all(values):
+        return _("Choose two done runs to compare, as ?a=ID&b=ID.")
+    wrong = [value for value in values if not (value.isascii() and value.isdigit() and len(value) < 19)]
+    if wrong:
+        shown = ", ".join(repr(value[:20]) for value in wrong)
+        return _("A run is named by its number, not %(values)s.") % {"values": shown}
+    ids = [int(value) for value in values]
+    if ids[0] == ids[1]:
+        return _("Choose two different runs to compare.")
+    found = selectors.done_runs(ids=ids)
+    missing = [f"#{pk}" for pk in ids if pk not in found]
+    if missing:
+        return _("Only done runs can be compared; not %(runs)s.") % {"runs": ", ".join(missing)}
+    return found[ids[0]], found[ids[1]]
+
+
+def _chart_refusal(reason: str) -> HttpResponse:
+    """A chart's 400: plain text (an image tag shows no page)."""
+    return HttpResponse(reason, status=400, content_type="text/plain; charset=utf-8")
+
+
+def _lines(run: WhatIfRun, *, prefix: str = "") -> list[whatif_charts.Line]:
+    return [
+        whatif_charts.Line(f"{prefix}{selectors.FLEET_NAMES.get(name, name)}", summary.get("series") or {})
+        for name, summary in (run.report or {}).get("fleets", {}).items()
+    ]
+
+
+def _svg(groups: list[list[whatif_charts.Line]], metric: str, run: WhatIfRun) -> bytes:
+    zone = (run.report or {}).get("time_zone") or settings.BILLING_TIME_ZONE
+    return whatif_charts.lines_svg(
+        [line for group in groups for line in group], metric=metric, time_zone=zone
+    )
