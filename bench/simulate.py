@@ -11,17 +11,19 @@ queue policy (FIFO with backfill, the portal's default grace of 1800 s, then aga
   profile as fit, at their lowest starts, takes free instances of the asked profile first in GPU order, and
   gives a whole GPU from a wholly free MIG-off GPU (else switches a wholly free MIG GPU off).
 It reports, per seed and in total, the compute-slice-hours each served before the horizon and their ratio
-(the figure that matters), the requests admitted, mean and p95 waits, the mean stranded compute slices over
-the week (time-weighted, as the capacity pages count them), the fleet's compute-slice-hours by use
-(allocated, in idle instances, unprovisioned on GPUs in use, wholly free), and the simulator's run time per
-trace. Unprovisioned slices on a GPU in use are lost until it is wholly free again, since only then may its
-layout change; the pages' stranded count does not include them when some profile could still fit there.
+(the figure that matters), the requests admitted, mean and p95 waits (and those of requests with whole
+GPUs, which the backfill rule of pools/placement/backfill.py makes wait longer), the mean stranded compute
+slices over the week (time-weighted, as the capacity pages count them), the fleet's compute-slice-hours by
+use (allocated, in idle instances, unprovisioned on GPUs in use, wholly free), and the simulator's run time
+per trace. Unprovisioned slices on a GPU in use are lost until it is wholly free again, since only then may
+its layout change; the pages' stranded count does not include them when some profile could still fit there.
 
 Every simulated answer is replayed by pools.placement.replay.check; a broken rule is printed as a line
 starting "ENGINE BUG" or "BENCH BUG" and the benchmark exits with status 1. Targets are printed, not asserted.
 
 Run from the repository root; no database, no Django:
-    .venv/bin/python bench/simulate.py [--seeds 5] [--requests 600] [--nodes 8] [--horizon 604800]
+    .venv/bin/python bench/simulate.py [--seeds 5] [--first-seed 1] [--requests 600] [--nodes 8]
+        [--horizon 604800] [--no-null-grace]
 Prints the table per seed, then one figure per line.
 """
 
@@ -320,6 +322,18 @@ def loud_lines(result: SeedResult, label: str) -> list[str]:
     return lines
 
 
+def whole_gpu_waits(trace: SimulationTrace, result: SimulationResult) -> tuple[float | None, int | None]:
+    """Mean and p95 (nearest rank) wait of the admitted requests that asked for a whole GPU."""
+    waits = sorted(
+        outcome.admitted_at - timed.arrive
+        for timed, outcome in zip(trace.requests, result.outcomes, strict=True)
+        if outcome.admitted_at is not None and any(item.profile == mig.FULL_GPU for item in timed.items)
+    )
+    if not waits:
+        return None, None
+    return statistics.mean(waits), waits[-(-95 * len(waits) // 100) - 1]
+
+
 def hours(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / HOUR:.2f}"
 
@@ -370,6 +384,7 @@ def totals(results: list[SeedResult], label: str) -> list[str]:
             mean_stranded(r.trace, run.result) for r, run in zip(results, runs, strict=True)
         )
         seconds = [run.seconds for run in runs]
+        whole_gpu = [whole_gpu_waits(r.trace, run.result) for r, run in zip(results, runs, strict=True)]
         uses = [capacity_use(r.trace, run.result) for r, run in zip(results, runs, strict=True)]
         whole = sum(use.total for use in uses)
         shares = [
@@ -381,6 +396,8 @@ def totals(results: list[SeedResult], label: str) -> list[str]:
             f"{sum(s.requests for s in summaries)}",
             f"{name} mean wait{label} (mean of seeds): {hours(wait)} h",
             f"{name} p95 wait{label} (mean of seeds): {hours(p95)} h",
+            f"{name} whole-GPU requests' mean and p95 wait{label} (mean of seeds): "
+            f"{hours(_mean([w[0] for w in whole_gpu]))} h, {hours(_mean([w[1] for w in whole_gpu]))} h",
             f"{name} mean stranded compute slices{label} (mean of seeds): {stranded:.2f}",
             f"{name} compute-slice-hours by use{label}: {', '.join(shares)}",
             f"{name} simulation time per trace{label}: mean {statistics.mean(seconds):.2f} s, "
@@ -395,6 +412,7 @@ def totals(results: list[SeedResult], label: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"traces to measure (default {SEEDS})")
+    parser.add_argument("--first-seed", type=int, default=1, help="the seed of the first trace (default 1)")
     parser.add_argument(
         "--requests", type=float, default=REQUESTS, help=f"expected arrivals per trace (default {REQUESTS})"
     )
@@ -411,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for grace in graces:
         by_grace[grace] = [
             measure(seed, nodes=args.nodes, horizon=args.horizon, requests=args.requests, grace=grace)
-            for seed in range(1, args.seeds + 1)
+            for seed in range(args.first_seed, args.first_seed + args.seeds)
         ]
     labels = {grace: "" if grace == BACKFILL_GRACE_SECONDS else ", no grace" for grace in graces}
     loud = [line for grace in graces for r in by_grace[grace] for line in loud_lines(r, labels[grace])]

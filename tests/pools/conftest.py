@@ -2,8 +2,10 @@
 
 import pytest
 
+from pools.models import PoolRequest, PoolState, RequestState
 from pools.sync import sync_cluster
-from tests.factories import ClusterFactory
+from tests.factories import ClusterFactory, PoolFactory, PoolRequestFactory
+from tests.pools.whatif_month import kst
 
 FULL = [None] * 8
 SMALL_FLEET = [
@@ -28,3 +30,28 @@ def fleet(sim_cluster):
     h100-1 (8 whole GPUs)."""
     sync_cluster(cluster=sim_cluster)
     return sim_cluster
+
+
+@pytest.fixture
+def seoul_billing(settings):
+    settings.BILLING_TIME_ZONE = "Asia/Seoul"
+
+
+@pytest.fixture
+def march(fleet, tenancy):
+    """2026-03 on the small fleet, written as given state (no task is sent): requests for 4 whole H100s
+    approved every two hours on the 2nd, each pool held 5 hours, so that the later ones wait for the
+    earlier; every third cancelled while it waited."""
+    for n in range(9):
+        request = PoolRequestFactory(
+            project=tenancy.vision, cluster=fleet, purpose="", state=RequestState.FULFILLED,
+            approved_at=kst(2, 2 * n), items=[("h100-80gb.full", 4)],
+        )  # fmt: skip
+        if n % 3 == 2:
+            PoolRequest.objects.filter(pk=request.pk).update(state=RequestState.CANCELLED)
+        else:
+            PoolFactory(
+                project=tenancy.vision, request=request, cluster=fleet, state=PoolState.RELEASED,
+                reserved_at=kst(2, 2 * n), released_at=kst(2, 2 * n + 5),
+            )  # fmt: skip
+    return fleet
