@@ -26,12 +26,19 @@ from pools.placement.engine import fleet_index
 from pools.placement.index import has_allocation
 from pools.placement.types import Fleet, Item, Placement
 
-__all__ = ["out_of_the_way", "wanted_pairs"]
+__all__ = ["may_keep_out_of_the_way", "out_of_the_way", "wanted_pairs"]
 
 
 def wanted_pairs(items: Iterable[Item]) -> frozenset[tuple[str, str]]:
     """The (model, profile) pairs of a request's items."""
     return frozenset((item.model, item.profile) for item in items)
+
+
+def may_keep_out_of_the_way(asked: Collection[tuple[str, str]], wanted: Collection[tuple[str, str]]) -> bool:
+    """Whether a request asking for `asked` could be placed out of the way of starving requests that want
+    `wanted` at all, before it is placed: not with a whole GPU, nor with a profile they want. A queue run
+    places a held-back request only when this holds, so holding back costs no more than it did."""
+    return not any(profile == FULL_GPU or (model, profile) in wanted for model, profile in asked)
 
 
 def out_of_the_way(fleet: Fleet, placement: Placement, wanted: Collection[tuple[str, str]]) -> bool:

@@ -34,7 +34,7 @@ from pools.placement.layouts import (
 from pools.placement.reasons import unplaced_reason
 
 if TYPE_CHECKING:
-    from pools.placement.types import Request
+    from pools.placement.types import Gpu, Request
 
 # The queue is read this far ahead: more than enough demand to fill the few GPUs one request re-partitions.
 QUEUE_WINDOW = 64
@@ -271,7 +271,7 @@ def _use_partial(
                 break
 
 
-def _tenants(gpu) -> int:
+def _tenants(gpu: Gpu) -> int:
     return sum(slot.allocated for slot in gpu.instances)
 
 

@@ -32,7 +32,7 @@ from functools import cached_property, lru_cache
 from typing import Protocol
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
-from pools.placement.backfill import out_of_the_way, wanted_pairs
+from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way, wanted_pairs
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.engine import apply, fleet_index, place
 from pools.placement.plan import QUEUE_WINDOW
@@ -299,9 +299,11 @@ class _Queue:
         for number, position in enumerate(self.waiting):
             timed, claim = self.trace.requests[position], self.claims[position]
             blockers = [blocked for blocked in starving if blocked.competes(claim)]
-            if self._worth_trying(position):
+            wanted = frozenset().union(*(blocked.wanted for blocked in blockers))
+            may_try = not blockers or may_keep_out_of_the_way(claim.wanted, wanted)
+            if may_try and self._worth_trying(position):
                 placement = self._place(number, position, now)
-                if placement.placed and (not blockers or self._out_of_the_way(placement, blockers)):
+                if placement.placed and (not blockers or out_of_the_way(self.fleet, placement, wanted)):
                     self._admit(position, placement, now)
                     continue
                 if not placement.placed:
@@ -316,10 +318,6 @@ class _Queue:
                 starving.append(claim)
             still.append(position)
         self.waiting = still
-
-    def _out_of_the_way(self, placement: Placement, blockers: list[_Claim]) -> bool:
-        wanted = frozenset().union(*(blocked.wanted for blocked in blockers))
-        return out_of_the_way(self.fleet, placement, wanted)
 
     def _place(self, number: int, position: int, now: int) -> Placement:
         if self._demand is None:

@@ -45,7 +45,7 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
-from pools.placement.backfill import out_of_the_way
+from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
@@ -209,10 +209,15 @@ def admit_waiting() -> list[Admission]:
         results = []
         for position, request in enumerate(waiting):
             blockers = [claim for claim in starving if claim.held_back(request, clusters, grouped)]
+            wanted = frozenset().union(*(claim.wanted for claim in blockers))
+            asked = {(item.gpu_model, item.profile) for item in request.items.all()}
+            if blockers and not may_keep_out_of_the_way(asked, wanted):
+                results.append(_wait(request, Reason(BEHIND_OLDER)))  # held back: not starving itself
+                continue
             plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets, demand)
             placed = plan is not None and plan.placed
-            if blockers and not (placed and _out_of_their_way(fleets[cluster.name], plan, blockers)):
-                results.append(_wait(request, Reason(BEHIND_OLDER)))  # held back: not starving itself
+            if blockers and not (placed and out_of_the_way(fleets[cluster.name], plan, wanted)):
+                results.append(_wait(request, Reason(BEHIND_OLDER)))
                 continue
             if placed:
                 fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
@@ -228,10 +233,6 @@ def admit_waiting() -> list[Admission]:
             if request.approved_at and now - request.approved_at >= grace:
                 starving.append(Claim.of(request, clusters))
         return results
-
-
-def _out_of_their_way(fleet: placement.Fleet, plan: placement.Placement, blockers: list[Claim]) -> bool:
-    return out_of_the_way(fleet, plan, frozenset().union(*(claim.wanted for claim in blockers)))
 
 
 def _place(request, upcoming, clusters, grouped, fleets, demand):

@@ -9,7 +9,7 @@ from django.utils import timezone
 from pools.mig import FULL_GPU
 from pools.models import PoolRequest, RequestState
 from pools.placement import Assignment, Placement, Reconfigure
-from pools.placement.backfill import out_of_the_way, wanted_pairs
+from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way, wanted_pairs
 from pools.services import admit_waiting
 from tests.pools.test_placement import H100, H200, fleet, gpu
 from tests.pools.test_queue import approve, ask
@@ -47,6 +47,19 @@ def placed(*assignments: tuple, reconfigure: tuple = ()) -> Placement:
 )
 def test_only_fixed_free_instances_of_profiles_not_waited_for_are_out_of_the_way(placement, wanted, expected):
     assert out_of_the_way(F, placement, wanted) is expected
+
+
+@pytest.mark.parametrize(
+    ("asked", "expected"),
+    [
+        ({(H100, "2g.20gb"), (H100, "1g.10gb")}, True),
+        ({(H100, "2g.20gb"), (H100, FULL_GPU)}, False),  # a whole GPU is never out of the way
+        ({(H100, "2g.20gb"), (H200, "1g.18gb")}, False),  # asks for a profile the starving one wants
+        ({(H100, "1g.18gb")}, True),  # the profile's name on another model is another profile
+    ],
+)
+def test_a_held_back_request_is_placed_only_if_it_could_keep_out_of_the_way(asked, expected):
+    assert may_keep_out_of_the_way(asked, {(H200, "1g.18gb"), (H100, FULL_GPU)}) is expected
 
 
 def test_the_wanted_pairs_are_the_items_model_and_profile():
