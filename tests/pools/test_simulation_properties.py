@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pools.mig import FULL_GPU, Instance, gpu_model, layout_errors
 from pools.placement import Fleet, Item, Placement, apply, place
+from pools.placement.backfill import out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.replay import check
@@ -131,12 +132,13 @@ def reference(trace: SimulationTrace) -> tuple[Outcome, ...]:
         starving, still = [], []
         for number, r in enumerate(waiting):
             models = {i.model for i in r.items}
-            if any(models & m and (None in (g, r.group) or g == r.group) for m, g in starving):
+            blockers = [w for m, g, w in starving if models & m and (None in (g, r.group) or g == r.group)]
+            upcoming = [w.request for w in waiting[number + 1 : number + 1 + QUEUE_WINDOW]]
+            placement = place(f, r.request, upcoming=upcoming, demand=demand)
+            if blockers and not (placement.placed and out_of_the_way(f, placement, set().union(*blockers))):
                 answer[r.id] = Outcome(r.id, None, Placement(r.id, False, reason=BEHIND_OLDER))
                 still.append(r)
                 continue
-            upcoming = [w.request for w in waiting[number + 1 : number + 1 + QUEUE_WINDOW]]
-            placement = place(f, r.request, upcoming=upcoming, demand=demand)
             if placement.placed:
                 f = apply(f, placement)
                 answer[r.id] = Outcome(r.id, now, placement)
@@ -144,7 +146,7 @@ def reference(trace: SimulationTrace) -> tuple[Outcome, ...]:
                 continue
             answer[r.id] = Outcome(r.id, None, placement)
             if trace.backfill_grace_seconds is not None and now - r.arrive >= trace.backfill_grace_seconds:
-                starving.append((models, r.group))
+                starving.append((models, r.group, {(i.model, i.profile) for i in r.items}))
             still.append(r)
         waiting = still
         f = _release_due(f, holding, now)
