@@ -26,7 +26,7 @@ from pools.placement.engine import fleet_index
 from pools.placement.index import has_allocation
 from pools.placement.types import Fleet, Item, Placement
 
-__all__ = ["may_keep_out_of_the_way", "out_of_the_way", "wanted_pairs"]
+__all__ = ["may_keep_out_of_the_way", "out_of_the_way", "room_out_of_the_way", "wanted_pairs"]
 
 
 def wanted_pairs(items: Iterable[Item]) -> frozenset[tuple[str, str]]:
@@ -39,6 +39,24 @@ def may_keep_out_of_the_way(asked: Collection[tuple[str, str]], wanted: Collecti
     `wanted` at all, before it is placed: not with a whole GPU, nor with a profile they want. A queue run
     places a held-back request only when this holds, so holding back costs no more than it did."""
     return not any(profile == FULL_GPU or (model, profile) in wanted for model, profile in asked)
+
+
+def room_out_of_the_way(fleet: Fleet, items: Iterable[Item]) -> bool:
+    """Whether the free instances of GPUs that hold work, in any cluster and group of `fleet`, are as many
+    as the items ask for of each profile: without them no placement keeps out of the way, so a held-back
+    request is placed only where they are. Counted from the fleet's index."""
+    asked: dict[tuple[str, str], int] = {}
+    for item in items:
+        asked[(item.model, item.profile)] = asked.get((item.model, item.profile), 0) + item.count
+    index = fleet_index(fleet)
+    for (model, profile), count in asked.items():
+        free = 0
+        for models in index.layout.values():
+            for key in models.get(model, {}).values():
+                free += sum(index.buckets[key].partial.get(profile, {}).values())
+        if free < count:
+            return False
+    return True
 
 
 def out_of_the_way(fleet: Fleet, placement: Placement, wanted: Collection[tuple[str, str]]) -> bool:

@@ -32,7 +32,12 @@ from functools import cached_property, lru_cache
 from typing import Protocol
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
-from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way, wanted_pairs
+from pools.placement.backfill import (
+    may_keep_out_of_the_way,
+    out_of_the_way,
+    room_out_of_the_way,
+    wanted_pairs,
+)
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.engine import apply, fleet_index, place
 from pools.placement.plan import QUEUE_WINDOW
@@ -300,7 +305,9 @@ class _Queue:
             timed, claim = self.trace.requests[position], self.claims[position]
             blockers = [blocked for blocked in starving if blocked.competes(claim)]
             wanted = frozenset().union(*(blocked.wanted for blocked in blockers))
-            may_try = not blockers or may_keep_out_of_the_way(claim.wanted, wanted)
+            may_try = not blockers or (
+                may_keep_out_of_the_way(claim.wanted, wanted) and room_out_of_the_way(self.fleet, timed.items)
+            )
             if may_try and self._worth_trying(position):
                 placement = self._place(number, position, now)
                 if placement.placed and (not blockers or out_of_the_way(self.fleet, placement, wanted)):

@@ -45,7 +45,7 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
-from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way
+from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way, room_out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
@@ -210,8 +210,7 @@ def admit_waiting() -> list[Admission]:
         for position, request in enumerate(waiting):
             blockers = [claim for claim in starving if claim.held_back(request, clusters, grouped)]
             wanted = frozenset().union(*(claim.wanted for claim in blockers))
-            asked = {(item.gpu_model, item.profile) for item in request.items.all()}
-            if blockers and not may_keep_out_of_the_way(asked, wanted):
+            if blockers and not _may_keep_out_of_their_way(request, wanted, clusters, fleets):
                 results.append(_wait(request, Reason(BEHIND_OLDER)))  # held back: not starving itself
                 continue
             plan, cluster = _place(request, waiting[position + 1 :], clusters, grouped, fleets, demand)
@@ -233,6 +232,21 @@ def admit_waiting() -> list[Admission]:
             if request.approved_at and now - request.approved_at >= grace:
                 starving.append(Claim.of(request, clusters))
         return results
+
+
+def _may_keep_out_of_their_way(
+    request: PoolRequest,
+    wanted: frozenset[tuple[str, str]],
+    clusters: list[Cluster],
+    fleets: dict[str, placement.Fleet],
+) -> bool:
+    """Whether a held-back request is worth placing: only one that may keep out of the starving requests'
+    way, where a candidate cluster has the free instances for it (pools/placement/backfill.py)."""
+    items = [placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()]
+    if not may_keep_out_of_the_way({(item.model, item.profile) for item in items}, wanted):
+        return False
+    candidates = [fleets.get(c.name) for c in clusters if request.cluster_id in (None, c.pk)]
+    return any(fleet is not None and room_out_of_the_way(fleet, items) for fleet in candidates)
 
 
 def _place(request, upcoming, clusters, grouped, fleets, demand):

@@ -9,7 +9,12 @@ from django.utils import timezone
 from pools.mig import FULL_GPU
 from pools.models import PoolRequest, RequestState
 from pools.placement import Assignment, Placement, Reconfigure
-from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way, wanted_pairs
+from pools.placement.backfill import (
+    may_keep_out_of_the_way,
+    out_of_the_way,
+    room_out_of_the_way,
+    wanted_pairs,
+)
 from pools.services import admit_waiting
 from tests.pools.test_placement import H100, H200, fleet, gpu
 from tests.pools.test_queue import approve, ask
@@ -60,6 +65,24 @@ def test_only_fixed_free_instances_of_profiles_not_waited_for_are_out_of_the_way
 )
 def test_a_held_back_request_is_placed_only_if_it_could_keep_out_of_the_way(asked, expected):
     assert may_keep_out_of_the_way(asked, {(H200, "1g.18gb"), (H100, FULL_GPU)}) is expected
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        ([(1, "2g.20gb")], True),
+        ([(1, "2g.20gb"), (1, "1g.10gb")], True),
+        ([(2, "1g.10gb")], True),  # one on each GPU in use
+        ([(3, "1g.10gb")], False),  # a drained GPU gives nothing new
+        ([(1, "3g.40gb")], False),  # only wholly free GPUs have one
+        ([(1, "1g.10gb", H200)], False),
+    ],
+)
+def test_a_held_back_request_is_placed_only_where_gpus_in_use_have_the_free_instances(items, expected):
+    f = fleet(
+        *F.gpus, gpu("n2/0", "4g.40gb@0* 1g.10gb@4"), gpu("n2/1", "1g.10gb@0* 1g.10gb@1", schedulable=False)
+    )
+    assert room_out_of_the_way(f, timed("r", 0, 1, *items).items) is expected
 
 
 def test_the_wanted_pairs_are_the_items_model_and_profile():

@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Benchmark: one run of the admission queue (pools.services.queue.admit_waiting) as its waiting list grows.
+
+Builds a simulated cluster of H200 nodes (GPU 0 of each cut into 7 × 1g.18gb, GPU 1 into 2 × 3g.71gb, six
+whole), takes every whole GPU and a 1g instance per node, then approves one request that cannot fit
+(more whole GPUs than are left) and lets it starve past the grace. Behind it wait N requests, a quarter of
+each: one whole GPU (held back at once: it could never keep out of the starving one's way), one 3g.71gb
+(placed, then held back: it would take a wholly free GPU), one 1g.18gb (placed and admitted beside the
+first tenant, while free instances last) and twenty 1g.18gb (placed, then held back: they need a new
+layout). Each run is rolled back, so every repeat sees the same queue.
+
+Prints, per waiting-list length, for the first run after the requests were approved (each one then moves to
+`queued` with its reason) and for a later run (each already queued, nothing to write): the median time of
+one run, its time per waiting request, its queries, how many requests the engine placed and how many were
+admitted.
+
+Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
+REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
+    .venv/bin/python bench/admission.py [--nodes 50] [--waiting 50 200 500] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DEBUG", "true")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import Group  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+from django.test.utils import CaptureQueriesContext, setup_databases, teardown_databases  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from pools.models import PoolRequest  # noqa: E402
+from pools.services import admit_waiting, approve_request, queue, submit_request  # noqa: E402
+from pools.sync import sync_cluster  # noqa: E402
+from portal.models import Role  # noqa: E402
+from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, TenantFactory, UserFactory  # noqa: E402
+
+LAYOUTS = [{"1g.18gb": 7}, {"3g.71gb": 2}, None, None, None, None, None, None]
+BEHIND = [
+    [("h200-141gb.full", 1)],
+    [("h200-141gb.mig-3g.71gb", 1)],
+    [("h200-141gb.mig-1g.18gb", 1)],
+    [("h200-141gb.mig-1g.18gb", 20)],
+]
+
+
+def build(nodes: int, waiting: int) -> None:
+    settings.SIMULATED_MIG_APPLY_SECONDS = 0
+    cluster = ClusterFactory(name="bench", fleet=[("h200", nodes, "H200-141GB", LAYOUTS)])
+    sync_cluster(cluster=cluster)
+    tenant = TenantFactory(slug="acme", name="Acme")
+    project = ProjectFactory(tenant=tenant, slug="vision")
+    member = MembershipFactory(tenant=tenant, role=Role.MEMBER, user__username="alice").user
+    approver = UserFactory(username="carol", is_staff=True)
+    approver.groups.add(Group.objects.get(name="approver"))
+
+    def asked(items) -> PoolRequest:
+        request = submit_request(project=project, user=member, items=items)
+        return approve_request(request_id=request.pk, approver=approver)
+
+    asked([("h200-141gb.full", 6 * nodes)])
+    for _ in range(nodes):
+        asked([("h200-141gb.mig-1g.18gb", 1)])
+    admit_waiting()
+    starving = asked([("h200-141gb.full", 2 * nodes + 1)])  # more than every MIG GPU switched off
+    long_ago = timezone.now() - timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS + 60)
+    PoolRequest.objects.filter(pk=starving.pk).update(approved_at=long_ago)
+    for n in range(waiting):
+        asked(BEHIND[n % len(BEHIND)])
+
+
+def one_run() -> tuple[float, int, int, int]:
+    """(seconds, queries, requests placed by the engine, requests admitted) of one run, rolled back."""
+    placed = [0]
+    place = queue._place
+
+    def counted(*args, **kwargs):
+        placed[0] += 1
+        return place(*args, **kwargs)
+
+    queue._place = counted
+    try:
+        connection.queries_log.clear()  # with DEBUG the log keeps the last 9,000 queries: make room
+        with transaction.atomic(), CaptureQueriesContext(connection) as ctx:
+            started = time.perf_counter()
+            results = admit_waiting()
+            seconds = time.perf_counter() - started
+            transaction.set_rollback(True)
+    finally:
+        queue._place = place
+    return seconds, len(ctx), placed[0], sum(result.admitted for result in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=50)
+    parser.add_argument("--waiting", type=int, nargs="+", default=[50, 200, 500])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    figures = []
+    for waiting in args.waiting:
+        databases = setup_databases(verbosity=0, interactive=False)
+        try:
+            build(args.nodes, waiting)
+            first = [one_run() for _ in range(args.repeat)]
+            admit_waiting()  # kept: every request is now queued with its reason, as between two runs
+            later = [one_run() for _ in range(args.repeat)]
+        finally:
+            teardown_databases(databases, verbosity=0)
+        for name, runs in (("the first run after their approval", first), ("a later run", later)):
+            seconds = statistics.median(run[0] for run in runs)
+            figures.append((waiting, name, seconds, *runs[0][1:]))
+    print(f"fleet: {args.nodes} nodes, {args.nodes * 8} GPUs; one request starving; median of {args.repeat}")
+    for waiting, name, seconds, queries, placed, admitted in figures:
+        print(
+            f"{waiting} waiting behind it, {name}: {seconds * 1000:.0f} ms, "
+            f"{seconds / waiting * 1000:.2f} ms a waiting request, {queries} queries, "
+            f"{placed} placed by the engine, {admitted} admitted"
+        )
+
+
+if __name__ == "__main__":
+    main()
