@@ -3,9 +3,11 @@
 Modules: `engine` (place a request), `plan` (plan one request), `layouts` (choose new MIG layouts), `index`
 (the fleet, indexed), `reasons` (why a request does not fit), `availability` (how much one request could
 get), `trace` (the JSON of `manage.py place`), `types` (the plain data); over time: `demand` (recent demand,
-as the queue and the simulator weigh it), `simulation` (the queue's policy replayed on a time trace),
-`replay` (checks a simulated answer), `timetrace` (the JSON of `manage.py simulate`). None of them imports
-this package, so each can be imported alone.
+as the queue and the simulator weigh it), `backfill` (what a request may take while an older one starves),
+`simulation` (the queue's policy replayed on a time trace), `replay` (checks a simulated answer),
+`timetrace` (the JSON of `manage.py simulate`), `whatif` (a month of history routed and reported), and
+`fleet_changes` (a fleet changed for a what-if run). None of them imports this package, so each can be
+imported alone.
 """
 
 from pools.placement.engine import apply, fleet_index, place, place_all, shortfall, validate_request

@@ -10,9 +10,9 @@ Words used here (placement words are pools/placement/engine.py's):
   nothing the starving request could be given now or when that GPU is re-cut: such an instance can only
   ever serve its own profile, and the GPU is not wholly free while its other tenants stay.
 
-The price: a GPU given one more tenant may become wholly free later than it would have. Measured in
-bench/simulate.py against holding back every competitor, on the seeded weeks: more served and shorter waits
-overall, and somewhat longer waits for whole-GPU requests (README, "Placement over time").
+The price: a GPU given one more tenant may become wholly free later than it would have. On the seeded weeks
+of bench/simulate.py, before and after this rule: more served and shorter waits overall, and somewhat longer
+waits for whole-GPU requests (README, "Placement over time").
 
 Pure: plain data in, a yes or no out.
 """
