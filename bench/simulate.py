@@ -7,9 +7,10 @@ bench/placement.py, holds log-uniform over a 72:1 range stretched to make the ex
 1.3 × the fleet's compute slices, about 1.7 hours to 5 days) it simulates each trace twice under the same
 queue policy (FIFO with backfill, the portal's default grace of 1800 s, then again with no grace):
 - with the engine, pools.placement.engine.place, the simulator's default placer;
-- with homogeneous first fit (below): it cuts a wholly free GPU only into as many instances of the asked
-  profile as fit, at their lowest starts, takes free instances of the asked profile first in GPU order, and
-  gives a whole GPU from a wholly free MIG-off GPU (else switches a wholly free MIG GPU off).
+- with homogeneous first fit (bench/simulate_first_fit.py): it cuts a wholly free GPU only into as many
+  instances of the asked profile as fit, at their lowest starts, takes free instances of the asked profile
+  first in GPU order, and gives a whole GPU from a wholly free MIG-off GPU (else switches a wholly free MIG
+  GPU off).
 It reports, per seed and in total, the compute-slice-hours each served before the horizon and their ratio
 (the figure that matters), the requests admitted, mean and p95 waits (and those of requests with whole
 GPUs, which the backfill rule of pools/placement/backfill.py makes wait longer), the mean stranded compute
@@ -34,14 +35,14 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.simulate_first_fit import first_fit  # noqa: E402
 from bench.simulate_trace import (  # noqa: E402
     BACKFILL_GRACE_SECONDS,
     HOLD_MAX,
@@ -56,7 +57,7 @@ from bench.simulate_trace import (  # noqa: E402
     random_simulation_trace,
 )
 from pools import mig  # noqa: E402
-from pools.placement.engine import apply, place, validate_request  # noqa: E402
+from pools.placement.engine import apply, place  # noqa: E402
 from pools.placement.index import has_allocation  # noqa: E402
 from pools.placement.replay import check  # noqa: E402
 from pools.placement.simulation import (  # noqa: E402
@@ -67,150 +68,17 @@ from pools.placement.simulation import (  # noqa: E402
     simulate,
     stranded_slices,
 )
-from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Reconfigure, Request  # noqa: E402
+from pools.placement.types import Fleet  # noqa: E402
 
 SEEDS = 5
 TARGET_RATIO = 1.07
 TARGET_SECONDS = 120.0
-NO_ROOM = "first fit found no room in any cluster"
 USES = (
     ("allocated", "allocated"),
     ("idle_instances", "idle instances"),
     ("unprovisioned", "unprovisioned on GPUs in use"),
     ("wholly_free", "wholly free"),
 )
-
-
-# --- homogeneous first fit ------------------------------------------------------------------------------
-
-
-@cache
-def homogeneous_layout(model: str, profile: str) -> tuple[tuple[str, int], ...]:
-    """As many instances of `profile` as one empty GPU of `model` holds, at their lowest valid starts, as
-    (profile, start) sorted by start."""
-    gpu_model = mig.gpu_model(model)
-    for count in range(gpu_model.profile(profile).max_count, 0, -1):
-        layout = mig.place_profiles(gpu_model, {profile: count})
-        if layout is not None:
-            return tuple((i.profile, i.start) for i in layout)
-    raise ValueError(f"No {profile} fits on an empty {model}.")
-
-
-class _Scratch:
-    """One GPU as first fit sees it while placing one request: its layout and what is taken on it."""
-
-    __slots__ = ("gpu", "mig", "slots", "whole_taken")
-
-    def __init__(self, gpu: Gpu) -> None:
-        self.gpu = gpu
-        self.mig = gpu.mig
-        self.whole_taken = gpu.allocated
-        self.slots = [[slot.profile, slot.start, slot.allocated] for slot in gpu.instances]
-
-    @property
-    def wholly_free(self) -> bool:
-        return not self.whole_taken and not any(taken for _, _, taken in self.slots)
-
-
-def first_fit(
-    fleet: Fleet,
-    request: Request,
-    *,
-    upcoming: Sequence[Request] = (),
-    demand: Mapping[tuple[str, str], float] | None = None,
-) -> Placement:
-    """Homogeneous first fit in the simulator's Placer shape; `upcoming` and `demand` are not looked at.
-    The request goes whole into the first cluster (in fleet order) that holds all of it."""
-    errors = validate_request(request, fleet)
-    if errors:
-        return Placement(request.id, False, reason=" ".join(errors))
-    for cluster in dict.fromkeys(gpu.cluster for gpu in fleet.gpus):
-        usable = [
-            gpu
-            for gpu in fleet.gpus
-            if gpu.cluster == cluster and gpu.schedulable and request.group in (None, gpu.group)
-        ]
-        placement = _first_fit_in(usable, request)
-        if placement is not None:
-            return placement
-    return Placement(request.id, False, reason=NO_ROOM)
-
-
-def _first_fit_in(gpus: list[Gpu], request: Request) -> Placement | None:
-    # Most tries are of waiting requests that do not fit: a cheap bound turns most of them away.
-    if any(_room(gpus, item) < item.count for item in request.items):
-        return None
-    models = {item.model for item in request.items}
-    scratch = [_Scratch(gpu) for gpu in gpus if gpu.model in models]
-    reconfigure: dict[int, Reconfigure] = {}
-    assignments: list[Assignment] = []
-    for item in request.items:
-        mine = [(n, s) for n, s in enumerate(scratch) if s.gpu.model == item.model]
-        take = _take_whole if item.profile == mig.FULL_GPU else _take_instances
-        taken = take(mine, item, reconfigure)
-        if len(taken) < item.count:
-            return None
-        assignments += taken
-    ordered = tuple(reconfigure[n] for n in sorted(reconfigure))
-    return Placement(request.id, True, reconfigure=ordered, assignments=tuple(assignments))
-
-
-def _room(gpus: list[Gpu], item: Item) -> int:
-    """What first fit could give this item alone: the free instances of its profile, and the wholly free
-    GPUs that hold none (each cut into the homogeneous layout, or given whole). Exact for a request of one
-    item; for more, a bound, since its items may want the same wholly free GPUs."""
-    whole = item.profile == mig.FULL_GPU
-    per_gpu = 1 if whole else len(homogeneous_layout(item.model, item.profile))
-    room = 0
-    for gpu in gpus:
-        if gpu.model != item.model:
-            continue
-        free = 0 if whole else sum(not s.allocated and s.profile == item.profile for s in gpu.instances)
-        if free:
-            room += free
-        elif not has_allocation(gpu):
-            room += per_gpu
-    return room
-
-
-def _take_whole(
-    mine: list[tuple[int, _Scratch]], item: Item, reconfigure: dict[int, Reconfigure]
-) -> list[Assignment]:
-    free = [(n, s) for n, s in mine if s.wholly_free]
-    ordered = [(n, s) for n, s in free if not s.mig] + [(n, s) for n, s in free if s.mig]
-    taken = []
-    for n, s in ordered[: item.count]:
-        if s.mig:
-            reconfigure[n] = Reconfigure(s.gpu.id, False, ())
-            s.mig, s.slots = False, []
-        s.whole_taken = True
-        taken.append(Assignment(s.gpu.id, mig.FULL_GPU, None))
-    return taken
-
-
-def _take_instances(
-    mine: list[tuple[int, _Scratch]], item: Item, reconfigure: dict[int, Reconfigure]
-) -> list[Assignment]:
-    taken: list[Assignment] = []
-
-    def take_free(s: _Scratch) -> None:
-        for slot in s.slots:
-            if len(taken) < item.count and slot[0] == item.profile and not slot[2]:
-                slot[2] = True
-                taken.append(Assignment(s.gpu.id, item.profile, slot[1]))
-
-    for _, s in mine:
-        if s.mig:
-            take_free(s)
-    for n, s in mine:
-        if len(taken) >= item.count:
-            break
-        if s.wholly_free:
-            layout = homogeneous_layout(item.model, item.profile)
-            reconfigure[n] = Reconfigure(s.gpu.id, True, layout)
-            s.mig, s.slots = True, [[profile, start, False] for profile, start in layout]
-            take_free(s)
-    return taken
 
 
 # --- measuring ------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 
 from bench import simulate as bench
+from bench import simulate_first_fit as baseline
 from bench import simulate_trace as traces
 from pools.mig import FULL_GPU, gpu_model, stranded_compute_slices
 from pools.mig import Instance as MigInstance
@@ -75,7 +76,7 @@ def test_the_offered_load_is_about_the_target_and_the_requests_about_the_expecte
 
 def test_homogeneous_layouts_fill_the_gpu_with_one_profile():
     for (model, profile), starts in HOMOGENEOUS.items():
-        assert bench.homogeneous_layout(model, profile) == tuple((profile, s) for s in starts)
+        assert baseline.homogeneous_layout(model, profile) == tuple((profile, s) for s in starts)
 
 
 def test_first_fit_takes_free_instances_first_and_leaves_busy_gpus_alone():
@@ -86,21 +87,21 @@ def test_first_fit_takes_free_instances_first_and_leaves_busy_gpus_alone():
             gpu("a/2", "1g.10gb@0 1g.10gb@1"),
         )
     )
-    one = bench.first_fit(f, Request("r", (Item(H100, "1g.10gb", 4),)))
+    one = baseline.first_fit(f, Request("r", (Item(H100, "1g.10gb", 4),)))
     assert [(a.gpu, a.start) for a in one.assignments] == [("a/1", 4), ("a/1", 5), ("a/2", 0), ("a/2", 1)]
     assert one.reconfigure == ()
-    more = bench.first_fit(f, Request("r", (Item(H100, "1g.10gb", 5),)))
+    more = baseline.first_fit(f, Request("r", (Item(H100, "1g.10gb", 5),)))
     # a/2 is wholly free but gave its own instances already; a/0 is cut into seven.
     assert [c.gpu for c in more.reconfigure] == ["a/0"]
     assert more.assignments[-1].gpu == "a/0" and more.assignments[-1].start == 0
-    assert not bench.first_fit(f, Request("r", (Item(H100, "4g.40gb", 3),))).placed
+    assert not baseline.first_fit(f, Request("r", (Item(H100, "4g.40gb", 3),))).placed
 
 
 def test_first_fit_gives_a_mig_off_gpu_whole_before_switching_a_mig_gpu_off():
     f = Fleet((gpu("a/0", "2g.20gb@0"), gpu("a/1", off=True), gpu("a/2", off=True, busy=True)))
-    one = bench.first_fit(f, Request("r", (Item(H100, FULL_GPU, 1),)))
+    one = baseline.first_fit(f, Request("r", (Item(H100, FULL_GPU, 1),)))
     assert one.reconfigure == () and [a.gpu for a in one.assignments] == ["a/1"]
-    two = bench.first_fit(f, Request("r", (Item(H100, FULL_GPU, 2),)))
+    two = baseline.first_fit(f, Request("r", (Item(H100, FULL_GPU, 2),)))
     assert [(c.gpu, c.mig, c.instances) for c in two.reconfigure] == [("a/0", False, ())]
     assert sorted(a.gpu for a in two.assignments) == ["a/0", "a/1"]
 
@@ -127,20 +128,22 @@ def room(f: Fleet, request: Request, cluster: str) -> tuple[int, int]:
 @PROPERTY
 @given(gpus_(), requests_())
 def test_first_fit_keeps_every_rule_and_cuts_only_homogeneous_layouts(f, request):
-    placement = bench.first_fit(f, request)
+    placement = baseline.first_fit(f, request)
     check_placement(f, request, placement)
     gpus = {g.id: g for g in f.gpus}
     for change in placement.reconfigure:
         model = gpus[change.gpu].model
         if change.mig:
             (profile,) = {p for p, _ in change.instances}
-            assert change.instances == bench.homogeneous_layout(model, profile)
+            assert change.instances == baseline.homogeneous_layout(model, profile)
         else:
             assert any(a.gpu == change.gpu and a.profile == FULL_GPU for a in placement.assignments)
     if len(request.items) == 1 and not validate_request(request, f):
         (item,) = request.items
         clusters = dict.fromkeys(g.cluster for g in f.gpus)
-        per_gpu = 1 if item.profile == FULL_GPU else len(bench.homogeneous_layout(item.model, item.profile))
+        per_gpu = (
+            1 if item.profile == FULL_GPU else len(baseline.homogeneous_layout(item.model, item.profile))
+        )
         fits = [
             free + cuttable * per_gpu >= item.count
             for free, cuttable in (room(f, request, cluster) for cluster in clusters)
@@ -157,12 +160,12 @@ def test_first_fit_keeps_every_rule_and_cuts_only_homogeneous_layouts(f, request
 @pytest.mark.parametrize("grace", [traces.BACKFILL_GRACE_SECONDS, None])
 def test_both_placers_answers_pass_the_replay_check(grace):
     trace = small(grace=grace)
-    for placer in (place, bench.first_fit):
+    for placer in (place, baseline.first_fit):
         result = simulate(trace, placer=placer)
         assert check(trace, result.outcomes) == []
         assert result.summary.admitted > 0
         assert any(o.placement.reconfigure for o in result.outcomes)
-    cuts = [c for o in simulate(trace, placer=bench.first_fit).outcomes for c in o.placement.reconfigure]
+    cuts = [c for o in simulate(trace, placer=baseline.first_fit).outcomes for c in o.placement.reconfigure]
     assert cuts and all(len({p for p, _ in c.instances}) <= 1 for c in cuts)
 
 
@@ -211,7 +214,7 @@ def test_the_printed_figures_are_a_recount_of_the_outcomes(capsys):
     printed = capsys.readouterr().out
     assert "replay check: no problems in any answer" in printed
     served = {}
-    for name, placer in (("engine", place), ("first fit", bench.first_fit)):
+    for name, placer in (("engine", place), ("first fit", baseline.first_fit)):
         counts = [recount(small(seed), simulate(small(seed), placer=placer).outcomes) for seed in (1, 2)]
         served[name] = sum(c["served"] for c in counts)
         total = f"{name} served compute-slice-hours (total)"
@@ -237,7 +240,7 @@ def test_the_printed_figures_are_a_recount_of_the_outcomes(capsys):
 
 
 def test_an_answer_that_breaks_a_rule_is_printed_and_fails_the_run(capsys, monkeypatch):
-    first_fit = bench.first_fit
+    first_fit = baseline.first_fit
 
     def short(fleet, request, **context):
         """First fit, one instance short of what was asked."""
@@ -256,7 +259,7 @@ def test_an_answer_that_breaks_a_rule_is_printed_and_fails_the_run(capsys, monke
 
 def test_capacity_use_splits_every_slice_hour_and_counts_the_served_ones_as_allocated():
     trace = small()
-    for placer in (place, bench.first_fit):
+    for placer in (place, baseline.first_fit):
         result = simulate(trace, placer=placer)
         use = bench.capacity_use(trace, result)
         assert use.total == pytest.approx(16 * 7 * SMALL["horizon"] / 3600)
@@ -265,13 +268,13 @@ def test_capacity_use_splits_every_slice_hour_and_counts_the_served_ones_as_allo
     # A 4g.40gb alone on a GPU leaves 3 compute slices that first fit never provisions.
     f = Fleet((gpu("a/0", off=True),))
     four = SimulationTrace(f, (TimedRequest("r", 0, 3600, (Item(H100, "4g.40gb", 1),)),), 7200)
-    use = bench.capacity_use(four, simulate(four, placer=bench.first_fit))
+    use = bench.capacity_use(four, simulate(four, placer=baseline.first_fit))
     assert (use.allocated, use.idle_instances, use.unprovisioned, use.wholly_free) == (4, 0, 3, 7)
 
 
 def test_a_placer_that_cannot_be_simulated_is_a_problem_not_a_crash():
     def twice(fleet, request, **context):
-        placement = bench.first_fit(fleet, request, **context)
+        placement = baseline.first_fit(fleet, request, **context)
         return Placement(placement.request, True, placement.reconfigure, placement.assignments * 2)
 
     run = bench.simulated(small(), twice)  # engine.apply refuses an instance given twice
