@@ -45,7 +45,12 @@ from pools.models import (
     RequestState,
     SpecAndCount,
 )
-from pools.placement.backfill import may_keep_out_of_the_way, out_of_the_way, room_out_of_the_way
+from pools.placement.backfill import (
+    may_keep_out_of_the_way,
+    out_of_the_way,
+    room_out_of_the_way,
+    wanted_pairs,
+)
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, fleet_snapshot, ready_clusters, render_reason
@@ -78,7 +83,7 @@ class Claim:
             cluster_ids=frozenset(_candidate_ids(request, clusters)),
             models=frozenset(item.gpu_model for item in items),
             purpose=request.purpose,
-            wanted=frozenset((item.gpu_model, item.profile) for item in items),
+            wanted=wanted_pairs(engine_request(request, grouped=False).items),
         )
 
     def held_back(self, request: PoolRequest, clusters: list[Cluster], grouped: dict[int, bool]) -> bool:
@@ -242,8 +247,8 @@ def _may_keep_out_of_their_way(
 ) -> bool:
     """Whether a held-back request is worth placing: only one that may keep out of the starving requests'
     way, where a candidate cluster has the free instances for it (pools/placement/backfill.py)."""
-    items = [placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()]
-    if not may_keep_out_of_the_way({(item.model, item.profile) for item in items}, wanted):
+    items = engine_request(request, grouped=False).items
+    if not may_keep_out_of_the_way(wanted_pairs(items), wanted):
         return False
     candidates = [fleets.get(c.name) for c in clusters if request.cluster_id in (None, c.pk)]
     return any(fleet is not None and room_out_of_the_way(fleet, items) for fleet in candidates)
