@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import urllib3
 import yaml
+from django.utils.translation import gettext as _
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -39,8 +40,10 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
+from pools.kubeconfig import check_kubeconfig
 from pools.mig import MigState
 from pools.models import Cluster
+from portal.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +118,23 @@ class KubernetesDriver:
                     config.load_incluster_config(client_configuration=configuration)
                     api_client = client.ApiClient(configuration)
                 else:
-                    kubeconfig = yaml.safe_load(self.cluster.kubeconfig())
                     api_client = config.new_client_from_config_dict(
-                        kubeconfig, context=self.cluster.context or None
+                        self._stored_kubeconfig(), context=self.cluster.context or None
                     )
                 api_client.configuration.retries = 1
                 self._core = client.CoreV1Api(api_client)
         return self._core
+
+    def _stored_kubeconfig(self) -> dict:
+        """The stored kubeconfig, held to the rule it had to pass when it was given: a row saved
+        before the rule, or written past it, never gets the client to run or read anything."""
+        try:
+            return check_kubeconfig(self.cluster.kubeconfig(), self.cluster.context)
+        except InvalidInput as refused:
+            raise DriverError(
+                _("The stored kubeconfig is refused, so the cluster is not contacted: %(why)s")
+                % {"why": refused.message}
+            ) from None
 
     # --- reading ---------------------------------------------------------------------
 

@@ -8,136 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from pools import capacity_version
+from pools.kubeconfig import check_kubeconfig
 from pools.models import Allocation, Cluster, GpuCapacity, GpuGroup, NodeCapacity
 from pools.services import dispatch
 from portal import audit
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
-
-# Per list of a kubeconfig: the key under which each named entry keeps its settings.
-KUBECONFIG_LISTS = {"clusters": "cluster", "contexts": "context", "users": "user"}
-# Settings of the cluster and user in use that the Kubernetes client reads as text, and those it
-# reads as mappings: any other type would crash the client later instead of being refused here.
-KUBECONFIG_TEXT = {
-    "cluster": (
-        "server",
-        "certificate-authority",
-        "certificate-authority-data",
-        "tls-server-name",
-        "proxy-url",
-    ),
-    "user": (
-        "token",
-        "tokenFile",
-        "client-certificate",
-        "client-certificate-data",
-        "client-key",
-        "client-key-data",
-        "username",
-        "password",
-    ),
-}
-KUBECONFIG_MAPPINGS = {"cluster": (), "user": ("exec", "auth-provider")}
-
-
-def check_kubeconfig(text: str, context: str) -> None:
-    """Refuse a kubeconfig the Kubernetes client could not use, saying what is wrong with it.
-
-    Whatever the text holds, the only exception is InvalidInput: this runs on what an operator
-    pastes into the admin or the command line, before anything is stored.
-    """
-    # Not only YAMLError: PyYAML's constructors raise ValueError, KeyError, IndexError or
-    # AttributeError on odd tagged scalars (`!!int ''`, `!!timestamp abc`), RecursionError on deep nesting.
-    try:
-        config = yaml.safe_load(text)
-    except Exception as error:
-        raise InvalidInput(_("The kubeconfig is not valid YAML.")) from error
-    if not isinstance(config, dict):
-        raise InvalidInput(_("The kubeconfig must be a mapping with clusters, contexts and users."))
-    if not config.get("clusters") or not config.get("contexts"):
-        raise InvalidInput(_("The kubeconfig has no clusters or no contexts."))
-    entries = {field: _kubeconfig_entries(config, field) for field in KUBECONFIG_LISTS}
-    current = config.get("current-context")
-    if current is not None and not isinstance(current, str):
-        raise InvalidInput(_("In the kubeconfig, current-context must be a string."))
-    chosen = context or current
-    if not chosen:
-        raise InvalidInput(_("The kubeconfig names no current context; choose one."))
-    if chosen not in entries["contexts"]:
-        raise InvalidInput(
-            _("The kubeconfig has no context %(context)s (it has: %(names)s).")
-            % {"context": chosen, "names": ", ".join(sorted(entries["contexts"]))}
-        )
-    wiring = entries["contexts"][chosen]
-    cluster, user = wiring.get("cluster"), wiring.get("user")
-    if not isinstance(cluster, str) or cluster not in entries["clusters"]:
-        raise InvalidInput(
-            _("In the kubeconfig, context %(context)s names no cluster from clusters.") % {"context": chosen}
-        )
-    if user is not None and (not isinstance(user, str) or (user and user not in entries["users"])):
-        raise InvalidInput(
-            _("In the kubeconfig, context %(context)s names a user that is not in users.")
-            % {"context": chosen}
-        )
-    if not entries["clusters"][cluster].get("server"):
-        raise InvalidInput(_("In the kubeconfig, cluster %(name)s has no server.") % {"name": cluster})
-    used = [("clusters", "cluster", cluster)] + ([("users", "user", user)] if user else [])
-    for field, key, name in used:
-        found = entries[field][name]
-        for setting in KUBECONFIG_TEXT[key]:
-            if found.get(setting) is not None and not isinstance(found[setting], str):
-                raise InvalidInput(
-                    _("In the kubeconfig, %(setting)s of %(field)s entry %(name)s must be a string.")
-                    % {"setting": setting, "field": field, "name": name}
-                )
-        for setting in KUBECONFIG_MAPPINGS[key]:
-            if found.get(setting) is not None and not isinstance(found[setting], dict):
-                raise InvalidInput(
-                    _("In the kubeconfig, %(setting)s of %(field)s entry %(name)s must be a mapping.")
-                    % {"setting": setting, "field": field, "name": name}
-                )
-
-
-def _kubeconfig_entries(config: dict, field: str) -> dict[str, dict]:
-    """The named entries of one list of a kubeconfig (clusters, contexts, users), by name."""
-    items = config.get(field)
-    if items is None:
-        return {}
-    if not isinstance(items, list):
-        raise InvalidInput(_("In the kubeconfig, %(field)s must be a list.") % {"field": field})
-    key = KUBECONFIG_LISTS[field]
-    found: dict[str, dict] = {}
-    for number, item in enumerate(items, start=1):
-        if not isinstance(item, dict):
-            raise InvalidInput(
-                _("In the kubeconfig, entry %(number)s of %(field)s is not a mapping.")
-                % {"number": number, "field": field}
-            )
-        name = item.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput(
-                _("In the kubeconfig, entry %(number)s of %(field)s has no name.")
-                % {"number": number, "field": field}
-            )
-        if name in found:
-            raise InvalidInput(
-                _("In the kubeconfig, %(field)s has two entries named %(name)s.")
-                % {"field": field, "name": name}
-            )
-        if not isinstance(item.get(key), dict):
-            raise InvalidInput(
-                _("In the kubeconfig, %(field)s entry %(name)s has no %(key)s mapping.")
-                % {"field": field, "name": name, "key": key}
-            )
-        found[name] = item[key]
-    return found
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ BAD = {
     ),
     "exec-a-string": (
         kubeconfig(users=[{"name": "u", "user": {"exec": "aws eks get-token"}}]),
-        "exec of users entry u must be a mapping",
+        "users entry u uses exec",
     ),
 }
 
