@@ -4,11 +4,12 @@ note as a PDF document too.
 Every format carries the same rows (`rows`): the lines of the invoice with project, spec, hours,
 unit price and amount, then subtotal, tax and total. The PDF names the tenant's billing profile,
 the period and the number; it embeds a CJK font (BILLING_PDF_FONT) so that Hangul names print.
+CSV and XLSX rows are written through `portal.spreadsheets`, so that no text a tenant typed runs as a
+formula in the spreadsheet that opens them; hours and money go in as numbers.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +26,7 @@ from billing.invoicing import round_money
 from billing.models import BillingProfile, CreditNote, Invoice
 from pools.specs import Spec
 from portal.errors import PortalError
+from portal.spreadsheets import CsvWriter, append_row
 
 FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -42,34 +44,41 @@ def filename(invoice: Invoice, extension: str) -> str:
     return f"invoice-{invoice.number or f'draft-{invoice.pk}'}-{invoice.tenant.slug}.{extension}"
 
 
-def rows(invoice: Invoice) -> list[list[str]]:
-    """The usage lines, then subtotal, tax (with its rate) and total, as text; money in the currency's
-    minor unit."""
+Cell = str | Decimal | None
 
-    def money(amount: Decimal) -> str:
-        return f"{round_money(amount, invoice.currency)}"
 
-    found = []
+def _price(price: Decimal | None) -> Decimal | None:
+    """A unit price without trailing zeros, written out in full (never as an exponent)."""
+    return None if price is None else Decimal(f"{price.normalize():f}")
+
+
+def rows(invoice: Invoice) -> list[list[Cell]]:
+    """The usage lines, then subtotal, tax (with its rate) and total: text as text, hours and money as
+    numbers (money in the currency's minor unit), None where a row has no such figure."""
+
+    def money(amount: Decimal) -> Decimal:
+        return round_money(amount, invoice.currency)
+
+    found: list[list[Cell]] = []
     for line in invoice.lines.filter(kind="usage").select_related("project").order_by("project__slug", "pk"):
-        price = "" if line.unit_price is None else f"{line.unit_price.normalize():f}"
         found.append(
             [
                 line.project.slug if line.project else "",
                 Spec(line.gpu_model, line.profile).id,
-                f"{line.hours.quantize(Decimal('0.0001'))}",
-                price,
+                line.hours.quantize(Decimal("0.0001")),
+                _price(line.unit_price),
                 money(line.amount),
             ]
         )
-    found.append(["", "subtotal", "", "", money(invoice.subtotal)])
-    found.append(["", f"tax {invoice.tax_rate.normalize():f}%", "", "", money(invoice.tax)])
-    found.append(["", "total", "", "", money(invoice.total)])
+    found.append(["", "subtotal", None, None, money(invoice.subtotal)])
+    found.append(["", f"tax {invoice.tax_rate.normalize():f}%", None, None, money(invoice.tax)])
+    found.append(["", "total", None, None, money(invoice.total)])
     return found
 
 
 def as_csv(invoice: Invoice) -> bytes:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = CsvWriter(out)
     writer.writerow(
         [
             "invoice",
@@ -91,7 +100,8 @@ def as_xlsx(invoice: Invoice) -> bytes:
     book = Workbook()
     sheet = book.active
     sheet.title = f"{invoice.month:%Y-%m}"
-    sheet.append(
+    append_row(
+        sheet,
         [
             "invoice",
             invoice.number or "",
@@ -101,19 +111,11 @@ def as_xlsx(invoice: Invoice) -> bytes:
             f"{invoice.month:%Y-%m}",
             "currency",
             invoice.currency,
-        ]
+        ],
     )
-    sheet.append(HEADER)
-    for project, spec, hours, price, amount in rows(invoice):
-        sheet.append(
-            [
-                project,
-                spec,
-                Decimal(hours) if hours else None,
-                Decimal(price) if price else None,
-                Decimal(amount),
-            ]
-        )
+    append_row(sheet, HEADER)
+    for row in rows(invoice):
+        append_row(sheet, row)
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()
@@ -172,7 +174,7 @@ def as_pdf(invoice: Invoice) -> bytes:
             [_("Project"), _("Spec"), _("Hours"), _("Unit price"), f"{_('Amount')} ({invoice.currency})"]
         )
         for values in rows(invoice):
-            table.row(values)
+            table.row(["" if value is None else f"{value}" for value in values])
     return bytes(pdf.output())
 
 
@@ -213,9 +215,10 @@ MONTH_HEADER = [
 ]
 
 
-def month_rows(month) -> list[list[str]]:
+def month_rows(month) -> list[list[Cell]]:
     """Every invoice of a month that is not void, for accounting: one row per usage line (its amount),
-    then one per invoice for its tax; the amounts add up to the subtotals, the taxes to the tax."""
+    then one per invoice for its tax; the amounts add up to the subtotals, the taxes to the tax. Text as
+    given, hours and money as numbers, None where a row has no such figure."""
     invoices = (
         Invoice.objects.filter(month=month)
         .exclude(state="void")
@@ -236,21 +239,22 @@ def month_rows(month) -> list[list[str]]:
             profile.po_number if profile else "",
         ]
         for line in sorted(invoice.lines.all(), key=lambda line: (line.kind != "usage", line.pk)):
-            money = f"{round_money(line.amount, invoice.currency)}"
+            money = round_money(line.amount, invoice.currency)
             if line.kind == "usage":
-                price = "" if line.unit_price is None else f"{line.unit_price.normalize():f}"
                 project = line.project.slug if line.project else ""
-                hours = f"{line.hours.quantize(Decimal('0.0001'))}"
+                hours = line.hours.quantize(Decimal("0.0001"))
                 spec = Spec(line.gpu_model, line.profile).id
-                found.append([*head, project, spec, hours, price, money, "", invoice.currency])
+                found.append(
+                    [*head, project, spec, hours, _price(line.unit_price), money, None, invoice.currency]
+                )
             else:
-                found.append([*head, "", "", "", "", "", money, invoice.currency])
+                found.append([*head, "", "", None, None, None, money, invoice.currency])
     return found
 
 
 def month_csv(month) -> bytes:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = CsvWriter(out)
     writer.writerow(MONTH_HEADER)
     writer.writerows(month_rows(month))
     return out.getvalue().encode("utf-8")
@@ -258,18 +262,12 @@ def month_csv(month) -> bytes:
 
 def month_xlsx(month) -> bytes:
     """The same rows; hours and money as numbers, so that the sheet sums them."""
-    numbers = {MONTH_HEADER.index(name) for name in ("hours", "unit_price", "amount", "tax")}
     book = Workbook()
     sheet = book.active
     sheet.title = f"{month:%Y-%m}"
-    sheet.append(MONTH_HEADER)
+    append_row(sheet, MONTH_HEADER)
     for row in month_rows(month):
-        sheet.append(
-            [
-                Decimal(value) if index in numbers and value else value or None
-                for index, value in enumerate(row)
-            ]
-        )
+        append_row(sheet, [None if value == "" else value for value in row])
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()

@@ -30,6 +30,11 @@ def pending_invitation(request) -> Invitation | None:
     return invitation if invitation and invitation.is_pending else None
 
 
+def account_attempts_key(user_id: int) -> str:
+    """The lock-out key of one account: failed passwords and wrong two-factor codes count here."""
+    return f"account:{user_id}"
+
+
 def login_attempts_key(login: str) -> str:
     """The lock-out key of the account a login names; a login that names none keys on itself."""
     login = login.strip().lower()
@@ -44,7 +49,7 @@ def login_attempts_key(login: str) -> str:
         user_id = owners.pop() if len(owners) == 1 else None
     else:
         user_id = User.objects.filter(username__iexact=login).values_list("pk", flat=True).first()
-    return f"account:{user_id}" if user_id is not None else f"login:{login}"
+    return account_attempts_key(user_id) if user_id is not None else f"login:{login}"
 
 
 class AccountAdapter(DefaultAccountAdapter):

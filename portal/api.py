@@ -91,9 +91,18 @@ class TokenView(APIView):
         request=TokenRequestSerializer,
         responses={
             200: TokenResponseSerializer,
-            400: OpenApiResponse(),
-            403: OpenApiResponse(),
-            429: OpenApiResponse(),
+            400: OpenApiResponse(
+                description=_(
+                    "The user name, password or two-factor code is wrong (one answer for all three, and a "
+                    "failed attempt in the account's lock-out), or a field is missing or not valid."
+                )
+            ),
+            403: OpenApiResponse(
+                description=_("Platform staff must turn on two-factor authentication before using the API.")
+            ),
+            429: OpenApiResponse(
+                description=_("Too many failed attempts for this account or from this address: wait.")
+            ),
         },
     )
     def post(self, request):

@@ -3,7 +3,6 @@ Thin: parse the filters, call the selector, render or stream."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterator
 
@@ -18,20 +17,16 @@ from portal import audit, selectors
 from portal.errors import bad_input
 from portal.forms import AuditFilterForm
 from portal.permissions import staff_may
+from portal.spreadsheets import CsvWriter
 
 PERMISSION = "portal.view_auditentry"
 PER_PAGE = 50
 CSV_HEADER = ["at", "action", "actor", "tenant", "subject_kind", "subject_id", "summary", "details"]
 CSV_CHUNK = 2000
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet would run such a cell as a formula
 
 
 def may_read_audit(user) -> bool:
     return staff_may(user=user, permission=PERMISSION)
-
-
-def _cell(value: str) -> str:
-    return f"'{value}" if value.startswith(FORMULA_STARTS) else value
 
 
 class _Echo:
@@ -42,7 +37,7 @@ class _Echo:
 
 
 def _csv_rows(entries) -> Iterator[str]:
-    writer = csv.writer(_Echo())
+    writer = CsvWriter(_Echo())  # no cell runs as a formula in the spreadsheet that opens it
     yield writer.writerow(CSV_HEADER)
     for entry in entries.iterator(chunk_size=CSV_CHUNK):
         yield writer.writerow(
@@ -53,7 +48,7 @@ def _csv_rows(entries) -> Iterator[str]:
                 entry.tenant.slug if entry.tenant else "",
                 entry.subject_kind,
                 entry.subject_id,
-                _cell(entry.summary),
+                entry.summary,
                 json.dumps(entry.details, sort_keys=True, ensure_ascii=False),
             ]
         )

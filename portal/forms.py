@@ -2,14 +2,16 @@
 
 from datetime import date
 
+from allauth.account.adapter import get_adapter as get_account_adapter
 from allauth.account.forms import SignupForm as AllauthSignupForm
 from allauth.core import context
+from allauth.mfa.base import forms as mfa_forms
 from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext_lazy as _
 
-from portal import services
+from portal import services, signin
 from portal.adapters import INVITATION_SESSION_KEY, JOINED_TENANT_SESSION_KEY, pending_invitation
 from portal.errors import PortalError
 from portal.models import (
@@ -141,6 +143,27 @@ class SignupForm(AllauthSignupForm):
 
 
 AUDIT_FIRST_DAY, AUDIT_LAST_DAY = date(1970, 1, 1), date(9998, 12, 31)  # the trail's days, and room around
+
+
+class _CountedCode:
+    """A two-factor code typed here is a guess in the account's one lock-out (`signin.count_code_guess`),
+    with failed passwords and the token API's wrong codes: given back when right, kept when wrong."""
+
+    def clean_code(self) -> str:
+        guess = signin.count_code_guess(context.request, user=self.user)
+        if guess is None:
+            raise get_account_adapter().validation_error("too_many_login_attempts")
+        code = super().clean_code()  # a wrong code raises here, and its guess stays counted
+        guess.rollback()
+        return code
+
+
+class AuthenticateForm(_CountedCode, mfa_forms.AuthenticateForm):
+    """The sign-in's two-factor step (MFA_FORMS)."""
+
+
+class ReauthenticateForm(_CountedCode, mfa_forms.ReauthenticateForm):
+    """The two-factor code asked again before a sensitive change (MFA_FORMS)."""
 
 
 class AuditFilterForm(forms.Form):

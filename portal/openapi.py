@@ -13,6 +13,11 @@ the API is built, so it is added here rather than on every view:
 
 A code the view declares itself keeps the view's description; where it declares one without a body, the
 body is the error's.
+
+What the server refuses in every request is said where it applies, so that a request the schema allows is
+one the server takes: no string a request carries (path, query or body) may hold a NUL character
+(`portal.middleware`, `portal.parsers`), so each string a request carries has a pattern that excludes it;
+a query value is at most `MAX_QUERY_VALUE_LENGTH` long; a list has the bounds its serializer enforces.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import permissions, serializers
 from rest_framework.generics import GenericAPIView
 
+from portal.middleware import MAX_QUERY_VALUE_LENGTH
+
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+NO_NUL_PATTERN = "^[^\\u0000]*$"  # ECMA escape: any string without a NUL character
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -45,6 +53,18 @@ class ValidationErrorSerializer(serializers.Serializer):
 
 
 class PortalAutoSchema(AutoSchema):
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        # drf-spectacular leaves out the bounds of a nested list (`many=True`): say what the server enforces.
+        if isinstance(field, serializers.ListSerializer | serializers.ListField) and schema:
+            if not field.allow_empty:
+                schema["minItems"] = max(schema.get("minItems", 0), 1)
+            if field.min_length is not None:
+                schema["minItems"] = max(schema.get("minItems", 0), field.min_length)
+            if field.max_length is not None:
+                schema["maxItems"] = min(schema.get("maxItems", field.max_length), field.max_length)
+        return schema
+
     def _refusals(self) -> dict[str, OpenApiResponse]:
         method = self.method.upper()
         parameters = self._get_parameters()
@@ -90,3 +110,48 @@ class PortalAutoSchema(AutoSchema):
                 if described:
                     responses[code]["description"] = described
         return responses
+
+
+def _refuse_nul(schema, components: dict, seen: set[str]) -> None:
+    """Give every free string of `schema` (and of the components it refers to) the pattern without NUL."""
+    if not isinstance(schema, dict):
+        return
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        if name not in seen:
+            seen.add(name)
+            _refuse_nul(components.get(name), components, seen)
+        return
+    kinds = schema.get("type")
+    is_string = "string" in (kinds if isinstance(kinds, list) else [kinds])
+    # An enum, a pattern or a format (date, e-mail, ...) already leaves NUL out.
+    if is_string and not {"enum", "pattern", "format"} & set(schema):
+        schema["pattern"] = NO_NUL_PATTERN
+    children = [
+        *schema.get("properties", {}).values(),
+        schema.get("items"),
+        schema.get("additionalProperties"),
+    ]
+    for key in ("allOf", "anyOf", "oneOf"):
+        children += schema.get(key, [])
+    for child in children:
+        _refuse_nul(child, components, seen)
+
+
+def requests_as_enforced(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: what the server refuses in any request, said on every string a
+    request carries — no NUL character, and no query value longer than MAX_QUERY_VALUE_LENGTH."""
+    components = result.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                _refuse_nul(schema, components, seen)
+                if parameter.get("in") == "query" and schema.get("type") == "string":
+                    schema["maxLength"] = min(
+                        schema.get("maxLength", MAX_QUERY_VALUE_LENGTH), MAX_QUERY_VALUE_LENGTH
+                    )
+            for content in operation.get("requestBody", {}).get("content", {}).values():
+                _refuse_nul(content.get("schema"), components, seen)
+    return result

@@ -1,14 +1,18 @@
 """Signing in outside the sign-in form (the API's token endpoint) under the form's rules.
 
 The same per-account lock-out counts failed passwords and wrong two-factor codes
-wherever they are tried; a person with TOTP on must send a current code; and,
-with `STAFF_REQUIRE_TOTP`, platform staff must have turned TOTP on at all.
+wherever they are tried: the sign-in form's code step (and the step that asks for a
+code again before a sensitive change, see `portal.forms.AuthenticateForm`) and the
+token endpoint guess against one count (`count_code_guess`), so LOGIN_FAILURES_LIMIT
+is the number of guesses per window in all. A person with TOTP on must send a
+current code; and, with `STAFF_REQUIRE_TOTP`, platform staff must have turned TOTP on at all.
 """
 
 from __future__ import annotations
 
 from allauth.account.adapter import get_adapter
-from allauth.core import ratelimit
+from allauth.core.internal import ratelimit
+from allauth.core.internal.ratelimit import RateLimitUsage
 from allauth.mfa.models import Authenticator
 from allauth.mfa.totp.internal.auth import TOTP
 from django import forms
@@ -19,7 +23,7 @@ from django.utils.translation import gettext as _
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
 
-from portal.adapters import login_attempts_key
+from portal.adapters import account_attempts_key
 
 
 def staff_must_have_totp(user) -> bool:
@@ -32,6 +36,21 @@ def staff_without_two_factor(user) -> bool:
     if not staff_must_have_totp(user):
         return False
     return not Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).exists()
+
+
+def count_code_guess(request: HttpRequest, *, user) -> RateLimitUsage | None:
+    """One two-factor code tried for `user`, counted in the account's lock-out before it is checked (so
+    that guesses sent at once cannot pass the limit together); None when the account has no guess left.
+    The caller gives the guess back (`rollback()`) when the code was right, as allauth gives back a right
+    password's; the usage that allows this comes from allauth's internal module (the public one says only
+    yes or no)."""
+    return ratelimit.consume(
+        request, app="allauth.account", action="login_failed", key=account_attempts_key(user.pk)
+    )
+
+
+def locked_out_message(request: HttpRequest) -> str:
+    return str(get_adapter(request).error_messages["too_many_login_attempts"])
 
 
 def check_credentials(request: HttpRequest, *, login: str, password: str, code: str = "") -> AbstractBaseUser:
@@ -57,8 +76,11 @@ def check_credentials(request: HttpRequest, *, login: str, password: str, code: 
         raise exceptions.ValidationError(
             {"code": [_("This account uses two-factor authentication: send the current code.")]}
         )
+    # A code after the right password is a guess like any other: it counts, unless it is right.
+    guess = count_code_guess(request, user=user)
+    if guess is None:
+        raise exceptions.Throttled(detail=locked_out_message(request))
     if not TOTP(totp).validate_code(code):
-        # A wrong code after the right password is a guess like any other: it counts.
-        ratelimit.consume(request, action="login_failed", key=login_attempts_key(login))
         raise exceptions.ValidationError({"code": [_("The two-factor code is not valid.")]})
+    guess.rollback()
     return user

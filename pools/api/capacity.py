@@ -21,9 +21,16 @@ class CanViewCapacity(permissions.BasePermission):
 
 
 class ClusterSerializer(serializers.ModelSerializer):
+    groups = serializers.SlugRelatedField(
+        many=True,
+        read_only=True,
+        slug_field="name",
+        help_text=_("Its GPU groups: the purposes a pool request may name to land here (none: any)."),
+    )
+
     class Meta:
         model = Cluster
-        fields = ["name", "driver", "status", "last_sync_at"]
+        fields = ["name", "driver", "status", "last_sync_at", "groups"]
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):

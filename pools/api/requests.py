@@ -13,7 +13,15 @@ from pools import selectors, services
 from pools.models import Cluster, PoolRequest
 from pools.pricing import estimated_hourly_cost, hourly_price
 from pools.specs import Spec
-from portal.models import Project
+from portal.models import DNS_LABEL_PATTERN, Project, dns_label_validator
+
+# A cluster or a purpose (a GPU group) is named by a DNS label, or left blank; nothing else names one.
+# Which exist is data, not schema: GET /api/v1/clusters/ lists the clusters and each one's groups.
+BLANK_OR_NAME = f"^({DNS_LABEL_PATTERN.removeprefix('^').removesuffix('$')})?$"
+PURPOSE_HELP = _(
+    "A GPU group's name, as GET /api/v1/clusters/ lists them in `groups`; blank: any group. Where the "
+    "clusters it may land on have groups, a name that is none of them is refused (400)."
+)
 
 
 class RequestItemSerializer(serializers.Serializer):
@@ -27,7 +35,14 @@ class PoolRequestCreateSerializer(serializers.Serializer):
     cluster = serializers.SlugRelatedField(
         slug_field="name", queryset=Cluster.objects.all(), required=False, allow_null=True
     )
-    purpose = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    purpose = serializers.CharField(
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        default="",
+        validators=[dns_label_validator],
+        help_text=PURPOSE_HELP,
+    )
     justification = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
 
     def __init__(self, *args, **kwargs):
@@ -202,7 +217,9 @@ class SpecSerializer(serializers.Serializer):
 
 
 class SpecFilterSerializer(serializers.Serializer):
-    purpose = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    purpose = serializers.CharField(
+        max_length=40, required=False, allow_blank=True, default="", validators=[dns_label_validator]
+    )
     cluster = serializers.SlugRelatedField(
         slug_field="name", queryset=Cluster.objects.all(), required=False, allow_null=True, default=None
     )
@@ -212,11 +229,20 @@ class SpecFilterSerializer(serializers.Serializer):
     parameters=[
         OpenApiParameter(
             "purpose",
-            {"type": "string", "maxLength": 40},
-            description=_("A GPU group's name, e.g. training; any group when blank or absent."),
+            {"type": "string", "maxLength": 40, "pattern": BLANK_OR_NAME},
+            description=PURPOSE_HELP,
         ),
         OpenApiParameter(
-            "cluster", str, description=_("A cluster's name; any cluster when blank or absent.")
+            "cluster",
+            {
+                "type": "string",
+                "maxLength": Cluster._meta.get_field("name").max_length,
+                "pattern": BLANK_OR_NAME,
+            },
+            description=_(
+                "A cluster's name, as GET /api/v1/clusters/ lists them; any cluster when blank or absent. "
+                "A name that is no cluster's is refused (400)."
+            ),
         ),
     ]
 )

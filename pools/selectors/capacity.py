@@ -39,7 +39,10 @@ from pools.selectors.fleet import fleet_snapshot
 
 
 def clusters() -> QuerySet[Cluster]:
-    return Cluster.objects.order_by("name")
+    """Every cluster by name, with its GPU groups (the purposes a request may name there)."""
+    return Cluster.objects.prefetch_related(
+        Prefetch("groups", queryset=GpuGroup.objects.order_by("name"))
+    ).order_by("name")
 
 
 def nodes(*, cluster: str = "", group: str = "", model: str = "") -> QuerySet[NodeCapacity]:

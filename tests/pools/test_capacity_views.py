@@ -55,6 +55,7 @@ def test_everyone_sees_cluster_names_but_never_connection_details(synced, tenanc
             "driver": "simulated",
             "status": "ready",
             "last_sync_at": response.json()["results"][0]["last_sync_at"],
+            "groups": [],
         }
     ]
     assert b"s3cr3t" not in response.content

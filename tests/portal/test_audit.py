@@ -329,6 +329,19 @@ def test_the_csv_holds_exactly_the_filtered_rows_under_a_stable_header(entries, 
     assert len(list(csv.reader(io.StringIO(b"".join(everything.streaming_content).decode())))) == 5
 
 
+@pytest.mark.parametrize("username", ["+1", "-2+3", "@SUM", "-cmd"])
+def test_no_cell_of_the_csv_runs_as_a_formula(username, entries, client, tenancy):
+    # A user name may start with + - or @; as the actor of an entry it must stay text too.
+    actor = UserFactory(username=username)
+    audit.record(
+        "request.rejected", summary="%(text)s", values={"text": "\tX"}, actor=actor, subject=("", "-1")
+    )
+    client.force_login(entries[0].actor)
+    response = client.get(reverse("audit"), {"format": "csv", "action": "request.rejected"})
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [(r[2], r[5], r[6]) for r in rows[1:]] == [(f"'{username}", "'-1", "'\tX")]
+
+
 @pytest.mark.parametrize("who", ["acme_admin", "acme_member", "outsider"])
 def test_tenants_and_staff_without_the_permission_do_not_find_it(who, entries, tenancy, client):
     client.force_login(getattr(tenancy, who))

@@ -2,6 +2,7 @@
 attempts lock an account out wherever they are tried — the form, the admin or the token API."""
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
@@ -167,3 +168,40 @@ def test_wrong_two_factor_codes_count_as_failed_attempts(tenancy, api_client):
     right = api_client.post(TOKEN_URL, {**body, "code": totp_code(secret)}, format="json")
     assert right.status_code == 429
     assert not ApiToken.objects.exists()
+
+
+def test_wrong_codes_at_the_form_and_the_token_endpoint_count_against_one_limit(tenancy, client, api_client):
+    """Alternating between the two doors gives no more guesses than either alone: LOGIN_FAILURES_LIMIT in
+    all. The token endpoint is called from another address, so that only the account's count can stop it."""
+    secret = enable_totp(tenancy.acme_member)
+    body = {"username": "alice", "password": PASSWORD}
+
+    def by_api(code):
+        return api_client.post(TOKEN_URL, {**body, "code": code}, format="json", REMOTE_ADDR="192.0.2.9")
+
+    assert sign_in(client, "alice").url == reverse("mfa_authenticate")
+    for guess in range(django_settings.LOGIN_FAILURES_LIMIT):
+        if guess % 2 == 0:
+            wrong = client.post(reverse("mfa_authenticate"), {"code": "000000"})
+            assert wrong.status_code == 200 and "Incorrect code" in wrong.content.decode(), guess
+        else:
+            assert by_api("000000").status_code == 400, guess
+
+    right = client.post(reverse("mfa_authenticate"), {"code": totp_code(secret)})
+    assert "Too many failed login attempts" in right.content.decode()
+    assert "_auth_user_id" not in client.session
+    refused = by_api(totp_code(secret))
+    assert refused.status_code == 429 and "Too many failed login attempts" in refused.json()["detail"]
+    assert not ApiToken.objects.exists()
+
+
+def test_a_right_code_is_not_counted(tenancy, client, api_client):
+    secret = enable_totp(tenancy.acme_member)
+    body = {"username": "alice", "password": PASSWORD}
+    for _ in range(django_settings.LOGIN_FAILURES_LIMIT - 1):
+        assert api_client.post(TOKEN_URL, {**body, "code": "000000"}, format="json").status_code == 400
+    right = api_client.post(TOKEN_URL, {**body, "code": totp_code(secret, periods_ago=1)}, format="json")
+    assert right.status_code == 200  # the last guess left, given back
+    assert sign_in(client, "alice").url == reverse("mfa_authenticate")
+    done = client.post(reverse("mfa_authenticate"), {"code": totp_code(secret)})
+    assert done.status_code == 302 and "_auth_user_id" in client.session
