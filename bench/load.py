@@ -171,6 +171,8 @@ def environment() -> dict[str, str]:
         # As behind the proxy of a real site: each simulated person comes from an address of their own
         # (X-Forwarded-For), so that the per-address sign-in limits see people, not one benchmark.
         "TRUSTED_PROXY_COUNT": "1",
+        # Behind a proxy the portal refuses to start without a metrics token (portal/startup.py).
+        "METRICS_TOKEN": secrets.token_urlsafe(32),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 

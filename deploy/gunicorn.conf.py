@@ -9,7 +9,14 @@ import os
 
 from portal import telemetry
 
-bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+_port = os.environ.get("PORT", "8000")
+# With METRICS_PORT the web listens there too, for /metrics and nothing else (portal/telemetry.py): a port the
+# pod's metrics Service names and its web Service, hence the Ingress, never does. A `--bind` on the command
+# line (./scripts/run) replaces both.
+_metrics_port = os.environ.get("METRICS_PORT", "0")
+if _metrics_port == _port:
+    raise RuntimeError(f"METRICS_PORT and PORT are both {_port}: metrics need a port of their own")
+bind = [f"0.0.0.0:{_port}"] + ([f"0.0.0.0:{_metrics_port}"] if _metrics_port not in ("", "0") else [])
 workers = int(os.environ.get("WEB_CONCURRENCY", "3"))
 threads = int(os.environ.get("WEB_THREADS", "1"))
 timeout = int(os.environ.get("WEB_TIMEOUT", "60"))

@@ -1,8 +1,12 @@
 """/metrics: the fleet's newest figures and the portal's own, in the Prometheus text format, for a
 Prometheus that scrapes the portal (monitoring/grafana/gpu-portal.json draws them).
 
-Who may read it: a request bearing `Authorization: Bearer <METRICS_TOKEN>` (when the setting is set), or
-one from an address in METRICS_ALLOWED_NETWORKS; anyone else gets a plain 403.
+Who may read it: a request bearing `Authorization: Bearer <METRICS_TOKEN>` (when the setting is set), or,
+while no proxy is trusted (TRUSTED_PROXY_COUNT 0), one from an address in METRICS_ALLOWED_NETWORKS; anyone
+else gets a plain 403. Behind a proxy the address is never believed: every client of an ingress controller
+arrives from the cluster's own network (and the portal refuses to start without a token there:
+portal/startup.py). Where: with METRICS_PORT, only on that port, which the deployment's web Service and
+Ingress never reach (portal/telemetry.py); the public port answers 404.
 
 Families (gauges unless said otherwise):
 - per GPU and per MIG instance, from the newest figures (monitoring.models.Latest), labelled cluster, node,
@@ -38,7 +42,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_safe
@@ -105,7 +109,9 @@ def _from_allowed_network(request: HttpRequest) -> bool:
 
 
 def may_read(request: HttpRequest) -> bool:
-    return _bears_token(request) or _from_allowed_network(request)
+    if _bears_token(request):
+        return True
+    return settings.TRUSTED_PROXY_COUNT == 0 and _from_allowed_network(request)
 
 
 # --- the figures --------------------------------------------------------------------------------------
@@ -327,9 +333,13 @@ class PortalCollector:
 @require_safe
 @gzip_page  # Prometheus asks for gzip; a big fleet's text shrinks about tenfold
 def metrics(request: HttpRequest) -> HttpResponse:
+    if not telemetry.serves_metrics(request):
+        raise Http404
     if not may_read(request):
         return HttpResponse(
-            "Forbidden: send Authorization: Bearer <token>, or scrape from an allowed network.\n",
+            "Forbidden: send Authorization: Bearer <token>"
+            + ("" if settings.TRUSTED_PROXY_COUNT else ", or scrape from an allowed network")
+            + ".\n",
             status=403,
             content_type="text/plain; charset=utf-8",
         )

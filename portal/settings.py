@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 from django_guid.integrations import CeleryIntegration
 
-from portal import logs
+from portal import logs, startup
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -65,6 +65,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Probes first: they come by a pod's address over plain HTTP (portal/health.py).
     "portal.health.HealthMiddleware",
+    # With METRICS_PORT, that port's connections get /metrics and nothing else (portal/telemetry.py).
+    "portal.telemetry.MetricsPortMiddleware",
     "django_guid.middleware.guid_middleware",
     "portal.telemetry.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -125,6 +127,10 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="portal")
+# What-if runs (minutes each) wait on a queue of their own, never ahead of provisioning, syncs or alerts; the
+# workers of deploy/kubernetes/whatif-worker-deployment.yaml and ./scripts/run consume it, the others not.
+WHATIF_QUEUE = env.str("WHATIF_QUEUE", default="whatif")
+CELERY_TASK_ROUTES = {"pools.tasks.execute_whatif_run": {"queue": WHATIF_QUEUE}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -221,6 +227,12 @@ SYNC_STALE_SECONDS = env.int("SYNC_STALE_SECONDS", default=0)
 # seconds of being asked for, and finish within as many of starting; past either deadline the sweeper
 # (POOL_SWEEP_SECONDS) fails it, and the worker stops a run that overstays it.
 WHATIF_RUN_SECONDS = env.int("WHATIF_RUN_SECONDS", default=1800)
+# The most GPUs a what-if run's changed fleet may hold at any step of its changes: four times the 8,000-GPU
+# fleet the benchmarks take as large. A larger one is refused when asked for, before anything is queued.
+WHATIF_MAX_GPUS = env.int("WHATIF_MAX_GPUS", default=32_000)
+# The most what-if runs queued or running at once, whoever asked (each person one at a time): the what-if
+# workers' concurrency (deploy/kubernetes/whatif-worker-deployment.yaml), so that none waits its deadline out.
+WHATIF_MAX_RUNNING = env.int("WHATIF_MAX_RUNNING", default=2)
 # The simulated GPU Operator's delay between a layout change and its success.
 SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
 
@@ -276,9 +288,23 @@ MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("MONITORING_ALERT_WEBHOOK_T
 MONITORING_ALERT_RETRY_SECONDS = env.int("MONITORING_ALERT_RETRY_SECONDS", default=30)
 MONITORING_ALERT_RETRY_MAX_SECONDS = env.int("MONITORING_ALERT_RETRY_MAX_SECONDS", default=3600)
 MONITORING_ALERT_MAX_ATTEMPTS = env.int("MONITORING_ALERT_MAX_ATTEMPTS", default=10)
-# /metrics answers a request bearing this token (Authorization: Bearer …) or coming from these networks.
+# /metrics answers a request bearing this token (Authorization: Bearer …), or one coming from these networks
+# while no proxy is trusted (TRUSTED_PROXY_COUNT 0): behind a proxy only the token opens it, and the portal
+# refuses to start without one.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_ALLOWED_NETWORKS = env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])
+# With a port here the web serves /metrics on that port only (deploy/gunicorn.conf.py listens on it too), and
+# nothing else there, so that a Service of its own reaches the figures and the public one never does; 0
+# serves /metrics beside the pages.
+METRICS_PORT = env.int("METRICS_PORT", default=0)
+
+# --- Outbound requests ----------------------------------------------------------
+
+# Alert webhooks and clusters' Prometheus are reached only at public addresses (portal/outbound.py):
+# loopback, link-local, private and reserved ones are refused, besides the networks (CIDR) listed in
+# OUTBOUND_ALLOWED_NETWORKS, or all of them with OUTBOUND_ALLOW_PRIVATE_NETWORKS.
+OUTBOUND_ALLOW_PRIVATE_NETWORKS = env.bool("OUTBOUND_ALLOW_PRIVATE_NETWORKS", default=False)
+OUTBOUND_ALLOWED_NETWORKS = env.list("OUTBOUND_ALLOWED_NETWORKS", default=[])
 
 # --- Accounts -----------------------------------------------------------------
 
@@ -308,6 +334,11 @@ INVITATION_VALID_DAYS = env.int("INVITATION_VALID_DAYS", default=14)
 
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = env.str("MFA_TOTP_ISSUER", default="GPU Portal")
+# The two-factor steps count each code into the account's lock-out, as the token API does.
+MFA_FORMS = {
+    "authenticate": "portal.forms.AuthenticateForm",
+    "reauthenticate": "portal.forms.ReauthenticateForm",
+}
 # Platform staff (approvers, operators, finance, superusers) must turn on TOTP before anything
 # else; the demo (DEBUG) lets them in without it.
 STAFF_REQUIRE_TOTP = env.bool("STAFF_REQUIRE_TOTP", default=not DEBUG)
@@ -390,6 +421,11 @@ SPECTACULAR_SETTINGS = {
     # Request bodies as components of their own: read-only fields left out, blank strings refused where
     # the serializer refuses them.
     "COMPONENT_SPLIT_REQUEST": True,
+    # What the server refuses in any request (NUL, over-long query values), said on every string.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.openapi.requests_as_enforced",
+    ],
     # The API speaks JSON: form bodies are accepted for the browsable API, not offered to clients.
     "PARSER_WHITELIST": ["portal.parsers.JSONParser"],
     # Requests and pools both have a `state`: each its own enum, not one name for two sets of values.
@@ -432,6 +468,17 @@ X_FRAME_OPTIONS = "DENY"
 # A failed CSRF check under /api/ answers JSON like every other API error.
 CSRF_FAILURE_VIEW = "portal.errors.csrf_failure"
 SESSION_COOKIE_HTTPONLY = True
+# No process starts with a placeholder secret of the shipped examples, nor behind a proxy without a
+# metrics token (portal/startup.py).
+startup.refuse_placeholders(
+    {
+        "SECRET_KEY": SECRET_KEY,
+        "CLUSTER_SECRETS_KEY": CLUSTER_SECRETS_KEY,
+        "METRICS_TOKEN": METRICS_TOKEN,
+        **{name: env.str(name, default="") for name in startup.ADDRESSES},
+    }
+)
+startup.refuse_open_metrics(token=METRICS_TOKEN, trusted_proxies=TRUSTED_PROXY_COUNT)
 
 # --- Content-Security-Policy and browser hardening ---
 

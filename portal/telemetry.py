@@ -10,10 +10,11 @@ Families:
 - gpu_portal_task_queue_length{queue} (gauge): tasks waiting in the broker, read at scrape time.
 
 Where they are read: a web process's figures on `/metrics` (monitoring/metrics.py adds `latest()` to the
-fleet's), a worker's or beat's on its own port (`CELERY_METRICS_PORT`), started by `serve()`. With several
-processes behind one port (gunicorn's workers, a prefork worker's children), PROMETHEUS_MULTIPROC_DIR names
-a directory they share, emptied when the first process starts, as prometheus_client's multiprocess mode
-wants; without it each process reports only itself.
+fleet's; with METRICS_PORT, on that port only: `MetricsPortMiddleware`), a worker's or beat's on its own
+port (`CELERY_METRICS_PORT`), started by `serve()`. With several processes behind one port (gunicorn's
+workers, a prefork worker's children), PROMETHEUS_MULTIPROC_DIR names a directory they share, emptied when
+the first process starts, as prometheus_client's multiprocess mode wants; without it each process reports
+only itself.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from pathlib import Path
 import redis
 from celery import current_app
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
+from django.urls import resolve
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
@@ -65,6 +67,41 @@ TASK_FAILURES = Counter(
 # --- web -------------------------------------------------------------------------------------------------
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+METRICS_PATH = "/metrics"
+
+
+def on_metrics_port(request: HttpRequest) -> bool:
+    """Whether the request came in on METRICS_PORT. gunicorn gives SERVER_PORT from the TCP socket the
+    connection arrived on, never from the Host header, so a client cannot choose it (on a unix socket it
+    would come from the Host header: METRICS_PORT is for TCP listeners, as deploy/gunicorn.conf.py binds)."""
+    port = settings.METRICS_PORT
+    return bool(port) and request.META.get("SERVER_PORT") == str(port)
+
+
+def serves_metrics(request: HttpRequest) -> bool:
+    """Whether /metrics may answer this request: always without METRICS_PORT, else on that port only."""
+    return not settings.METRICS_PORT or on_metrics_port(request)
+
+
+class MetricsPortMiddleware:
+    """With METRICS_PORT, the connections to that port get /metrics and nothing else (404), answered here,
+    before the host check and the HTTPS redirect, as the probes are: Prometheus asks each pod by its
+    address over plain HTTP. The public port's /metrics answers 404 (serves_metrics). Right after the
+    probes in MIDDLEWARE."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not on_metrics_port(request):
+            return self.get_response(request)
+        if request.path_info != METRICS_PATH:
+            return HttpResponseNotFound(
+                f"Not found: this port serves {METRICS_PATH} only.\n",
+                content_type="text/plain; charset=utf-8",
+            )
+        match = resolve(METRICS_PATH)
+        return match.func(request, *match.args, **match.kwargs)
 
 
 def route_of(request: HttpRequest) -> str:
@@ -74,7 +111,8 @@ def route_of(request: HttpRequest) -> str:
 
 class RequestMetricsMiddleware:
     """Times each request and writes one line of it (`portal.requests`, with the request id the log
-    filters add). Right after the health probes in MIDDLEWARE, so that probes neither count nor log."""
+    filters add). Right after the health probes and the metrics port in MIDDLEWARE, so that neither probes
+    nor scrapes on METRICS_PORT count or log."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -109,6 +109,51 @@ def test_an_allowed_network_opens_it(networks, address, allowed, locked, client)
     assert client.get("/metrics", REMOTE_ADDR=address).status_code == (200 if allowed else 403)
 
 
+@pytest.mark.parametrize("address", ["10.1.2.3", "127.0.0.1", "::1"])
+def test_behind_a_proxy_no_address_opens_it_only_the_token(address, locked, client):
+    """Behind an ingress controller every client arrives from the cluster's network: the address says
+    nothing of who is asking."""
+    locked.METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8", "127.0.0.1/32", "::1/128"]
+    locked.TRUSTED_PROXY_COUNT = 1
+
+    refused = client.get("/metrics", REMOTE_ADDR=address)
+    assert refused.status_code == 403
+    assert b"gpu_portal" not in refused.content and b"network" not in refused.content
+    opened = client.get("/metrics", REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert opened.status_code == 200
+
+
+METRICS_PORT = 9540
+
+
+def test_with_a_metrics_port_the_public_port_answers_404(locked, client):
+    locked.METRICS_PORT = METRICS_PORT
+
+    answer = client.get("/metrics", SERVER_PORT="8000", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+
+    assert answer.status_code == 404
+    assert b"gpu_portal" not in answer.content
+
+
+def test_the_metrics_port_answers_a_pods_address_over_plain_http_and_nothing_but_metrics(locked, client):
+    """Prometheus asks each pod by its address: no host check, no HTTPS redirect, as for the probes."""
+    locked.METRICS_PORT = METRICS_PORT
+    locked.ALLOWED_HOSTS = ["portal.example.com"]
+    locked.SECURE_SSL_REDIRECT = True
+    on_port = {"SERVER_PORT": str(METRICS_PORT), "HTTP_HOST": "10.2.3.4:9540"}
+    token = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
+
+    assert "gpu_portal_pools" in scrape(client, **on_port)
+    assert client.get("/metrics", **on_port).status_code == 403
+    for path in ("/", "/metrics/", "/admin/", "/api/v1/", "/accounts/login/", "/static/nothing.css"):
+        answer = client.get(path, **on_port, **token)
+        assert answer.status_code == 404, path
+        assert answer.content == b"Not found: this port serves /metrics only.\n"
+    assert client.get("/healthz", **on_port).status_code == 200
+    # The public port is where the pages are, with the host check and the redirect.
+    assert client.get("/", HTTP_HOST="10.2.3.4:8000", SERVER_PORT="8000").status_code == 400
+
+
 def test_only_reads_are_answered(locked, client):
     assert client.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
 
