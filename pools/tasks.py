@@ -96,8 +96,10 @@ def sweep_stuck_pools() -> str:
     return sweep().summary()
 
 
-# The sweeper fails a run past WHATIF_RUN_SECONDS; the limits stop the worker's part of it soon after (where
-# the worker's pool can stop a task), so that a run past saving does not hold the worker.
+# Routed to WHATIF_QUEUE (CELERY_TASK_ROUTES), which workers of its own consume: a run of many minutes never
+# holds up provisioning or alerts. The sweeper fails a run past WHATIF_RUN_SECONDS; the limits stop the
+# worker's part of it soon after (where the worker's pool can stop a task), so that a run past saving does
+# not hold the worker.
 @shared_task(soft_time_limit=settings.WHATIF_RUN_SECONDS + 30, time_limit=settings.WHATIF_RUN_SECONDS + 90)
 def execute_whatif_run(run_id: int) -> str:
     """A kept what-if run, run to its end; a second delivery finds it claimed and does nothing."""

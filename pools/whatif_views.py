@@ -2,6 +2,7 @@
 form that asks for a new run, one run's report with its charts, and two done runs compared.
 
 For staff who may view capacity (`pools.view_gpucapacity`), as the capacity pages are; anyone else gets 404.
+Only operators (`pools.add_whatifrun`) see the form and may ask for a run; an approver's ask is refused (403).
 Runs are kept and run by pools/services/whatif_runs.py; the pages only read them (pools/selectors/whatif.py).
 """
 
@@ -28,10 +29,10 @@ from pools.placement.fleet_changes import ADD, REGROUP, REMOVE, FleetChangeError
 from pools.selectors import whatif as selectors
 from pools.selectors.history import HistoryError
 from pools.services.whatif import BAD_INPUT
-from pools.services.whatif_runs import MAX_CHANGES, start_whatif_run
+from pools.services.whatif_runs import MAX_CHANGES, may_start_runs, require_run_starter, start_whatif_run
 from pools.views import refresh_while
 from portal.charts import CHART_POLICY
-from portal.errors import bad_input
+from portal.errors import PortalError, bad_input
 from portal.permissions import staff_may
 
 PERMISSION = "pools.view_gpucapacity"
@@ -123,12 +124,15 @@ class WhatIfForm(forms.Form):
 @login_required
 @require_http_methods(["GET", "POST"])
 def whatif_list(request: HttpRequest) -> HttpResponse:
-    """GET: the kept runs, newest first, and the form of a new one. POST: keep and start a run, then show
-    it; bad input shows the form again with what is wrong, and keeps nothing."""
+    """GET: the kept runs, newest first, and, for operators, the form of a new one. POST (operators only):
+    keep and start a run, then show it; bad input, or a run of theirs or too many runs going, shows the form
+    again with what is wrong, and keeps nothing."""
     _require_capacity_viewer(request)
-    status = 200
+    status, form = 200, None
     if request.method == "POST":
+        require_run_starter(request.user)  # an approver's ask is refused before its input is read
         form = WhatIfForm(request.POST)
+        status = 400
         if form.is_valid():
             try:
                 run = start_whatif_run(
@@ -139,13 +143,21 @@ def whatif_list(request: HttpRequest) -> HttpResponse:
                 )
             except BAD_INPUT as error:
                 form.refused(error)
+            except PortalError as error:
+                form.add_error(error.field, error.message)
+                status = error.status_code
             else:
                 return redirect("whatif-run", pk=run.pk)
-        status = 400
-    else:
+    elif may_start_runs(request.user):
         form = WhatIfForm(initial={"month": last_month()})
     page = Paginator(selectors.whatif_runs(), PER_PAGE).get_page(request.GET.get("page"))
-    context = {"form": form, "page": page, "max_changes": MAX_CHANGES}
+    context = {
+        "form": form,
+        "page": page,
+        "max_changes": MAX_CHANGES,
+        "max_gpus": settings.WHATIF_MAX_GPUS,
+        "max_runs": settings.WHATIF_MAX_RUNNING,
+    }
     return render(request, "pools/whatif_list.html", context, status=status)
 
 

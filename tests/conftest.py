@@ -28,13 +28,14 @@ TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
 @pytest.fixture(scope="session", autouse=True)
 def _test_settings(tmp_path_factory, django_test_environment):
     """Fast password hashing; TOTP codes valid across a period boundary; tasks sent to a queue of
-    this session only; static files collected once, as production does, so that templates resolve
-    them through the manifest."""
+    this session only, those routed to a queue of their own too (what-if runs); static files collected
+    once, as production does, so that templates resolve them through the manifest."""
     from django.conf import settings
 
     from portal.celery import app
 
     app.conf.task_default_queue = TASK_QUEUE
+    app.conf.task_routes = {task: {"queue": TASK_QUEUE} for task in settings.CELERY_TASK_ROUTES}
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # A code computed by a test just before a 30-second period ends still counts after it.
@@ -138,6 +139,13 @@ def api_client():
 
 
 @pytest.fixture
+def private_networks_allowed(settings):
+    """The tests' webhook and Prometheus servers listen on loopback, an address the portal refuses to send
+    requests to unless allowed."""
+    settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS = True
+
+
+@pytest.fixture
 def client_for(client):
     def login(user):
         client.force_login(user)
@@ -186,9 +194,11 @@ def running_worker(
         **os.environ,
         "DATABASE_URL": database_url,
         "CELERY_QUEUE": queue,
+        "WHATIF_QUEUE": queue,  # what it sends of what-if runs comes back to it, as everything else
         "EMAIL_URL": f"filemail:///{worker.mail_dir}",  # django-environ drops one leading slash
         "SIMULATED_MIG_APPLY_SECONDS": "0.3",
         "PROVISION_POLL_SECONDS": "0.2",
+        "OUTBOUND_ALLOW_PRIVATE_NETWORKS": "true",  # the tests' webhook servers listen on loopback
         **(env or {}),
     }
     with worker.log.open("w") as log:

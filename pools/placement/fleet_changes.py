@@ -9,6 +9,8 @@ Words used here:
   "NODE=GROUP".
 - node name: as placement sees it, "CLUSTER/NODE"; the node's own name alone will do where only one
   cluster has a node of that name.
+- peak: the most GPUs a fleet holds while its changes apply in turn, reckoned from a count of GPUs per node
+  (NodeSize) without building any GPU: what a cap on a what-if run's fleet is checked against.
 
 Pure: plain data in, plain data out; bad input raises FleetChangeError, which says what was expected.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from pools.mig import GPU_MODELS
@@ -33,11 +35,14 @@ __all__ = [
     "AddGpus",
     "FleetChange",
     "FleetChangeError",
+    "NodeSize",
     "Regroup",
     "RemoveNode",
     "apply_changes",
+    "node_sizes",
     "parse_change",
     "parse_changes",
+    "peak_size",
 ]
 
 ADD, REMOVE, REGROUP = "add", "remove", "regroup"
@@ -74,6 +79,15 @@ class Regroup:
 
 
 FleetChange = AddGpus | RemoveNode | Regroup
+
+
+@dataclass(frozen=True)
+class NodeSize:
+    """A node as the size of a changed fleet needs it: its name as placement has it, its cluster, its GPUs."""
+
+    node: str
+    cluster: str | None
+    gpus: int
 
 
 def parse_changes(changes: Iterable[tuple[str, str]]) -> tuple[FleetChange, ...]:
@@ -151,12 +165,12 @@ def apply_changes(
         if isinstance(change, AddGpus):
             gpus, line = _add(gpus, change, cluster)
         elif isinstance(change, RemoveNode):
-            node = _node(gpus, change.node, f"--remove {change.node}")
+            node = _node(_node_names(gpus), change.node, f"--remove {change.node}")
             gone = [gpu for gpu in gpus if gpu.node == node]
             gpus = [gpu for gpu in gpus if gpu.node != node]
             line = f"removed {node}: {_models(gone)}"
         else:
-            node = _node(gpus, change.node, f"--regroup {change.node}={change.group or ''}")
+            node = _node(_node_names(gpus), change.node, _regroup_words(change))
             before = sorted({gpu.group or "no group" for gpu in gpus if gpu.node == node})
             gpus = [replace(gpu, group=change.group) if gpu.node == node else gpu for gpu in gpus]
             line = f"regrouped {node} ({_count(gpus, node)} GPUs): {', '.join(before)} → "
@@ -165,29 +179,90 @@ def apply_changes(
     return Fleet(tuple(gpus)), tuple(said)
 
 
-def _add(gpus: list[Gpu], change: AddGpus, cluster: str | None) -> tuple[list[Gpu], str]:
-    where = f"--add {change.count} {change.model}" + (f" {change.group}" if change.group else "")
-    if cluster is None:
-        clusters = sorted({gpu.cluster for gpu in gpus})
-        if len(clusters) != 1:
-            held = f"spans the clusters {', '.join(clusters)}" if clusters else "has no GPU"
-            raise FleetChangeError(f"{where}: the fleet {held}; name the cluster the GPUs go to.")
-        cluster = clusters[0]
-    taken = {gpu.node for gpu in gpus}
-    ids = {gpu.id for gpu in gpus}
-    added, names, number, left = [], [], 0, change.count
+def node_sizes(fleet: Fleet) -> tuple[NodeSize, ...]:
+    """The fleet's nodes, in the order their first GPU comes, each with its count of GPUs."""
+    counts = Counter(gpu.node for gpu in fleet.gpus)
+    clusters = {gpu.node: gpu.cluster for gpu in fleet.gpus}
+    return tuple(NodeSize(node, clusters[node], count) for node, count in counts.items())
+
+
+def peak_size(
+    nodes: Iterable[NodeSize],
+    changes: Sequence[FleetChange],
+    *,
+    cluster: str | None = None,
+    limit: int | None = None,
+) -> int:
+    """The most GPUs the fleet of `nodes` holds while `changes` apply in turn (its size as it is, where there
+    is no change), each change checked as apply_changes checks it (an unknown or ambiguous node, GPUs added
+    to no clear cluster) with nothing built but a count per node. Once the fleet passes `limit` it stops and
+    answers the size that passed it, so that checking a cap costs no more than the cap allows."""
+    sizes = {size.node: size for size in nodes}
+    total = peak = sum(size.gpus for size in sizes.values())
+    for change in changes:
+        if isinstance(change, AddGpus):
+            where = _add_words(change)
+            target = _target_cluster([size.cluster for size in sizes.values()], where, cluster)
+            total += change.count
+            if limit is not None and total > limit:
+                return total
+            for node, count in _new_nodes(sizes.keys(), target, change.count):
+                sizes[node] = NodeSize(node, target, count)
+        elif isinstance(change, RemoveNode):
+            node = _node(list(sizes), change.node, f"--remove {change.node}")
+            total -= sizes.pop(node).gpus
+        else:
+            _node(list(sizes), change.node, _regroup_words(change))
+        peak = max(peak, total)
+    return peak
+
+
+def _add_words(change: AddGpus) -> str:
+    return f"--add {change.count} {change.model}" + (f" {change.group}" if change.group else "")
+
+
+def _regroup_words(change: Regroup) -> str:
+    return f"--regroup {change.node}={change.group or ''}"
+
+
+def _target_cluster(clusters: Iterable[str | None], where: str, cluster: str | None) -> str | None:
+    """The cluster added GPUs go to: `cluster`, or the fleet's only one (`clusters`: its GPUs' or nodes')."""
+    if cluster is not None:
+        return cluster
+    found = sorted(set(clusters))
+    if len(found) != 1:
+        held = f"spans the clusters {', '.join(found)}" if found else "has no GPU"
+        raise FleetChangeError(f"{where}: the fleet {held}; name the cluster the GPUs go to.")
+    return found[0]
+
+
+def _new_nodes(taken: Collection[str], cluster: str | None, count: int) -> list[tuple[str, int]]:
+    """The new nodes that `count` added GPUs fill, NODE_SIZE to a node, each with its number of GPUs: named
+    `added-N` in `cluster`, N the next numbers no node of `taken` has."""
+    nodes, number, left = [], 0, count
     while left:
         number += 1
         node = f"{cluster}/added-{number}" if cluster else f"added-{number}"
         if node in taken:
             continue
-        for index in range(min(left, NODE_SIZE)):
+        nodes.append((node, min(left, NODE_SIZE)))
+        left -= min(left, NODE_SIZE)
+    return nodes
+
+
+def _add(gpus: list[Gpu], change: AddGpus, cluster: str | None) -> tuple[list[Gpu], str]:
+    where = _add_words(change)
+    cluster = _target_cluster((gpu.cluster for gpu in gpus), where, cluster)
+    taken = {gpu.node for gpu in gpus}
+    ids = {gpu.id for gpu in gpus}
+    added, names = [], []
+    for node, size in _new_nodes(taken, cluster, change.count):
+        for index in range(size):
             gpu_id = f"{node}/{index}"
             if gpu_id in ids:  # a fleet whose ids look like ours: never two GPUs of one id
                 raise FleetChangeError(f"{where}: GPU id {gpu_id!r} is already in the fleet.")
             added.append(Gpu(gpu_id, node, change.model, mig=False, group=change.group, cluster=cluster))
         names.append(node)
-        left -= min(left, NODE_SIZE)
     known = {gpu.group for gpu in gpus if gpu.cluster == cluster}
     group = f"in group {change.group}" if change.group else "in no group"
     if change.group and change.group not in known:
@@ -196,9 +271,12 @@ def _add(gpus: list[Gpu], change: AddGpus, cluster: str | None) -> tuple[list[Gp
     return gpus + added, line
 
 
-def _node(gpus: list[Gpu], name: str, where: str) -> str:
-    """The fleet's node of that name (CLUSTER/NODE, or NODE alone where it is one cluster's only)."""
-    nodes = list(dict.fromkeys(gpu.node for gpu in gpus))
+def _node_names(gpus: Iterable[Gpu]) -> list[str]:
+    return list(dict.fromkeys(gpu.node for gpu in gpus))
+
+
+def _node(nodes: Sequence[str], name: str, where: str) -> str:
+    """The node of that name among `nodes` (CLUSTER/NODE, or NODE alone where it is one cluster's only)."""
     if name in nodes:
         return name
     same = [node for node in nodes if node.rpartition("/")[2] == name]

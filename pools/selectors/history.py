@@ -33,10 +33,11 @@ from statistics import median_low
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from pools.models import Cluster, GpuGroup, Pool, PoolRequest, RequestState
+from pools.models import Cluster, GpuCapacity, GpuGroup, Pool, PoolRequest, RequestState
+from pools.placement.fleet_changes import NodeSize
 from pools.placement.simulation import SimulationTrace, TimedRequest
 from pools.placement.types import Fleet, Gpu
 from pools.placement.whatif import Route
@@ -141,10 +142,18 @@ def month_span(month: str, *, now: datetime | None = None) -> tuple[str, datetim
     return f"{year:04d}-{number:02d}", start, until
 
 
-def emptied_fleet(*, cluster: str | None = None) -> Fleet:
-    """Today's fleet as a run starts on it (every cluster's, or the named one's), with nothing allocated;
-    fleet changes are checked against it before a run is kept. Raises HistoryError for an unknown cluster."""
-    return _fleet_of(_clusters(cluster))[1]
+def fleet_nodes(*, cluster: str | None = None) -> list[NodeSize]:
+    """Today's nodes as a run's fleet holds them (every cluster's, or the named one's), each with its count
+    of GPUs and named as placement names it: what a run's changes and the cap on its fleet are checked
+    against when it is asked for, in two queries however large the fleet, no GPU built. Raises HistoryError
+    for an unknown cluster."""
+    rows = (
+        GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=_clusters(cluster))
+        .values_list("node__cluster__name", "node__name")
+        .annotate(gpus=Count("pk"))
+        .order_by("node__cluster__name", "node__name")
+    )
+    return [NodeSize(f"{name}/{node}", name, gpus) for name, node, gpus in rows]
 
 
 def _fleet_of(clusters: list[Cluster]) -> tuple[dict[int, bool], Fleet]:

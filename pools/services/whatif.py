@@ -12,20 +12,40 @@ from dataclasses import replace
 from datetime import datetime
 
 from django.conf import settings
+from django.utils.translation import gettext_noop
 
-from pools.placement.fleet_changes import FleetChangeError, apply_changes, parse_changes
+from pools.placement.fleet_changes import (
+    FleetChangeError,
+    apply_changes,
+    node_sizes,
+    parse_changes,
+    peak_size,
+)
 from pools.placement.replay import check
 from pools.placement.simulation import SimulationTrace, simulate
 from pools.placement.whatif import RoutedPlacer, series_of, summary_of
 from pools.selectors.history import HistoryError, month_history
 
-__all__ = ["BAD_INPUT", "InvalidAnswer", "run_whatif"]
+__all__ = ["BAD_INPUT", "TOO_LARGE", "FleetTooLarge", "InvalidAnswer", "run_whatif"]
 
 BAD_INPUT = (HistoryError, FleetChangeError)  # what a caller shows its user as a mistake of theirs
+# Kept with its values where a run fails on it, so that each reader sees it in their language.
+TOO_LARGE = gettext_noop(
+    "With these changes the fleet would hold more than %(most)s GPUs, the most a what-if run may simulate. "
+    "Add fewer GPUs."
+)
 
 
 class InvalidAnswer(RuntimeError):
     """A simulated answer that breaks a rule of the replay check: the simulator's fault, not the input's."""
+
+
+class FleetTooLarge(FleetChangeError):
+    """Changes that would make the fleet hold more than `most` GPUs, the most a run may simulate."""
+
+    def __init__(self, *, most: int):
+        self.most = most
+        super().__init__(TOO_LARGE % {"most": most})
 
 
 def run_whatif(
@@ -35,6 +55,7 @@ def run_whatif(
     changes: Sequence[tuple[str, str]] = (),
     progress: Callable[[float], None] | None = None,
     now: datetime | None = None,
+    max_gpus: int | None = None,
 ) -> dict:
     """The report of a month (YYYY-MM) on the real fleet and, when `changes` ((kind, text) pairs of
     pools/placement/fleet_changes.py, applied in order) are given, on the changed one, with the same
@@ -42,12 +63,17 @@ def run_whatif(
     "fleets": {"real": summary, "changed": summary}}, each summary with its "series" over time
     (pools/placement/whatif.py). `progress(done)` is told the share done as the runs go: up to 0.5 in the
     first of two runs, 0.5 between them and 1.0 at the end. Raises one of BAD_INPUT for a bad month,
-    cluster or change, before anything is simulated, and InvalidAnswer should an answer break a rule."""
+    cluster or change, before anything is simulated, FleetTooLarge among them where the changed fleet would
+    pass `max_gpus` at any step (checked before it is built), and InvalidAnswer should an answer break a
+    rule."""
     parsed = parse_changes(changes)  # a misspelt change is refused before the database is read
     history = month_history(month=month, cluster=cluster, now=now)
     traces = {"real": history.trace}
     said: tuple[str, ...] = ()
     if parsed:
+        sizes = node_sizes(history.trace.fleet)
+        if max_gpus is not None and peak_size(sizes, parsed, cluster=cluster, limit=max_gpus) > max_gpus:
+            raise FleetTooLarge(most=max_gpus)
         fleet, said = apply_changes(history.trace.fleet, parsed, cluster=cluster)
         traces["changed"] = replace(history.trace, fleet=fleet)
     fleets = {}

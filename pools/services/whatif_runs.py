@@ -1,11 +1,16 @@
 """Kept what-if runs (pools/models/whatif.py): asked for on the operators' page, run by a worker, failed by
 the sweeper when they overstay a deadline.
 
-The life of a run: `start_whatif_run` checks everything it can before anything is kept (the fleet changes
-as written, the month, the cluster, and the changes against today's fleet), keeps the run `queued` and sends
-its task once the row is committed. The task's `execute_whatif_run` claims the run (`running`), runs
-pools.services.whatif.run_whatif, writing the progress it is told as it goes, and ends the run `done` with its
-report or `failed` with why. A run already claimed, or ended, is left alone: a task delivered twice does the
+The life of a run: `start_whatif_run`, an operator's (`pools.add_whatifrun`), checks what it can cheaply
+before anything is kept: the fleet changes as written, the month, the cluster, and the changes against a
+count of today's GPUs per node (every node they name is there; the changed fleet stays within
+WHATIF_MAX_GPUS at every step). No fleet is built in the web request. Then, under one lock so that two asks
+at once count each other, it keeps the run `queued` only while its asker has no other run queued or running
+and fewer than WHATIF_MAX_RUNNING runs are, and sends its task, once the row is committed, to the what-if
+queue (WHATIF_QUEUE), which workers of their own consume. The task's `execute_whatif_run` claims the run
+(`running`), runs pools.services.whatif.run_whatif, which builds the changed fleet and checks the cap again
+on today's fleet, writing the progress it is told as it goes, and ends the run `done` with its report or
+`failed` with why. A run already claimed, or ended, is left alone: a task delivered twice does the
 work once. Past its deadline a run in between is failed by the sweeper (pools/services/deadlines.py), and a
 worker finishing late finds it failed and keeps nothing.
 """
@@ -17,27 +22,40 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from pools.models import WHATIF_IN_BETWEEN, WHATIF_TRANSITIONS, WhatIfRun, WhatIfState
-from pools.placement.fleet_changes import FleetChangeError, apply_changes, parse_changes
-from pools.selectors.history import emptied_fleet, month_span
+from pools.placement.fleet_changes import FleetChangeError, parse_changes, peak_size
+from pools.selectors.history import fleet_nodes, month_span
 from pools.services import dispatch
-from pools.services.whatif import BAD_INPUT, InvalidAnswer, run_whatif
+from pools.services.whatif import BAD_INPUT, TOO_LARGE, FleetTooLarge, InvalidAnswer, run_whatif
 from portal import audit
-from portal.errors import Conflict
+from portal.errors import Conflict, InvalidInput, NotAllowed
+from portal.permissions import staff_may
 
 log = logging.getLogger(__name__)
 
 # More changes than anyone types into a form; a limit keeps a pasted list from making a run that never ends.
 MAX_CHANGES = 50
+START_PERMISSION = "pools.add_whatifrun"  # operators'; approvers read runs only
+START_LOCK = 0x7768_6966  # pg advisory lock key ("whif"): one start at a time counts the runs going
 # Why the portal failed a run, kept with their values so that each reader sees them in their language.
 NOT_STARTED = gettext_noop("No worker started the run within %(minutes)s minutes.")
 NOT_FINISHED = gettext_noop("The run did not finish within %(minutes)s minutes.")
 UNEXPECTED = gettext_noop("The run stopped on an unexpected error (%(kind)s); the worker's log tells more.")
+
+
+def may_start_runs(user) -> bool:
+    """Whether the user may ask for what-if runs (operators), not only read them."""
+    return staff_may(user=user, permission=START_PERMISSION)
+
+
+def require_run_starter(user) -> None:
+    if not may_start_runs(user):
+        raise NotAllowed(_("Only operators start what-if runs; approvers may read them."))
 
 
 def start_whatif_run(
@@ -49,18 +67,28 @@ def start_whatif_run(
     now: datetime | None = None,
 ) -> WhatIfRun:
     """Keep a run of `month` (YYYY-MM) on `cluster` (None: every cluster) with `changes` ((kind, text) pairs,
-    applied in order) and send it to a worker. Raises one of BAD_INPUT, saying what is wrong, and keeps
-    nothing, for a bad change, month or cluster, or a change today's fleet cannot take."""
+    applied in order) and send it to a what-if worker. Keeps nothing and raises, saying what is wrong:
+    NotAllowed for someone who is not an operator; one of BAD_INPUT for a bad change, month or cluster, or a
+    change that names no node of today's fleet; InvalidInput for a changed fleet past WHATIF_MAX_GPUS;
+    Conflict while the user has a run queued or running, or WHATIF_MAX_RUNNING runs are."""
+    require_run_starter(user)
     pairs = [(kind, text.strip() if isinstance(text, str) else text) for kind, text in changes]
     if len(pairs) > MAX_CHANGES:
         raise FleetChangeError(f"At most {MAX_CHANGES} fleet changes make one run, not {len(pairs)}.")
     parsed = parse_changes(pairs)  # a misspelt change is refused before the database is read
     label, _start, _until = month_span(month, now=now)
     name = cluster or None
-    fleet = emptied_fleet(cluster=name)  # an unknown cluster is refused here
-    apply_changes(fleet, parsed, cluster=name)  # a node that is not there, GPUs for no clear cluster
+    nodes = fleet_nodes(cluster=name)  # an unknown cluster is refused here
+    most = settings.WHATIF_MAX_GPUS
+    # A node that is not there, GPUs for no clear cluster, a fleet past the cap: counted here, built by the
+    # worker.
+    if parsed and peak_size(nodes, parsed, cluster=name, limit=most) > most:
+        raise InvalidInput(_(TOO_LARGE) % {"most": most}, field="add")
     now = now or timezone.now()
     with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [START_LOCK])
+        _check_runs_going(user)
         run = WhatIfRun.objects.create(
             month=label,
             cluster=name or "",
@@ -71,6 +99,28 @@ def start_whatif_run(
         dispatch.after_commit(dispatch.WHATIF_RUN, run.pk)
     log.info("what-if run %s asked for: %s, cluster %s, %d changes", run.pk, label, name or "all", len(pairs))
     return run
+
+
+def _check_runs_going(user) -> None:
+    """Refuse a new run while the user has one queued or running, or the portal runs as many as it may at
+    once; under START_LOCK, so that two asks at once see each other. Runs past their deadline are failed by
+    the sweeper, so neither limit holds for longer than WHATIF_RUN_SECONDS twice."""
+    going = WhatIfRun.objects.filter(state__in=WHATIF_IN_BETWEEN)
+    own = going.filter(requested_by=user).order_by("created_at", "pk").values_list("pk", flat=True).first()
+    if own is not None:
+        raise Conflict(
+            _("Your what-if run #%(id)s is still queued or running; ask for another once it has ended.")
+            % {"id": own}
+        )
+    most = settings.WHATIF_MAX_RUNNING
+    if going.count() >= most:
+        raise Conflict(
+            _(
+                "The portal runs at most %(most)s what-if runs at once, and as many are queued or running; "
+                "ask again once one has ended."
+            )
+            % {"most": most}
+        )
 
 
 def execute_whatif_run(*, run_id: int, now: datetime | None = None) -> str:
@@ -92,8 +142,16 @@ def execute_whatif_run(*, run_id: int, now: datetime | None = None) -> str:
         run.save(update_fields=["state", "started_at", "deadline"])
     try:
         report = run_whatif(
-            month=run.month, cluster=run.cluster_name, changes=run.change_pairs, progress=_progress(run.pk)
+            month=run.month,
+            cluster=run.cluster_name,
+            changes=run.change_pairs,
+            progress=_progress(run.pk),
+            max_gpus=settings.WHATIF_MAX_GPUS,
         )
+    except FleetTooLarge as error:
+        # Today's fleet grew since the run was asked for, or the cap was lowered: in the reader's language.
+        data = {"template": TOO_LARGE, "params": {"most": error.most}}
+        return _end(run.pk, WhatIfState.FAILED, error=audit.english(data), error_data=data)
     except (*BAD_INPUT, InvalidAnswer) as error:
         # The fleet may have changed since the run was asked for (a node gone), or the simulator broke a
         # rule: either way the page says so in the error's own words.

@@ -9,6 +9,8 @@ import yaml
 from django.conf import settings
 
 from pools.models import Cluster
+from pools.services import dispatch
+from pools.tasks import execute_whatif_run
 from tests.deploy.manifests import (
     DEPLOY,
     KUBERNETES,
@@ -23,7 +25,13 @@ from tests.kube.semantics import label_matcher
 
 NAMESPACE = "gpu-portal"
 CLUSTER_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-WORKLOADS = {"web": "gpu-portal-web", "worker": "gpu-portal-worker", "beat": "gpu-portal-beat"}
+WORKLOADS = {
+    "web": "gpu-portal-web",
+    "worker": "gpu-portal-worker",
+    "whatif-worker": "gpu-portal-whatif-worker",
+    "beat": "gpu-portal-beat",
+}
+WORKERS = ("worker", "whatif-worker")
 SECRET_KEYS = {"SECRET_KEY", "CLUSTER_SECRETS_KEY", "DATABASE_URL", "REDIS_URL", "EMAIL_URL", "METRICS_TOKEN"}
 CONFIG_KEYS = {
     "DEBUG",
@@ -34,7 +42,6 @@ CONFIG_KEYS = {
     "TRUSTED_PROXY_COUNT",
     "LOG_FORMAT",
     "PORTAL_NAMESPACE",
-    "METRICS_ALLOWED_NETWORKS",
     "PROMETHEUS_MULTIPROC_DIR",
 }
 
@@ -115,7 +122,7 @@ def test_every_image_is_the_pinned_portal_image():
 
     assert image["newTag"] not in ("", "latest")
     found = list(containers())
-    assert len(found) == 4  # web, worker, beat, migrate
+    assert len(found) == 5  # web, worker, what-if worker, beat, migrate
     for owner, _, container in found:
         assert container["image"] == expected, owner
         assert container["imagePullPolicy"] == "IfNotPresent", owner
@@ -167,7 +174,10 @@ def test_every_container_has_probes_and_bounded_resources():
 def test_the_web_probes_ask_healthz_and_readyz_on_its_named_port():
     web = container_of("web")
 
-    assert web["ports"] == [{"name": "http", "containerPort": 8000}]
+    assert web["ports"] == [
+        {"name": "http", "containerPort": 8000},
+        {"name": "metrics", "containerPort": 9540},
+    ]
     probes = {probe: web[probe]["httpGet"] for probe in ("livenessProbe", "readinessProbe", "startupProbe")}
     assert probes == {
         "livenessProbe": {"path": "/healthz", "port": "http"},
@@ -176,7 +186,7 @@ def test_the_web_probes_ask_healthz_and_readyz_on_its_named_port():
     }
 
 
-@pytest.mark.parametrize("component", ["worker", "beat"])
+@pytest.mark.parametrize("component", [*WORKERS, "beat"])
 def test_celery_processes_serve_their_figures_where_the_liveness_probe_asks(component):
     container = container_of(component)
     env = {item["name"]: item["value"] for item in container.get("env", [])}
@@ -199,6 +209,33 @@ def test_the_worker_and_beat_commands():
     assert "command" not in container_of("web")  # the image's default: gunicorn
 
 
+def consumed_queues(command: list[str]) -> set[str]:
+    """The queues a `celery worker` command consumes: those of --queues, else the default queue, less
+    those of --exclude-queues."""
+    given = {word.partition("=")[0]: word.partition("=")[2] for word in command if word.startswith("--")}
+    default = settings.CELERY_TASK_DEFAULT_QUEUE
+    queues = set(given["--queues"].split(",")) if "--queues" in given else {default}
+    return queues - set(given.get("--exclude-queues", "").split(","))
+
+
+def test_some_worker_consumes_every_queue_the_portal_sends_to_and_what_if_runs_have_their_own():
+    consumed = {component: consumed_queues(container_of(component)["command"]) for component in WORKERS}
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    default = settings.CELERY_TASK_DEFAULT_QUEUE
+
+    assert container_of("whatif-worker")["command"][:3] == ["celery", "--app=portal", "worker"]
+    assert set().union(*consumed.values()) == {default, *routed}
+    assert settings.CELERY_TASK_ROUTES[dispatch.WHATIF_RUN] == {"queue": settings.WHATIF_QUEUE}
+    assert consumed == {"worker": {default}, "whatif-worker": {settings.WHATIF_QUEUE}}
+
+
+def test_the_what_if_workers_run_as_many_runs_at_once_as_the_portal_lets_go():
+    command = container_of("whatif-worker")["command"]
+    (concurrency,) = [int(word.partition("=")[2]) for word in command if word.startswith("--concurrency=")]
+
+    assert deployment("whatif-worker")["spec"]["replicas"] * concurrency >= settings.WHATIF_MAX_RUNNING
+
+
 def gunicorn_graceful_timeout() -> int:
     spec = importlib.util.spec_from_file_location("gunicorn_settings", DEPLOY / "gunicorn.conf.py")
     module = importlib.util.module_from_spec(spec)
@@ -219,8 +256,11 @@ def test_the_web_stops_routing_before_gunicorn_drains_and_drains_within_the_grac
 
 def test_workers_have_time_to_finish_their_tasks():
     grace = deployment("worker")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    whatif_grace = deployment("whatif-worker")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
 
     assert grace >= 120
+    # A rollout lets a what-if run finish: the grace outlasts the task's hard time limit.
+    assert whatif_grace > execute_whatif_run.time_limit > settings.WHATIF_RUN_SECONDS
     assert (
         settings.CELERY_TASK_ACKS_LATE and settings.CELERY_TASK_REJECT_ON_WORKER_LOST
     )  # the rest comes back

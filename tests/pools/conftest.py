@@ -33,6 +33,22 @@ def fleet(sim_cluster):
 
 
 @pytest.fixture
+def more_operators(operator):
+    """`more_operators(n)`: n operators besides `operator`, each of the operator group."""
+    from django.contrib.auth.models import Group
+
+    from tests.factories import UserFactory
+
+    def make(count: int) -> list:
+        people = [UserFactory(username=f"operator-{n}", is_staff=True) for n in range(count)]
+        for person in people:
+            person.groups.add(Group.objects.get(name="operator"))
+        return people
+
+    return make
+
+
+@pytest.fixture
 def seoul_billing(settings):
     settings.BILLING_TIME_ZONE = "Asia/Seoul"
 

@@ -11,11 +11,24 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import CommandError, call_command
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from pools import services
 from pools.models import GpuCapacity, NodeCapacity, Pool, PoolRequest, PoolState, RequestState
 from pools.placement import Fleet, Gpu, Item
-from pools.placement.fleet_changes import ADD, REGROUP, REMOVE, FleetChangeError, apply_changes, parse_changes
+from pools.placement.fleet_changes import (
+    ADD,
+    REGROUP,
+    REMOVE,
+    FleetChangeError,
+    NodeSize,
+    apply_changes,
+    node_sizes,
+    parse_changes,
+    peak_size,
+)
 from pools.placement.replay import check
 from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
 from pools.placement.whatif import RoutedPlacer, side_by_side
@@ -303,6 +316,42 @@ def test_a_bad_change_is_refused_saying_what_was_expected(change, message):
         changed(fleet, change)
     assert message in str(refused.value)
     assert fleet == _fleet()
+
+
+# Changes on _fleet() and on what they add: good and bad nodes, two clusters' worth of names.
+SOME_CHANGES = st.lists(
+    st.one_of(
+        st.builds(lambda n, model: (ADD, f"{n} {model}"), st.integers(1, 20), st.sampled_from([H100, H200])),
+        st.builds(lambda node: (REMOVE, node), st.sampled_from(["n1", "c/n2", "added-1", "c/added-2", "n9"])),
+        st.builds(lambda node: (REGROUP, f"{node}=inference"), st.sampled_from(["n2", "c/added-1", "x"])),
+    ),
+    max_size=6,
+)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(changes=SOME_CHANGES, limit=st.integers(0, 60))
+def test_the_peak_of_a_changed_fleet_is_counted_as_the_changes_are_applied(changes, limit):
+    """peak_size, on a count per node, refuses what apply_changes refuses, in its words, and otherwise says
+    the most GPUs the fleet holds at any step; past `limit` it says a size past it, and no more."""
+    fleet, parsed = _fleet(), parse_changes(changes)
+    try:
+        sizes = [len(apply_changes(fleet, parsed[:step])[0].gpus) for step in range(len(parsed) + 1)]
+    except FleetChangeError as refused:
+        with pytest.raises(FleetChangeError) as counted:
+            peak_size(node_sizes(fleet), parsed)
+        assert str(counted.value) == str(refused)
+        return
+    assert peak_size(node_sizes(fleet), parsed) == max(sizes)
+    bounded = peak_size(node_sizes(fleet), parsed, limit=limit)
+    assert bounded == max(sizes) if max(sizes) <= limit else bounded > limit
+
+
+def test_the_peak_stops_counting_once_past_its_limit():
+    half_a_million = parse_changes([(ADD, "10000 H100-80GB")] * 50)
+    assert peak_size(node_sizes(_fleet()), half_a_million, limit=32_000) == 4 + 40_000
+    assert peak_size(node_sizes(_fleet()), half_a_million) == 4 + 500_000
+    assert node_sizes(_fleet()) == (NodeSize("c/n1", "c", 2), NodeSize("c/n2", "c", 2))
 
 
 # --- routes across clusters (pure) ------------------------------------------------------------------------

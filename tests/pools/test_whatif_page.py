@@ -156,6 +156,42 @@ def test_staff_who_see_capacity_see_every_page(group, staff_user, client_for):
         assert client.get(url).status_code == 200, url
 
 
+def test_approvers_see_no_form_and_their_ask_is_refused(march, approver, client_for, settings):
+    client = client_for(approver)
+    listed = client.get(LIST)
+    body = listed.content.decode()
+    assert listed.status_code == 200 and listed.context["form"] is None
+    assert 'id="whatif-form"' not in body and 'name="add"' not in body
+    assert "Operators ask for runs; you may read and compare them." in body
+    asked = client.post(LIST, {"month": "2026-03", "cluster": "sim", **CHANGES})
+    assert asked.status_code == 403
+    assert "Only operators start what-if runs; approvers may read them." in asked.content.decode()
+    assert client.post(LIST, {"month": "nope"}).status_code == 403  # refused before the input is read
+    assert not WhatIfRun.objects.exists()
+
+
+def test_operators_see_the_form_with_its_limits_and_refusals_on_it(march, operator, client_for, settings):
+    settings.WHATIF_MAX_GPUS, settings.WHATIF_MAX_RUNNING = 30, 2
+    client = client_for(operator)
+    body = client.get(LIST).content.decode()
+    assert 'id="whatif-form"' in body
+    assert "The changed fleet may hold at most 30 GPUs." in body and "runs at most 2 at once" in body
+    too_large = client.post(LIST, {"month": "2026-03", "cluster": "sim", "add": "7 H100-80GB"})
+    assert too_large.status_code == 400
+    assert too_large.context["form"].errors["add"] == [
+        "With these changes the fleet would hold more than 30 GPUs, the most a what-if run may simulate. "
+        "Add fewer GPUs."
+    ]
+    assert client.post(LIST, {"month": "2026-03", "cluster": "sim", "add": "6 H100-80GB"}).status_code == 302
+    again = client.post(LIST, {"month": "2026-02", "cluster": "sim"})
+    run = WhatIfRun.objects.get()
+    assert again.status_code == 409
+    assert again.context["form"].non_field_errors() == [
+        f"Your what-if run #{run.pk} is still queued or running; ask for another once it has ended."
+    ]
+    assert 'value="2026-02"' in again.content.decode()  # the form as it was typed
+
+
 def test_the_dashboard_links_to_the_what_if_page(fleet, operator, client_for):
     assert f'href="{LIST}"' in client_for(operator).get("/capacity/").content.decode()
 

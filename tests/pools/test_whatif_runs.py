@@ -5,19 +5,23 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from celery import Celery
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from pools.models import WhatIfRun, WhatIfState
-from pools.placement.fleet_changes import ADD, REMOVE, FleetChangeError
+from pools.placement.fleet_changes import ADD, REGROUP, REMOVE, FleetChangeError
 from pools.selectors.history import HistoryError
 from pools.services import dispatch, whatif_runs
 from pools.services.deadlines import sweep_stuck_pools
-from pools.services.whatif import run_whatif
+from pools.services.whatif import TOO_LARGE, run_whatif
 from pools.services.whatif_runs import MAX_CHANGES, execute_whatif_run, start_whatif_run
 from pools.tasks import execute_whatif_run as execute_task
 from pools.tasks import sweep_stuck_pools as sweep_task
+from portal.errors import Conflict, InvalidInput, NotAllowed
+from tests.conftest import TASK_QUEUE
 from tests.factories import WhatIfRunFactory
 from tests.pools.whatif_month import LIST, LOSING, sends
 
@@ -146,6 +150,8 @@ BAD_FORMS = [
     ({"regroup": "h100-1"}, "regroup", "--regroup takes &quot;NODE=GROUP&quot;"),
     ({"regroup": "h100-1=Bad_Group"}, "regroup", "is not a GPU group name"),
     ({"add": "1 H100-80GB\n" * (MAX_CHANGES + 1)}, None, f"At most {MAX_CHANGES} fleet changes make one run"),
+    # 50 lines of 10,000 GPUs: half a million GPUs, refused in the request, before any fleet is built.
+    ({"add": "10000 H100-80GB\n" * MAX_CHANGES}, "add", "the fleet would hold more than 32000 GPUs"),
 ]
 
 
@@ -224,3 +230,163 @@ def test_a_worker_finishing_after_the_sweeper_failed_the_run_keeps_nothing(march
     assert execute_whatif_run(run_id=run.pk) == WhatIfState.FAILED
     run.refresh_from_db()
     assert run.report is None and run.error == "The run did not finish within 30 minutes."
+
+
+# --- limits: the size of a run's fleet, runs going at once, who may start one ------------------------------
+
+
+def test_a_changed_fleet_past_the_cap_is_refused_before_anything_is_kept(
+    march, operator, settings, django_capture_on_commit_callbacks
+):
+    settings.WHATIF_MAX_GPUS = 40  # today's fleet: 24 GPUs
+    with django_capture_on_commit_callbacks() as callbacks:
+        with pytest.raises(
+            InvalidInput, match="would hold more than 40 GPUs, the most a what-if run may"
+        ) as e:
+            start_whatif_run(user=operator, month="2026-03", cluster="sim", changes=[(ADD, "17 H100-80GB")])
+        # Every step counts: the removal after the additions comes too late.
+        with pytest.raises(InvalidInput, match="more than 40 GPUs"):
+            start_whatif_run(
+                user=operator,
+                month="2026-03",
+                cluster="sim",
+                changes=[(ADD, "9 H100-80GB"), (ADD, "8 H200-141GB"), (REMOVE, "h100-1")],
+            )
+    assert e.value.field == "add"
+    assert not WhatIfRun.objects.exists() and sends(callbacks) == []
+    run = start_whatif_run(user=operator, month="2026-03", cluster="sim", changes=[(ADD, "16 H100-80GB")])
+    assert run.state == WhatIfState.QUEUED  # exactly the cap
+
+
+def test_the_request_counts_gpus_per_node_and_the_worker_builds_the_changed_fleet(march, operator):
+    changes = [(ADD, "16 H100-80GB"), (REMOVE, "h200-2"), (REGROUP, "sim/added-1=inference")]
+    with CaptureQueriesContext(connection) as asked:
+        run = start_whatif_run(user=operator, month="2026-03", cluster="sim", changes=changes)
+    reads = [query["sql"] for query in asked.captured_queries]
+    assert not [sql for sql in reads if '"pools_allocation"' in sql]  # no picture of the fleet is taken
+    (gpus,) = [sql for sql in reads if '"pools_gpucapacity"' in sql]
+    assert "COUNT(" in gpus and "GROUP BY" in gpus  # one row per node, none per GPU
+    run.refresh_from_db()
+    assert run.changes == [list(change) for change in changes] and run.report is None
+
+    assert execute_whatif_run(run_id=run.pk) == WhatIfState.DONE
+    run.refresh_from_db()
+    assert run.report["fleets"]["changed"]["gpus"] == 24 + 16 - 8
+    assert run.report["changes"] == [
+        "added 16 × H100-80GB (MIG off) in no group: sim/added-1, sim/added-2",
+        "removed sim/h200-2: 8 × H200-141GB",
+        "regrouped sim/added-1 (8 GPUs): no group → inference",
+    ]
+
+
+def test_the_worker_checks_the_cap_again_and_builds_no_fleet_past_it(march, operator, settings):
+    settings.WHATIF_MAX_GPUS = 40
+    run = start_whatif_run(user=operator, month="2026-03", cluster="sim", changes=[(ADD, "16 H100-80GB")])
+    settings.WHATIF_MAX_GPUS = 39  # lowered since (or today's fleet grew)
+    assert execute_whatif_run(run_id=run.pk) == WhatIfState.FAILED
+    run.refresh_from_db()
+    message = (
+        "With these changes the fleet would hold more than 39 GPUs, the most a what-if run may simulate."
+    )
+    assert run.error.startswith(message) and run.report is None
+    assert run.error_data == {"template": TOO_LARGE, "params": {"most": 39}}  # shown in the reader's language
+    # A run kept before there was a cap: half a million GPUs, refused before a GPU of them is made.
+    settings.WHATIF_MAX_GPUS = 32_000
+    old = WhatIfRunFactory(month="2026-03", cluster="sim", changes=[[ADD, "10000 H100-80GB"]] * MAX_CHANGES)
+    assert execute_whatif_run(run_id=old.pk) == WhatIfState.FAILED
+    old.refresh_from_db()
+    assert "would hold more than 32000 GPUs" in old.error
+
+
+def test_one_run_going_per_person(march, operator, more_operators, django_capture_on_commit_callbacks):
+    (erin,) = more_operators(1)
+    first = start_whatif_run(user=operator, month="2026-03", cluster="sim")
+    with (
+        django_capture_on_commit_callbacks() as callbacks,
+        pytest.raises(Conflict, match=f"Your what-if run #{first.pk} is still queued or running; ask"),
+    ):
+        start_whatif_run(user=operator, month="2026-02", cluster="sim")
+    assert sends(callbacks) == [] and WhatIfRun.objects.count() == 1
+    start_whatif_run(user=erin, month="2026-03", cluster="sim")  # someone else's run is theirs
+    assert execute_whatif_run(run_id=first.pk) == WhatIfState.DONE
+    again = start_whatif_run(user=operator, month="2026-02", cluster="sim")  # once it has ended
+    assert again.state == WhatIfState.QUEUED and WhatIfRun.objects.count() == 3
+
+
+def test_at_most_so_many_runs_going_at_once(march, operator, more_operators, settings):
+    settings.WHATIF_MAX_RUNNING = 2
+    erin, frank = more_operators(2)
+    WhatIfRunFactory(requested_by=erin, state=WhatIfState.QUEUED)
+    running = WhatIfRunFactory(requested_by=frank, state=WhatIfState.RUNNING)
+    WhatIfRunFactory(state=WhatIfState.DONE)
+    WhatIfRunFactory(state=WhatIfState.FAILED)
+    with pytest.raises(Conflict, match="The portal runs at most 2 what-if runs at once, and as many are"):
+        start_whatif_run(user=operator, month="2026-03", cluster="sim")
+    assert WhatIfRun.objects.count() == 4
+    WhatIfRun.objects.filter(pk=running.pk).update(state=WhatIfState.FAILED)
+    assert start_whatif_run(user=operator, month="2026-03", cluster="sim").state == WhatIfState.QUEUED
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.parametrize("who", ["one person twice", "two people, one run at a time"])
+def test_asks_at_the_same_moment_count_each_other(
+    who, march, operator, more_operators, monkeypatch, settings
+):
+    monkeypatch.setattr(whatif_runs, "dispatch", LOSING)
+    people = [operator, operator] if who == "one person twice" else [operator, *more_operators(1)]
+    settings.WHATIF_MAX_RUNNING = 2 if who == "one person twice" else 1
+    together = threading.Barrier(2)
+    kept, refused = [], []
+
+    def ask(person):
+        together.wait()
+        try:
+            kept.append(start_whatif_run(user=person, month="2026-03", cluster="sim"))
+        except Conflict as error:
+            refused.append(error)
+        finally:
+            connections.close_all()
+
+    askers = [threading.Thread(target=ask, args=[person]) for person in people]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert (len(kept), len(refused)) == (1, 1)
+    assert WhatIfRun.objects.count() == 1
+
+
+def test_approvers_read_runs_but_may_not_start_one(march, approver):
+    with pytest.raises(NotAllowed, match=r"Only operators start what-if runs; approvers may read them\."):
+        start_whatif_run(user=approver, month="2026-03", cluster="sim")
+    assert not WhatIfRun.objects.exists()
+
+
+def test_what_if_runs_go_to_a_queue_of_their_own(settings):
+    """With the portal's settings the task goes to WHATIF_QUEUE, through the real broker, and the rest to the
+    default queue; the tests send every task, what-if runs too, to this session's queue."""
+    portal = Celery("routes")
+    portal.config_from_object("django.conf:settings", namespace="CELERY")
+    router = portal.amqp.router
+    assert router.route({}, dispatch.WHATIF_RUN)["queue"].name == settings.WHATIF_QUEUE == "whatif"
+    for other in (dispatch.PROVISION, dispatch.ADMIT, dispatch.SYNC, dispatch.EVENT_EMAIL, "pools.tasks.x"):
+        assert router.route({}, other)["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE == "portal"
+
+    # Through Redis: the route puts the task on its queue's list, and on no other. The queue is one of this
+    # test's own, so that no worker of the machine takes the task.
+    settings.WHATIF_QUEUE = queue = f"{TASK_QUEUE}-whatif"
+    settings.CELERY_TASK_ROUTES = {dispatch.WHATIF_RUN: {"queue": queue}}
+    settings.CELERY_TASK_DEFAULT_QUEUE = default = f"{TASK_QUEUE}-default"
+    sender = Celery("sender")
+    sender.config_from_object("django.conf:settings", namespace="CELERY")
+    with sender.connection_for_write() as broker:
+        redis = broker.default_channel.client
+        try:
+            sender.send_task(dispatch.WHATIF_RUN, args=[1], connection=broker)
+            assert (redis.llen(queue), redis.llen(default)) == (1, 0)
+        finally:
+            redis.delete(queue, default)
+
+    from portal.celery import app
+
+    assert app.amqp.router.route({}, dispatch.WHATIF_RUN)["queue"].name == TASK_QUEUE
