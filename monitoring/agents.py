@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -38,6 +39,10 @@ def issue_agent_token(
         raise InvalidInput(_("Give the token a name, e.g. the node its agent runs on."), field="name")
     if len(name) > AgentToken._meta.get_field("name").max_length:
         raise InvalidInput(_("A token name has at most 100 characters."), field="name")
+    try:
+        AgentToken._meta.get_field("name").run_validators(name)
+    except ValidationError as error:
+        raise InvalidInput(" ".join(error.messages), field="name") from error
     key = secrets.token_urlsafe(KEY_BYTES)
     token = AgentToken.objects.create(
         cluster=cluster,

@@ -21,6 +21,8 @@ from monitoring.collectors.simulated import SimulatedCollector, SimulatedGpu, Si
 from monitoring.ingest import ingest
 from monitoring.models import CollectorStatus
 from pools.models import Allocation, Cluster, GpuCapacity, NodeCapacity
+from pools.secrets import SecretUnreadable
+from portal import outbound
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,12 @@ def collector_for(cluster: Cluster, *, now: datetime | None = None, clock=None):
     """The collector of a cluster: its Prometheus when it names one, else the simulated one, reading at
     `now` (or at whatever `clock()` says, for a replay of the past; by default, the time of reading)."""
     if cluster.prometheus_url:
+        try:
+            url = cluster.prometheus_read_url()  # with its credential, if one is stored
+        except SecretUnreadable as error:
+            raise CollectorUnavailable(str(error)) from error
         return DcgmPrometheusCollector(
-            cluster.prometheus_url, timeout=settings.MONITORING_PROMETHEUS_TIMEOUT_SECONDS
+            url, timeout=settings.MONITORING_PROMETHEUS_TIMEOUT_SECONDS, session=outbound.Session()
         )
     return SimulatedCollector(
         hosts=simulated_hosts(cluster),
@@ -101,6 +107,14 @@ def busy_instances(cluster: Cluster) -> dict[tuple[str, int], str]:
     }
 
 
+def read(collector) -> tuple:
+    """The collector's readings; an address the portal sends nothing to makes it unavailable."""
+    try:
+        return collector.readings()
+    except outbound.AddressRefused as refused:  # checked at each reading: what a name resolves to may change
+        raise CollectorUnavailable(f"Prometheus at {collector.url} is refused: {refused.message}") from None
+
+
 def collect(cluster: Cluster, *, now: datetime | None = None) -> Collected:
     """Read the cluster once and store what was read; a failure is recorded on its CollectorStatus."""
     now_ = now or datetime.now(UTC)
@@ -110,7 +124,7 @@ def collect(cluster: Cluster, *, now: datetime | None = None) -> Collected:
     collector = None
     try:
         collector = collector_for(cluster, now=now)
-        readings = collector.readings()
+        readings = read(collector)
         result = ingest(cluster=cluster, readings=readings, source=source, strict=False, now=now_)
     except CollectorUnavailable as error:
         log.warning("collecting %s: %s", cluster.name, error)

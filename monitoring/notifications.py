@@ -10,12 +10,18 @@ channel, target).
 Sending: `deliver_due` takes one due row at a time under a row lock that concurrent runs skip, sends it,
 and records the outcome in the same transaction: sent, or the error and the next attempt, after
 MONITORING_ALERT_RETRY_SECONDS doubled at each failure (capped at MONITORING_ALERT_RETRY_MAX_SECONDS),
-until MONITORING_ALERT_MAX_ATTEMPTS attempts have failed. A worker killed between sending and committing
-leaves the row unsent, so that one may go twice; no other case does.
+until MONITORING_ALERT_MAX_ATTEMPTS attempts have failed. Any failure counts against its own row alone
+(an unreachable server, a webhook address the portal refuses, a message the mail library will not build):
+the rows behind it go out all the same. A worker killed between sending and committing leaves the row
+unsent, so that one may go twice; no other case does.
+
+Webhooks are posted only to addresses the portal may send requests to (portal/outbound.py), checked again
+at each attempt, and a redirect is a failure, never followed.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,11 +36,12 @@ from django.utils import timezone, translation
 
 from monitoring.apps import EMAIL_TOPIC
 from monitoring.models import Alert, AlertDelivery
-from portal import mail
+from portal import mail, outbound
 from portal.models import Preferences
 from portal.roles import PlatformRole
 
 Channel = AlertDelivery.Channel
+log = logging.getLogger(__name__)
 
 
 def operator_addresses() -> list[str]:
@@ -105,12 +112,12 @@ def _email(delivery: AlertDelivery) -> None:
 
 
 def _webhook(delivery: AlertDelivery) -> None:
-    response = requests.post(
-        delivery.target,
-        json=payload(delivery.alert, delivery.event),
-        timeout=settings.MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS,
-        allow_redirects=False,
-    )
+    with outbound.Session() as session:
+        response = session.post(
+            delivery.target,
+            json=payload(delivery.alert, delivery.event),
+            timeout=settings.MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS,
+        )
     if not 200 <= response.status_code < 300:
         raise requests.HTTPError(f"HTTP {response.status_code} {response.reason}", response=response)
 
@@ -122,6 +129,16 @@ def retry_delay(attempts: int) -> timedelta:
     """How long to wait after the `attempts`-th failed attempt."""
     seconds = settings.MONITORING_ALERT_RETRY_SECONDS * 2 ** min(attempts - 1, 30)
     return timedelta(seconds=min(seconds, settings.MONITORING_ALERT_RETRY_MAX_SECONDS))
+
+
+def _failure(error: Exception) -> str:
+    """The failure in one line: the server's or the network's words, else the error's kind and words."""
+    if isinstance(error, OSError):  # requests' errors among them
+        return str(error) or type(error).__name__
+    if isinstance(error, outbound.AddressRefused):
+        return error.message
+    log.warning("alert notification failed", exc_info=error)
+    return f"{type(error).__name__}: {error}"
 
 
 @dataclass
@@ -152,9 +169,10 @@ def deliver_due(*, now: datetime | None = None, limit: int = 500) -> Delivered:
                 break
             delivery.attempts += 1
             try:
-                SENDERS[delivery.channel](delivery)
-            except (requests.RequestException, OSError) as error:
-                delivery.last_error = (str(error) or type(error).__name__)[:1000]
+                with transaction.atomic():  # what a failed send did to the database is undone, alone
+                    SENDERS[delivery.channel](delivery)
+            except Exception as error:  # any failure is this delivery's, never the whole queue's
+                delivery.last_error = _failure(error)[:1000]
                 if delivery.attempts >= settings.MONITORING_ALERT_MAX_ATTEMPTS:
                     delivery.gave_up_at = moment
                     delivery.next_attempt_at = None

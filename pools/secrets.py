@@ -1,7 +1,7 @@
-"""Encryption at rest for cluster credentials (kubeconfigs).
+"""Encryption at rest for cluster credentials (kubeconfigs, the user:password of a Prometheus URL).
 
 The key comes from CLUSTER_SECRETS_KEY when set, else is derived from SECRET_KEY;
-changing either makes stored kubeconfigs unreadable, so they must be registered again.
+changing either makes stored credentials unreadable, so their clusters must be registered again.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ def encrypt(text: str) -> str:
     return _fernet().encrypt(text.encode()).decode()
 
 
-def decrypt(token: str) -> str:
+def decrypt(token: str, *, what: str = "kubeconfig") -> str:
+    """The text `token` holds; `what` names the secret in the error when it cannot be read."""
     try:
         return _fernet().decrypt(token.encode()).decode()
     except InvalidToken as error:
         raise SecretUnreadable(
-            "The stored kubeconfig cannot be decrypted (SECRET_KEY or CLUSTER_SECRETS_KEY changed); "
+            f"The stored {what} cannot be decrypted (SECRET_KEY or CLUSTER_SECRETS_KEY changed); "
             "register the cluster again."
         ) from error

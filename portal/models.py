@@ -16,6 +16,7 @@ built on `visible_tenant_ids` — the one place where tenancy is enforced.
 from __future__ import annotations
 
 import fnmatch
+import re
 import secrets
 from datetime import timedelta
 
@@ -52,6 +53,18 @@ def validate_namespace_not_reserved(namespace: str) -> None:
     if reserved_pattern_of(namespace):
         raise ValidationError(
             _("The namespace %(ns)s is reserved for the cluster."), code="reserved", params={"ns": namespace}
+        )
+
+
+# Names that end up in e-mail subjects and headers (alert rules, agents) are one line of text: a control
+# character, a line break above all, makes the mail library refuse the whole message.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def validate_no_control_characters(value: str) -> None:
+    if CONTROL_CHARACTERS.search(value):
+        raise ValidationError(
+            _("Use no line breaks, tabs or other control characters."), code="control_characters"
         )
 
 

@@ -27,6 +27,10 @@ with its GPU's UUID; `uuid` is ""); whether a GPU without instance series has MI
 is None then); which pod holds a device (the contract has no place for it). `DCGM_FI_DEV_XID_ERRORS`
 keeps the last XID until the driver reloads, so a non-zero one is in every reading's `xid_events`.
 A series with neither a `Hostname` nor an `instance` label belongs to no host and is left out.
+
+Where it reads: wherever the session it is given lets it (the portal gives one that reaches only the
+addresses it may send requests to, portal/outbound.py), and never where a redirect points: a redirect is
+an answer that is not a query result.
 """
 
 from __future__ import annotations
@@ -104,10 +108,11 @@ class DcgmPrometheusCollector:
         staleness: timedelta | float = timedelta(seconds=120),
         clock: Callable[[], datetime] | None = None,
         headers: Mapping[str, str] | None = None,
+        session: requests.Session | None = None,
     ):
         """`url` is Prometheus's base address (http or https, a path prefix allowed; user:password@
         works as basic auth and is never shown); `headers` go with every request (a bearer token);
-        `staleness` is a timedelta or seconds."""
+        `staleness` is a timedelta or seconds; `session` sends the requests (a plain one by default)."""
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"The Prometheus URL must be http:// or https:// with a host, not {url!r}.")
@@ -122,7 +127,7 @@ class DcgmPrometheusCollector:
         window = max(1, math.ceil(self.staleness.total_seconds()))
         self.query = '{__name__=~"%s"}[%ds]' % ("|".join(METRICS), window)  # noqa: UP031 (PromQL braces)
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._session = requests.Session()
+        self._session = session or requests.Session()
         self._session.headers.update({"Accept": "application/json", **(headers or {})})
 
     def readings(self) -> tuple[Reading, ...]:
@@ -146,13 +151,19 @@ class DcgmPrometheusCollector:
         result raises CollectorUnavailable, so a reading is never built from half an answer."""
         where = f"Prometheus at {self.url}"
         try:
-            response = self._session.get(self._endpoint, params={"query": self.query}, timeout=self.timeout)
+            response = self._session.get(
+                self._endpoint, params={"query": self.query}, timeout=self.timeout, allow_redirects=False
+            )
         except requests.RequestException as error:
             if isinstance(error, requests.Timeout) or "timed out" in str(error).lower():
                 raise CollectorUnavailable(f"{where} did not answer within {self.timeout:g} s.") from error
             if isinstance(error, requests.ConnectionError):
                 raise CollectorUnavailable(f"{where} cannot be reached: {_cause(error)}.") from error
             raise CollectorUnavailable(f"{where} failed: {_cause(error)}.") from error
+        if response.is_redirect:
+            raise CollectorUnavailable(
+                f"{where} answered HTTP {response.status_code}, a redirect; redirects are not followed."
+            )
         if response.status_code != 200:
             detail = _error_text(response)
             raise CollectorUnavailable(

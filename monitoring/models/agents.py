@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal.models import validate_no_control_characters
+
 
 class AgentToken(models.Model):
     """The key itself is shown once, when made; the portal keeps only its SHA-256."""
@@ -13,7 +15,12 @@ class AgentToken(models.Model):
     cluster = models.ForeignKey(
         "pools.Cluster", on_delete=models.CASCADE, related_name="agent_tokens", verbose_name=_("cluster")
     )
-    name = models.CharField(_("name"), max_length=100, help_text=_("Where the agent runs, e.g. a node."))
+    name = models.CharField(
+        _("name"),
+        max_length=100,
+        validators=[validate_no_control_characters],
+        help_text=_("Where the agent runs, e.g. a node."),
+    )
     prefix = models.CharField(_("key starts with"), max_length=8, editable=False)
     digest = models.CharField(max_length=64, unique=True, editable=False)
     created_by = models.ForeignKey(

@@ -12,9 +12,14 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator, validate_email
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+
+from portal.models import validate_no_control_characters
+from portal.outbound import validate_outbound_url
 
 
 class RuleKind(models.TextChoices):
@@ -53,8 +58,26 @@ RULE_METRICS = (
 )
 
 
+def email_addresses(text: str) -> list[str]:
+    """The addresses of a list written one per line or comma."""
+    return [a.strip() for a in text.replace(",", "\n").splitlines() if a.strip()]
+
+
+def validate_email_list(text: str) -> None:
+    """Each address of the list is one (each becomes an e-mail's To header)."""
+    for address in email_addresses(text):
+        try:
+            validate_email(address)
+        except ValidationError as error:
+            raise ValidationError(
+                _("%(address)s is not an e-mail address."), code="invalid", params={"address": address}
+            ) from error
+
+
 class AlertRule(models.Model):
-    name = models.CharField(_("name"), max_length=100, unique=True)
+    name = models.CharField(
+        _("name"), max_length=100, unique=True, validators=[validate_no_control_characters]
+    )
     kind = models.CharField(_("kind"), max_length=16, choices=RuleKind.choices)
     metric = models.CharField(_("metric"), max_length=24, choices=RULE_METRICS, blank=True)
     comparison = models.CharField(
@@ -77,10 +100,19 @@ class AlertRule(models.Model):
     )
     enabled = models.BooleanField(_("enabled"), default=True)
     extra_emails = models.TextField(
-        _("also e-mail"), blank=True, help_text=_("Addresses besides the operators', one per line or comma.")
+        _("also e-mail"),
+        blank=True,
+        validators=[validate_email_list],
+        help_text=_("Addresses besides the operators', one per line or comma."),
     )
     webhook_url = models.URLField(
-        _("webhook URL"), blank=True, help_text=_("Posted to as well as the portal-wide webhook, if any.")
+        _("webhook URL"),
+        blank=True,
+        validators=[URLValidator(schemes=["http", "https"]), validate_outbound_url],
+        help_text=_(
+            "Posted to as well as the portal-wide webhook, if any. Only public addresses are accepted "
+            "unless the portal's settings allow others."
+        ),
     )
 
     class Meta:
@@ -102,7 +134,7 @@ class AlertRule(models.Model):
         return self.name
 
     def email_addresses(self) -> list[str]:
-        return [a.strip() for a in self.extra_emails.replace(",", "\n").splitlines() if a.strip()]
+        return email_addresses(self.extra_emails)
 
 
 class AlertQuerySet(models.QuerySet):

@@ -1,4 +1,5 @@
-"""Django admin of capacity: clusters (kubeconfig write-only), groups, nodes and GPUs with drain actions."""
+"""Django admin of capacity: clusters (kubeconfig and Prometheus credential write-only), groups, nodes and
+GPUs with drain actions."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ class ClusterAdmin(admin.ModelAdmin):
     readonly_fields = [
         "status",
         "has_kubeconfig",
+        "has_prometheus_credential",
         "last_sync_at",
         "last_change_at",
         "last_error",
@@ -77,6 +79,13 @@ class ClusterAdmin(admin.ModelAdmin):
         "next_sync_at",
     ]
     actions = ["sync_now"]
+
+    def get_fields(self, request, obj=None):
+        # Shown read-only, the form's kubeconfig field would be filled by calling the model's method of that
+        # name: the decrypted kubeconfig. Who may not change the cluster sees only whether one is stored.
+        fields = super().get_fields(request, obj)
+        editable = self.has_change_permission(request, obj) if obj else self.has_add_permission(request)
+        return fields if editable else [name for name in fields if name != "kubeconfig"]
 
     def get_readonly_fields(self, request, obj=None):
         # A cluster's name and driver are where its nodes, GPUs and pools come from: they never change.
@@ -107,6 +116,10 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.display(description=_("kubeconfig stored"), boolean=True)
     def has_kubeconfig(self, cluster):
         return cluster.has_kubeconfig
+
+    @admin.display(description=_("Prometheus credential stored"), boolean=True)
+    def has_prometheus_credential(self, cluster):
+        return cluster.has_prometheus_credential
 
     @admin.action(description=_("Sync the selected clusters now"), permissions=["change"])
     def sync_now(self, request, queryset):

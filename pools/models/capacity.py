@@ -15,6 +15,8 @@ so their history stays.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from django.conf import settings
 from django.core.validators import URLValidator
 from django.db import models
@@ -25,6 +27,7 @@ from django.utils.translation import pgettext_lazy
 
 from pools import mig, secrets
 from portal.models import DNS_LABEL_PATTERN, dns_label_validator
+from portal.outbound import validate_outbound_url
 
 
 class Cluster(models.Model):
@@ -58,13 +61,17 @@ class Cluster(models.Model):
     prometheus_url = models.URLField(
         _("Prometheus URL"),
         blank=True,
-        validators=[URLValidator(schemes=["http", "https"])],
+        validators=[URLValidator(schemes=["http", "https"]), validate_outbound_url],
         help_text=_(
             "The cluster's Prometheus that scrapes the GPU Operator's dcgm-exporter, e.g. "
             "http://prometheus.monitoring:9090. GPU figures are read from it; leave empty when node agents "
-            "push them instead."
+            "push them instead. A user:password@ in the address is stored encrypted, apart from it, and "
+            "never shown again; the address given without one keeps it while it names the same server."
         ),
     )
+    # The user:password of the Prometheus URL (basic auth), as written there: stored encrypted like the
+    # kubeconfig, never shown back; `prometheus_url` holds the address without it.
+    prometheus_credential_encrypted = models.TextField(blank=True, editable=False)
     status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.NEW)
     last_sync_at = models.DateTimeField(_("last sync"), null=True, blank=True)
     last_change_at = models.DateTimeField(_("last change"), null=True, blank=True)
@@ -95,6 +102,28 @@ class Cluster(models.Model):
 
     def kubeconfig(self) -> str:
         return secrets.decrypt(self.kubeconfig_encrypted) if self.kubeconfig_encrypted else ""
+
+    @property
+    def has_prometheus_credential(self) -> bool:
+        return bool(self.prometheus_credential_encrypted)
+
+    def set_prometheus_credential(self, userinfo: str) -> None:
+        """`userinfo` is the user:password of a URL, as written there ("" forgets the stored one)."""
+        self.prometheus_credential_encrypted = secrets.encrypt(userinfo) if userinfo else ""
+
+    def prometheus_credential(self) -> str:
+        if not self.prometheus_credential_encrypted:
+            return ""
+        return secrets.decrypt(self.prometheus_credential_encrypted, what="Prometheus credential")
+
+    def prometheus_read_url(self) -> str:
+        """The Prometheus URL with its stored credential as its user part, for the collector alone: never
+        shown, never logged."""
+        credential = self.prometheus_credential()
+        if not credential or not self.prometheus_url:
+            return self.prometheus_url
+        parts = urlsplit(self.prometheus_url)
+        return urlunsplit(parts._replace(netloc=f"{credential}@{parts.netloc}"))
 
     @property
     def mig_config_map_ref(self) -> tuple[str, str]:

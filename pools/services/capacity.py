@@ -7,6 +7,7 @@ transaction, locks what it changes and refuses bad input with a PortalError.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -34,7 +35,9 @@ class ClusterSettings:
     in_cluster: bool = False
     mig_config_map: str = ""
     # The cluster's Prometheus (scraping dcgm-exporter) that GPU figures are read from; None keeps the
-    # stored one, "" clears it.
+    # stored one, "" clears it. A user:password@ in it is its credential, stored encrypted apart from the
+    # address; an address without one keeps the stored credential while it names the same server
+    # (scheme, host and port), and drops it for another.
     prometheus_url: str | None = None
 
 
@@ -79,15 +82,40 @@ def _check_prometheus_url(url: str) -> None:
     try:
         field.run_validators(url)
     except ValidationError as error:
-        raise InvalidInput(
-            _("The Prometheus URL is an http or https address, e.g. http://prometheus.monitoring:9090."),
-            field="prometheus_url",
-        ) from error
+        if all(e.code == "outbound_address" for e in error.error_list):  # an address, but one refused
+            message = " ".join(error.messages)
+        else:
+            message = _(
+                "The Prometheus URL is an http or https address, e.g. http://prometheus.monitoring:9090."
+            )
+        raise InvalidInput(message, field="prometheus_url") from error
+    url, _credential = split_credential(url)
     if len(url) > field.max_length:
         raise InvalidInput(
             _("A Prometheus URL has at most %(max)s characters.") % {"max": field.max_length},
             field="prometheus_url",
         )
+
+
+def split_credential(url: str) -> tuple[str, str]:
+    """`url` without its user part, and that part ("user:password" as written; "" when there is none)."""
+    parts = urlsplit(url)
+    credential, at, server = parts.netloc.rpartition("@")
+    if not at:
+        return url, ""
+    return urlunsplit(parts._replace(netloc=server)), credential
+
+
+def _same_server(url: str, other: str) -> bool:
+    first, second = urlsplit(url), urlsplit(other)
+    return (first.scheme, first.hostname, first.port) == (second.scheme, second.hostname, second.port)
+
+
+def _set_prometheus_url(cluster: Cluster, given: str) -> None:
+    url, credential = split_credential(given)
+    if credential or not url or not _same_server(url, cluster.prometheus_url):
+        cluster.set_prometheus_credential(credential)
+    cluster.prometheus_url = url
 
 
 def _check_name(name: str) -> None:
@@ -105,8 +133,8 @@ def _check_name(name: str) -> None:
 def register_cluster(wanted: ClusterSettings) -> tuple[Cluster, bool]:
     """Add a cluster, or change the settings of one; returns (cluster, created).
 
-    The kubeconfig is stored encrypted. The cluster is read at the next sync tick; callers that want it
-    read now call `sync_inventory` or `request_sync`.
+    The kubeconfig and the Prometheus credential are stored encrypted. The cluster is read at the next sync
+    tick; callers that want it read now call `sync_inventory` or `request_sync`.
     """
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().filter(name=wanted.name).first()
@@ -123,7 +151,7 @@ def register_cluster(wanted: ClusterSettings) -> tuple[Cluster, bool]:
         if wanted.mig_config_map:
             cluster.mig_config_map = wanted.mig_config_map
         if wanted.prometheus_url is not None:
-            cluster.prometheus_url = wanted.prometheus_url
+            _set_prometheus_url(cluster, wanted.prometheus_url)
         cluster.next_sync_at = None  # try the new settings at the next tick
         try:
             with transaction.atomic():

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.messages import get_messages
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from monitoring import agents
@@ -39,6 +40,22 @@ def test_a_token_keeps_only_the_digest_and_prefix_of_its_256_bit_key(cluster):
 def test_a_token_needs_a_name_of_sane_length(cluster, name):
     with pytest.raises(InvalidInput):
         agents.issue_agent_token(cluster=cluster, name=name)
+    assert not AgentToken.objects.exists()
+
+
+CONTROL = ["node\n1", "node\r1", "node\t1", "node\x1b1", "node\x851", "node\u20281"]
+
+
+@pytest.mark.parametrize("name", CONTROL)
+def test_a_token_name_holds_no_control_characters_however_it_is_given(cluster, operator, name):
+    """A token's name goes into the subjects of its alerts' e-mails, which hold one line of text."""
+    with pytest.raises(InvalidInput, match="control characters"):
+        agents.issue_agent_token(cluster=cluster, name=name)
+    response = operator.post(ADMIN + "add/", {"cluster": cluster.pk, "name": name})
+    assert response.status_code == 200
+    assert "control characters" in " ".join(response.context["adminform"].form.errors["name"])
+    with pytest.raises(ValidationError, match="control characters"):
+        AgentToken(cluster=cluster, name=name, prefix="p", digest="d").full_clean()
     assert not AgentToken.objects.exists()
 
 

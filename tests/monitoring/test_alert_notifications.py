@@ -1,15 +1,14 @@
 """Alert notifications: e-mail to operators who want it and the rule's addresses, a JSON webhook to a real
 HTTP server, each sent once per event, retried with back-off, and given up after the last attempt."""
 
-import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
+from django.core.exceptions import ValidationError
+from django.urls import reverse
 
 from monitoring import alerts, notifications
 from monitoring.models import Alert, AlertDelivery, AlertRule
@@ -19,54 +18,11 @@ from portal.roles import PlatformRole
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
 from tests.monitoring.test_alerts import feed, minutes, only
 
-pytestmark = pytest.mark.django_db
+# The webhook servers listen on loopback, which the portal posts to only when allowed.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_networks_allowed")]
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 T0 = NOW - timedelta(hours=2)
-
-
-class Hook:
-    """A webhook receiver on a real local HTTP server: answers the statuses given in turn (the last one
-    from then on) and keeps every body it was sent."""
-
-    def __init__(self, statuses=(200,)):
-        self.statuses = list(statuses)
-        self.bodies: list[dict] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                length = int(self.headers["Content-Length"])
-                hook.bodies.append(json.loads(self.rfile.read(length)))
-                status = hook.statuses.pop(0) if len(hook.statuses) > 1 else hook.statuses[0]
-                self.send_response(status)
-                self.end_headers()
-                self.wfile.write(b"ok" if status < 300 else b"broken")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def hook_server():
-    made = []
-
-    def make(statuses=(200,)):
-        made.append(Hook(statuses))
-        return made[-1]
-
-    yield make
-    for hook in made:
-        hook.close()
 
 
 @pytest.fixture
@@ -295,3 +251,92 @@ def test_an_operator_reads_alert_e_mails_in_their_language(node, operators, sett
     by_address = {m.to[0]: m for m in mail.outbox}
     assert "경고" in by_address["olga@ops.example"].subject  # the severity, in Korean
     assert "[warning]" in by_address["oncall@ops.example"].subject  # no known person: the site's language
+
+
+# --- one notification that cannot go out holds up no other ------------------------------------------
+
+
+def test_a_notification_that_cannot_be_sent_fails_alone_and_the_others_go_out(
+    node, operators, hook_server, settings
+):
+    hook = hook_server()
+    settings.MONITORING_ALERT_WEBHOOK_URL = hook.url
+    settings.MONITORING_ALERT_MAX_ATTEMPTS = 2
+    settings.MONITORING_ALERT_RETRY_SECONDS = 30
+    rule = only("threshold", extra_emails="oncall@ops.example")
+    # A name stored before names were checked: a line break no e-mail subject may hold.
+    AlertRule.objects.filter(pk=rule.pk).update(name="GPU too hot\nBcc: everyone@example.com")
+    next(hot_then_cool(node))
+    t = T0 + minutes(6)
+    # Another alert's e-mail, due at the same moment, behind the two that cannot be sent.
+    other = Alert.objects.create(
+        rule=AlertRule.objects.exclude(pk=rule.pk).first(),
+        subject="node:elsewhere",
+        message="silent",
+        severity="warning",
+        fired_at=T0,
+        last_seen_at=T0,
+    )
+    AlertDelivery.objects.create(
+        alert=other, event="fired", channel="email", target="pager@ops.example", next_attempt_at=t
+    )
+
+    done = notifications.deliver_due(now=t)
+
+    assert (done.sent, done.failed, done.gave_up) == (2, 2, 0)
+    assert [m.to for m in mail.outbox] == [["pager@ops.example"]]
+    assert [body["rule"] for body in hook.bodies] == ["GPU too hot\nBcc: everyone@example.com"]
+    failed = AlertDelivery.objects.filter(sent_at__isnull=True).order_by("target")
+    assert [(d.target, d.attempts, d.next_attempt_at) for d in failed] == [
+        ("olga@ops.example", 1, t + timedelta(seconds=30)),
+        ("oncall@ops.example", 1, t + timedelta(seconds=30)),
+    ]
+    assert all(d.last_error.startswith("BadHeaderError: ") for d in failed)
+
+    # The retry rule holds for them as for any failure: the last attempt gives up.
+    assert notifications.deliver_due(now=t + timedelta(seconds=30)).gave_up == 2
+    assert AlertDelivery.objects.filter(gave_up_at=t + timedelta(seconds=30), attempts=2).count() == 2
+    assert notifications.deliver_due(now=t + timedelta(days=1)) == notifications.Delivered()
+    assert len(mail.outbox) == 1
+
+
+def rule_form(rule: AlertRule, **changes) -> dict:
+    """The admin's form of `rule`, as its page sends it back, with `changes`."""
+    fields = ["name", "kind", "severity", "metric", "comparison", "threshold", "scope", "duration_seconds"]
+    form = {name: getattr(rule, name) for name in fields}
+    form.update(threshold="" if rule.threshold is None else rule.threshold, enabled="on")
+    form.update(extra_emails=rule.extra_emails, webhook_url=rule.webhook_url)
+    return {**form, **changes}
+
+
+@pytest.mark.parametrize(
+    "name", ["Too hot\nBcc: x@example.com", "Too\rhot", "Too\thot", "Too\x1bhot", "Too\u2028hot"]
+)
+def test_a_rule_name_holds_no_control_characters_however_it_is_given(name, superuser_client):
+    rule = AlertRule.objects.get(kind="threshold")
+    before = rule.name
+
+    answer = superuser_client.post(
+        reverse("admin:monitoring_alertrule_change", args=[rule.pk]), rule_form(rule, name=name)
+    )
+    assert answer.status_code == 200
+    assert "control characters" in " ".join(answer.context["adminform"].form.errors["name"])
+    added = superuser_client.post(reverse("admin:monitoring_alertrule_add"), rule_form(rule, name=name))
+    assert added.status_code == 200 and AlertRule.objects.filter(name=name).count() == 0
+    rule.name = name
+    with pytest.raises(ValidationError, match="control characters"):
+        rule.full_clean()
+    assert AlertRule.objects.get(pk=rule.pk).name == before
+
+
+def test_a_rules_extra_addresses_are_e_mail_addresses(superuser_client):
+    rule = AlertRule.objects.get(kind="threshold")
+    answer = superuser_client.post(
+        reverse("admin:monitoring_alertrule_change", args=[rule.pk]),
+        rule_form(rule, extra_emails="oncall@ops.example\nnot an address"),
+    )
+    assert answer.status_code == 200
+    assert "not an address is not an e-mail address" in " ".join(
+        answer.context["adminform"].form.errors["extra_emails"]
+    )
+    assert AlertRule.objects.get(pk=rule.pk).extra_emails == ""

@@ -1,6 +1,7 @@
 """The portal's own collection: the simulated fleet read through the same ingest as an agent's batch, and a
 cluster's Prometheus that fails, recorded where operators see it."""
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -8,6 +9,8 @@ import pytest
 from monitoring import collection
 from monitoring.models import CollectorStatus, Latest, Sample
 from monitoring.tasks import collect
+from pools.models import Cluster
+from pools.services import ClusterSettings, register_cluster
 from pools.services.inventory import sync_inventory
 from tests.factories import AllocationFactory, ClusterFactory
 
@@ -45,7 +48,7 @@ def test_held_instances_read_as_the_pool_works_and_free_ones_idle(sim):
     assert by_start[free_start].sm_active_pct < 5
 
 
-def test_a_failing_prometheus_is_recorded_and_stores_nothing(sim):
+def test_a_failing_prometheus_is_recorded_and_stores_nothing(sim, private_networks_allowed):
     sim.prometheus_url = "http://127.0.0.1:9"  # nothing listens on the discard port
     sim.save()
 
@@ -55,6 +58,34 @@ def test_a_failing_prometheus_is_recorded_and_stores_nothing(sim):
     status = CollectorStatus.objects.get(cluster=sim)
     assert status.source == "dcgm" and status.last_success_at is None and "127.0.0.1:9" in status.last_error
     assert not Latest.objects.exists()
+
+
+def test_a_clusters_prometheus_is_read_with_its_stored_credential(
+    sim, fake_prometheus, private_networks_allowed
+):
+    fake = fake_prometheus(200, {"status": "success", "data": {"resultType": "matrix", "result": []}})
+    with_password = fake.url.replace("http://", "http://portal:hunter2@")
+    register_cluster(ClusterSettings(name="sim", driver="simulated", prometheus_url=with_password))
+    sim.refresh_from_db()
+
+    done = collection.collect(sim, now=NOW)
+
+    assert (done.source, done.error) == ("dcgm", "")
+    ((_path, headers),) = fake.requests
+    assert headers["Authorization"] == "Basic " + base64.b64encode(b"portal:hunter2").decode()
+    assert CollectorStatus.objects.get(cluster=sim).last_success_at == NOW
+
+
+def test_a_credential_that_cannot_be_decrypted_is_recorded_not_raised(sim, private_networks_allowed):
+    Cluster.objects.filter(pk=sim.pk).update(
+        prometheus_url="http://127.0.0.1:9", prometheus_credential_encrypted="sealed-with-another-key"
+    )
+    sim.refresh_from_db()
+
+    done = collection.collect(sim, now=NOW)
+
+    assert "The stored Prometheus credential cannot be decrypted" in done.error
+    assert "cannot be decrypted" in CollectorStatus.objects.get(cluster=sim).last_error
 
 
 def test_the_beat_task_collects_every_collectable_cluster(sim):

@@ -4,20 +4,21 @@ Prometheus should give: each of those, a timeout and a closed port is one clear 
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from contextlib import suppress
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from monitoring import collection
 from monitoring.collectors import CollectorUnavailable, DcgmPrometheusCollector
+from portal import outbound
 from tests.monitoring.contract import assert_honours_contract
 from tests.monitoring.dcgm_exporter import DcgmExporter, Device, exposition, free_port, running_prometheus
+
+# The stand-in Prometheus servers listen on loopback, which the collector reads only when allowed.
+pytestmark = pytest.mark.usefixtures("private_networks_allowed")
 
 MIB = 1 << 20
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
@@ -231,57 +232,11 @@ def test_samples_older_than_the_staleness_bound_are_left_out(cluster, prometheus
 # --- from what no Prometheus should answer --------------------------------------------------------------
 
 
-class FakePrometheus:
-    """Answers every request with the given status, content type and body, after `delay` seconds."""
-
-    def __init__(self, status=200, body: object = "", content_type="application/json", delay=0.0):
-        self.reply = (status, content_type, body if isinstance(body, str) else json.dumps(body))
-        self.delay = delay
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                fake.requests.append((self.path, dict(self.headers)))
-                time.sleep(fake.delay)
-                status, kind, text = fake.reply
-                with suppress(ConnectionError):  # a client that gave up waiting has gone
-                    self.send_response(status)
-                    self.send_header("Content-Type", kind)
-                    self.end_headers()
-                    self.wfile.write(text.encode())
-
-            def log_message(self, format, *args) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.http.block_on_close = False
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def stop(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
-@pytest.fixture
-def fake_prometheus():
-    made: list[FakePrometheus] = []
-
-    def make(*args, **kwargs) -> FakePrometheus:
-        made.append(FakePrometheus(*args, **kwargs))
-        return made[-1]
-
-    yield make
-    for fake in made:
-        fake.stop()
-
-
 def unavailable(url: str, **kwargs) -> str:
-    collector = DcgmPrometheusCollector(url, **kwargs)
+    """Why the collector cannot read `url`, read as the portal reads (its session, its refusals)."""
+    collector = DcgmPrometheusCollector(url, session=outbound.Session(), **kwargs)
     with pytest.raises(CollectorUnavailable) as refused:
-        collector.readings()
+        collection.read(collector)
     collector.close()
     message = str(refused.value)
     assert "\n" not in message
@@ -427,6 +382,28 @@ def test_odd_but_well_formed_series_from_any_prometheus(fake_prometheus):
     assert "memory used: DCGM_FI_DEV_FB_USED is 1e308; skipped" in gpu.problems
     assert "MIG instance: GPU_I_ID 'x' is not a number; skipped" in gpu.problems
     assert gpu.instances == () and gpu.mig_enabled is True
+
+
+def test_a_redirect_is_not_followed(fake_prometheus):
+    elsewhere = fake_prometheus(200, {"status": "success", "data": {"resultType": "matrix", "result": []}})
+    moved = fake_prometheus(302, "", "text/plain", headers={"Location": elsewhere.url + "/api/v1/query"})
+
+    message = unavailable(moved.url)
+
+    assert message == f"Prometheus at {moved.url} answered HTTP 302, a redirect; redirects are not followed."
+    assert len(moved.requests) == 1 and elsewhere.requests == []
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_prometheus_at_an_address_that_is_not_public_is_not_read(host, fake_prometheus, settings):
+    settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS = False
+    fake = fake_prometheus(200, {"status": "success", "data": {"resultType": "matrix", "result": []}})
+    url = fake.url.replace("127.0.0.1", host)
+
+    message = unavailable(url)
+
+    assert message.startswith(f"Prometheus at {url} is refused: ") and "not a public address" in message
+    assert fake.requests == []
 
 
 @pytest.mark.parametrize(

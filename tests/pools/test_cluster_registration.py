@@ -98,7 +98,9 @@ def test_a_simulated_cluster_cannot_become_a_kubernetes_one(db):
     assert Cluster.objects.get(name="sim").kubeconfig() == ""
 
 
-def test_a_prometheus_url_is_set_kept_and_cleared_from_the_command_line(db, tmp_path):
+def test_a_prometheus_url_is_set_kept_and_cleared_from_the_command_line(
+    db, tmp_path, private_networks_allowed
+):
     path = tmp_path / "kubeconfig"
     path.write_text(KUBECONFIG)
     url = "http://prometheus.monitoring:9090"
@@ -122,7 +124,7 @@ def test_a_prometheus_url_that_is_not_one_is_refused_beside_its_field(url, db):
     assert not Cluster.objects.exists()
 
 
-def test_the_admin_sets_a_clusters_prometheus_url(db, staff_user, client):
+def test_the_admin_sets_a_clusters_prometheus_url(db, staff_user, client, private_networks_allowed):
     client.force_login(staff_user("operator"))
     url = "https://prometheus.example:9090"
 

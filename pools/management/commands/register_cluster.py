@@ -35,7 +35,8 @@ class Command(BaseCommand):
             "--prometheus-url",
             default=None,
             help="the cluster's Prometheus that scrapes dcgm-exporter (GPU figures are read from it), e.g. "
-            'http://prometheus.monitoring:9090; "" clears it',
+            "http://prometheus.monitoring:9090; a user:password@ in it is stored encrypted and never shown, "
+            'an address without one keeps it for the same server; "" clears both',
         )
         parser.add_argument("--no-sync", action="store_true", help="do not read the cluster right away")
 
