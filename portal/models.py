@@ -56,8 +56,8 @@ def validate_namespace_not_reserved(namespace: str) -> None:
         )
 
 
-# Names that end up in e-mail subjects and headers (alert rules, agents) are one line of text: a control
-# character, a line break above all, makes the mail library refuse the whole message.
+# Names that end up in e-mail subjects and headers (tenants, projects, alert rules, agents) are one line
+# of text: a control character, a line break above all, makes the mail library refuse the whole message.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -94,7 +94,9 @@ class TenantQuerySet(models.QuerySet):
 
 
 class Tenant(models.Model):
-    name = models.CharField(_("name"), max_length=100, unique=True)
+    name = models.CharField(
+        _("name"), max_length=100, unique=True, validators=[validate_no_control_characters]
+    )
     slug = models.CharField(
         _("slug"),
         max_length=SLUG_MAX_LENGTH,
@@ -174,7 +176,7 @@ class Project(models.Model):
         Tenant, on_delete=models.PROTECT, related_name="projects", verbose_name=_("tenant")
     )
     slug = models.CharField(_("slug"), max_length=SLUG_MAX_LENGTH, validators=[dns_label_validator])
-    name = models.CharField(_("name"), max_length=100)
+    name = models.CharField(_("name"), max_length=100, validators=[validate_no_control_characters])
     description = models.TextField(_("description"), blank=True, max_length=2000)
     namespace = models.CharField(
         _("Kubernetes namespace"),

@@ -3,10 +3,11 @@
 import pytest
 from allauth.mfa.models import Authenticator
 from allauth.mfa.totp.internal.auth import TOTP, format_hotp_value, generate_totp_secret, hotp_value
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal.models import ApiToken, Project
+from portal.models import ApiToken, Project, Tenant
 from tests.factories import PASSWORD, MembershipFactory, ProjectFactory, TenantFactory, UserFactory
 
 
@@ -74,6 +75,9 @@ def test_anonymous_api_calls_get_401(db, api_client):
     [
         ({"tenant": "acme", "slug": "x" * 31, "name": "Long"}, "slug"),
         ({"tenant": "acme", "slug": "ok", "name": "n" * 101}, "name"),
+        # A project's name goes into e-mail subjects: a line break there would stop the e-mail.
+        ({"tenant": "acme", "slug": "ok", "name": "Vision\nBcc: all@example.com"}, "name"),
+        ({"tenant": "acme", "slug": "ok", "name": "Vision\x7f"}, "name"),
         ({"tenant": "acme", "slug": "Bad_Slug", "name": "Bad"}, "slug"),
         ({"tenant": "acme", "slug": "ok", "name": "Ok", "namespace": "kube-system"}, None),
         ({"tenant": "acme", "slug": "ok", "name": "Ok", "namespace": "-bad"}, "namespace"),
@@ -163,3 +167,8 @@ def test_the_openapi_schema_is_valid_and_has_no_warnings(tmp_path):
 
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
     assert "/api/v1/pool-requests/{id}/approve/" in (tmp_path / "schema.yaml").read_text()
+
+
+def test_a_tenant_name_is_one_line(db):
+    with pytest.raises(ValidationError, match="control characters"):
+        Tenant(name="Acme\r\nBcc: all@example.com", slug="acme").full_clean()
