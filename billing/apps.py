@@ -12,6 +12,25 @@ from portal.shell import AppPlugin, EmailTopic, Link
 EMAIL_TOPIC = "invoices"
 
 
+# The shortest metering period. Shorter ones would multiply the rows metering writes (a period mark
+# and a record per pool and spec every few seconds) and bill nothing differently: seconds are counted
+# whole whatever the period.
+SHORTEST_PERIOD = 60
+
+
+def check_metering(period: int, delay: int) -> None:
+    """Refuse metering settings that would bill wrongly or write without bound, naming the setting."""
+    # Periods fit whole into every hour, so that no period straddles two months.
+    if period < SHORTEST_PERIOD or 3600 % period:
+        raise ImproperlyConfigured(
+            f"METERING_PERIOD_SECONDS must be at least {SHORTEST_PERIOD} and divide 3600 "
+            f"(60, 120, 300, 600, 900, 1800 or 3600, for example), not {period}."
+        )
+    # A period is metered only once it has ended: no release or admission can land in it after.
+    if delay < 0:
+        raise ImproperlyConfigured(f"METERING_DELAY_SECONDS must be 0 or more, not {delay}.")
+
+
 class BillingConfig(AppConfig):
     name = "billing"
     verbose_name = _("Billing")
@@ -46,10 +65,7 @@ class BillingConfig(AppConfig):
         from billing import prices
         from pools import pricing
 
-        period = settings.METERING_PERIOD_SECONDS
-        if period <= 0 or 3600 % period:
-            # Periods must fit whole into every hour, so that no period straddles two months.
-            raise ImproperlyConfigured(f"METERING_PERIOD_SECONDS must divide 3600, not {period}.")
+        check_metering(settings.METERING_PERIOD_SECONDS, settings.METERING_DELAY_SECONDS)
         pricing.register_price_lookup(prices.hourly_price)
         # However a price is saved or deleted (admin, service, shell), estimates stop using the old one.
         for signal in (post_save, post_delete):

@@ -5,9 +5,10 @@ History. The two previous complete calendar months (in BILLING_TIME_ZONE) get po
 tenants that were asked for, approved by `carol`, reserved on the simulated fleet and released, all
 in the past: their rows say what the services would have written then (states, timestamps, events,
 allocations on the GPUs and MIG instances the fleet has), and none of them holds capacity now.
-Every period of those months is then metered, by metering's own `meter_period` wherever a pool
-held anything, so that the beat carries on from the end of last month; the month before last is
-closed and invoiced (acme's invoice paid, globex's left issued) and last month closed into drafts.
+Every period of those months is then metered by metering's own `meter_periods` (in transactions of
+a bounded size, whatever the period's length), so that the beat carries on from the end of last
+month; the month before last is closed and invoiced (acme's invoice paid, globex's left issued) and
+last month closed into drafts.
 History is made once, and only while nothing in those months is metered or invoiced yet.
 """
 
@@ -22,7 +23,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.backends.postgresql.psycopg_any import NumericRange
-from django.db.models import Min, Q
+from django.db.models import Min
 from django.utils import timezone
 
 from billing import invoicing, mail, metering
@@ -31,7 +32,7 @@ from billing.invoices import close_month, issue, mark_paid
 from billing.models import BillingProfile, Invoice, InvoiceMail, MeteredPeriod, PriceList
 from billing.prices import metered_until
 from billing.selectors import this_month
-from billing.services import add_price, first_unmetered, meter_period
+from billing.services import add_price, first_unmetered, meter_periods
 from pools import mig
 from pools.models import (
     Allocation,
@@ -213,8 +214,8 @@ def _history(*, now: datetime) -> str:
     later = MeteredPeriod.objects.filter(start__gte=ends).aggregate(first=Min("start"))["first"]
     delay = settings.METERING_DELAY_SECONDS
     stop = metering.ended_periods(first, metering.whole_seconds(now), period, delay).stop
-    records = _meter(
-        range(first, stop if later is None else min(stop, metering.whole_seconds(later)), period)
+    records = meter_periods(
+        starts=range(first, stop if later is None else min(stop, metering.whole_seconds(later)), period)
     )
     older, last = (f"{month:%Y-%m}" for month in months)
     told = [f"{len(pools)} past pools in {older} and {last}, {records} usage records"]
@@ -229,27 +230,6 @@ def _history(*, now: datetime) -> str:
 def _metered(month: date) -> bool:
     """Whether metering has reached the month's end, as closing it requires."""
     return (first_unmetered() or 0) >= metering.whole_seconds(_span(month)[1])
-
-
-def _meter(starts: range) -> int:
-    """Meter these periods with metering's own `meter_period` wherever a pool held anything. A period
-    in which no pool held anything gets at once what `meter_period` would give it, the mark that it
-    is metered with no usage: two months of hourly periods are metered in a moment."""
-    period = starts.step
-    begins, ends = metering.moment(starts.start), metering.moment(starts.stop)
-    held: set[int] = set()
-    overlapping = Pool.objects.filter(
-        Q(released_at__isnull=True) | Q(released_at__gt=begins), reserved_at__lt=ends
-    ).values_list("reserved_at", "released_at")
-    for reserved, released in overlapping:
-        until = starts.stop if released is None else metering.whole_seconds(released) + 1
-        since = max(starts.start, metering.period_start(metering.whole_seconds(reserved), period))
-        held.update(start for start in range(since, until, period) if start in starts)
-    MeteredPeriod.objects.bulk_create(
-        [MeteredPeriod(start=metering.moment(start), records=0) for start in starts if start not in held],
-        ignore_conflicts=True,
-    )
-    return sum(meter_period(start) for start in sorted(held))
 
 
 def _invoice_older(text: str, next_month: date) -> str:

@@ -10,7 +10,7 @@ Plain data in and out: no Django, no clock, no database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -88,6 +88,59 @@ def usage_in_period(holdings: Iterable[Holding], start: int, period: int) -> lis
                 )
             )
     return found
+
+
+def held_periods(holding: Holding, starts: range) -> range:
+    """The starts among `starts` (period starts, `starts.step` apart) of the periods in which the holding
+    held anything: from the period of its reservation to the one holding its release."""
+    period = starts.step
+    if holding.released is not None and holding.released <= holding.reserved:
+        return range(starts.start, starts.start, period)
+    first = max(starts.start, period_start(holding.reserved, period))
+    stop = starts.stop if holding.released is None else min(starts.stop, holding.released)
+    return range(first, max(first, stop), period)
+
+
+def usage_in_periods(holdings: Iterable[Holding], starts: range) -> list[Usage]:
+    """The usages of every period of `starts` (period starts, `starts.step` apart): what `usage_in_period`
+    gives for each, found by walking each holding's own periods rather than every period's holdings."""
+    period = starts.step
+    found = []
+    for holding in holdings:
+        if not holding.count:  # held nothing, as `usage_in_period` finds
+            continue
+        for start in held_periods(holding, starts):
+            seconds = held(holding, start, period)
+            found.append(
+                Usage(
+                    holding.pool_id,
+                    holding.gpu_model,
+                    holding.profile,
+                    start,
+                    holding.count,
+                    holding.count * seconds,
+                )
+            )
+    return found
+
+
+def bounded(holdings: Sequence[Holding], starts: range, records: int) -> range:
+    """The longest leading part of `starts` whose periods give at most `records` usages, and never less
+    than its first period (which alone may give more): the periods one transaction may meter."""
+
+    def usages(periods: int) -> int:
+        return sum(len(held_periods(holding, starts[:periods])) for holding in holdings)
+
+    if len(starts) <= 1 or usages(len(starts)) <= records:
+        return starts
+    low, high = 1, len(starts) - 1
+    while low < high:  # the longest part that fits: the count only grows with the part
+        middle = (low + high + 1) // 2
+        if usages(middle) <= records:
+            low = middle
+        else:
+            high = middle - 1
+    return starts[:low]
 
 
 def billable_seconds(holding: Holding, until: int) -> int:

@@ -35,6 +35,25 @@ def in_force(at: datetime) -> dict[tuple[str, str], Decimal]:
     }
 
 
+def in_force_over(first: datetime, last: datetime) -> list[tuple[datetime, dict[tuple[str, str], Decimal]]]:
+    """What `in_force` gives at every moment of [first, last], in one query: (since, table) pairs, oldest
+    first, the first since `first`, each table in force until the next pair's `since`."""
+    fields = ("gpu_model", "profile", "hourly_price", "valid_from", "valid_to")
+    rows = list(valid_during(first, last).values_list(*fields))
+    bounds = {bound for *_spec, since, until in rows for bound in (since, until) if bound is not None}
+    return [
+        (
+            at,
+            {
+                (model, profile): price
+                for model, profile, price, since, until in rows
+                if since <= at and (until is None or until > at)
+            },
+        )
+        for at in sorted({first, *(bound for bound in bounds if first < bound <= last)})
+    ]
+
+
 def forget_cached() -> None:
     cache.delete(CACHE_KEY)
 

@@ -5,11 +5,21 @@ it), counts their seconds with `billing.metering`, copies the price in force at 
 start, and writes the records with the unique constraint as the guard: a second, concurrent or
 late run writes nothing twice. Periods are metered oldest first, from the one after the last
 metered period, so a run after an outage catches up on every period it missed.
+
+However many periods a run meters (two months of minute periods for the demo's history, or the
+catch-up after a long outage), it meters them in transactions of a bounded size: at most
+PERIODS_PER_TRANSACTION periods and, past the first period, RECORDS_PER_TRANSACTION records each,
+read with one query for the pools, one for the prices and one for what is metered already, and
+written in bulk. Each transaction takes the one metering lock (the same lock however often a
+transaction takes it, so that a caller's outer transaction holds one lock, not one per period):
+runs queue up there, and the later one finds the periods metered and writes nothing for them.
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -20,14 +30,17 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing import metering
-from billing.models import MeteredPeriod, Price, PriceList, UsageRecord
-from billing.prices import check_price, in_force, metered_until
+from billing.models import MeteredPeriod, Price, PriceList
+from billing.prices import check_price, in_force_over, metered_until
 from pools.models import Pool, RequestItem
 from portal import audit
 
 log = logging.getLogger(__name__)
 
-METERING_LOCK = 0x6D6574  # the first key of the per-period advisory locks of metering
+METERING_LOCK = 0x6D6574  # the advisory lock key of metering: "met"
+# The most one metering transaction covers: its periods, and the records of all but its first period.
+PERIODS_PER_TRANSACTION = 1440
+RECORDS_PER_TRANSACTION = 20_000
 
 
 @dataclass
@@ -62,9 +75,9 @@ def meter(*, now: datetime | None = None) -> MeteringReport:
         return report
     period = settings.METERING_PERIOD_SECONDS
     delay = settings.METERING_DELAY_SECONDS
-    for start in metering.ended_periods(first, metering.whole_seconds(now), period, delay):
-        report.records += meter_period(start)
-        report.periods.append(metering.moment(start))
+    starts = metering.ended_periods(first, metering.whole_seconds(now), period, delay)
+    report.records = meter_periods(starts=starts)
+    report.periods = [metering.moment(start) for start in starts]
     if report.periods:
         log.info("%s", report.summary())
     return report
@@ -73,13 +86,32 @@ def meter(*, now: datetime | None = None) -> MeteringReport:
 def meter_period(start: int) -> int:
     """Write the usage records of one period; returns how many this run wrote (0 when done before)."""
     period = settings.METERING_PERIOD_SECONDS
-    begins, ends = metering.moment(start), metering.moment(start + period)
+    return meter_periods(starts=range(start, start + period, period))
+
+
+def meter_periods(*, starts: range) -> int:
+    """Meter these periods (starts of METERING_PERIOD_SECONDS periods, oldest first), each transaction
+    a bounded part of them; returns how many records this run wrote (none for a period done before).
+    Interrupted, it leaves whole periods metered and the rest not, each part committed as it ends."""
+    period = settings.METERING_PERIOD_SECONDS
+    if starts and (starts.step != period or starts.start % period):
+        raise ValueError(f"{starts} are not starts of {period}-second periods")
+    written = 0
+    while starts:
+        done, records = _meter_part(starts[:PERIODS_PER_TRANSACTION])
+        written += records
+        starts = starts[len(done) :]
+    return written
+
+
+def _meter_part(starts: range) -> tuple[range, int]:
+    """Meter the leading part of `starts` that RECORDS_PER_TRANSACTION allows, in one transaction;
+    returns that part and the records written."""
+    begins, ends = metering.moment(starts.start), metering.moment(starts.stop)
     with transaction.atomic():
-        # Runs of one period queue up here; the later ones find it metered and write nothing.
+        # Runs queue up here; the later one finds the periods metered and writes nothing for them.
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [METERING_LOCK, start // period])
-        if MeteredPeriod.objects.filter(start=begins).exists():
-            return 0
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [METERING_LOCK])
         holdings = [
             metering.Holding(
                 pool_id, model, profile, count, metering.whole_seconds(reserved),
@@ -93,24 +125,56 @@ def meter_period(start: int) -> int:
                 "request__pool__reserved_at", "request__pool__released_at",
             )
         ]  # fmt: skip
-        prices = in_force(begins)
-        records = [
-            UsageRecord(
-                pool_id=usage.pool_id,
-                gpu_model=usage.gpu_model,
-                profile=usage.profile,
-                period_start=begins,
-                count=usage.count,
-                seconds=usage.seconds,
-                unit_price=prices.get((usage.gpu_model, usage.profile)),
-                currency=settings.BILLING_CURRENCY,
+        part = metering.bounded(holdings, starts, RECORDS_PER_TRANSACTION)
+        last = metering.moment(part[-1])
+        done = {
+            metering.whole_seconds(start)
+            for start in MeteredPeriod.objects.filter(start__gte=begins, start__lte=last).values_list(
+                "start", flat=True
             )
-            for usage in metering.usage_in_period(holdings, start, period)
-        ]
-        # The unique constraint stays the last guard, should a record exist without its period.
-        UsageRecord.objects.bulk_create(records, ignore_conflicts=True, batch_size=5000)
-        MeteredPeriod.objects.create(start=begins, records=len(records))
-    return len(records)
+        }
+        todo = [start for start in part if start not in done]
+        if not todo:
+            return part, 0
+        usages = [u for u in metering.usage_in_periods(holdings, part) if u.period_start not in done]
+        _write(usages, todo, prices=in_force_over(begins, last))
+    return part, len(usages)
+
+
+# Rows travel as one array per column: a model instance per row would cost more than the rest of
+# metering together. The unique constraint stays the last guard, should a record exist without its period.
+_INSERT_USAGE = """
+    INSERT INTO billing_usagerecord
+        (pool_id, gpu_model, profile, period_start, count, seconds, unit_price, currency, metered_at)
+    SELECT pool_id, gpu_model, profile, to_timestamp(period_start), count, seconds, unit_price, %s, %s
+    FROM unnest(
+        %s::bigint[], %s::text[], %s::text[], %s::bigint[], %s::integer[], %s::integer[], %s::numeric[]
+    ) AS t(pool_id, gpu_model, profile, period_start, count, seconds, unit_price)
+    ON CONFLICT DO NOTHING
+"""
+_INSERT_PERIODS = """
+    INSERT INTO billing_meteredperiod (start, records, metered_at)
+    SELECT to_timestamp(start), records, %s FROM unnest(%s::bigint[], %s::integer[]) AS t(start, records)
+"""
+
+
+def _write(usages: list[metering.Usage], starts: list[int], *, prices: list[tuple[datetime, dict]]) -> None:
+    """Write the usages, with the price in force at each one's period start (`prices` as
+    `in_force_over` gives them), and mark the periods `starts` metered."""
+    since = [at.timestamp() for at, _table in prices]
+    tables = [table for _at, table in prices]
+    columns: list[list] = [[], [], [], [], [], [], []]
+    for usage in usages:
+        price = tables[bisect_right(since, usage.period_start) - 1].get((usage.gpu_model, usage.profile))
+        row = (usage.pool_id, usage.gpu_model, usage.profile, usage.period_start, usage.count, usage.seconds)
+        for column, value in zip(columns, (*row, price), strict=True):
+            column.append(value)
+    per_period = Counter(usage.period_start for usage in usages)
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        if usages:
+            cursor.execute(_INSERT_USAGE, [settings.BILLING_CURRENCY, now, *columns])
+        cursor.execute(_INSERT_PERIODS, [now, starts, [per_period[start] for start in starts]])
 
 
 def metering_lag(*, now: datetime | None = None) -> timedelta:

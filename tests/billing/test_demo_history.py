@@ -8,8 +8,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.apps import apps
+from django.conf import settings
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -18,7 +19,7 @@ from billing.demo import PAST_POOLS, history_months
 from billing.demo import load as load_billing
 from billing.models import BillingProfile, Invoice, InvoiceState, MeteredPeriod, UsageRecord
 from billing.prices import metered_until
-from billing.services import meter
+from billing.services import PERIODS_PER_TRANSACTION, meter
 from pools.demo import load as load_pools
 from pools.models import Allocation, Pool, PoolState, RequestState, SpecAndCount
 from pools.selectors.capacity import capacity_summary, spec_offers
@@ -227,15 +228,15 @@ def check_metering_carries_on(demo: datetime) -> None:
     """The demo metered every period that has ended, from the history's first on: a metering run
     after it writes nothing for the history and carries on from there, without a gap."""
     (_m, first, _end), (_last, _start, this_month) = months_of(demo)
+    period = timedelta(seconds=settings.METERING_PERIOD_SECONDS)
     history = UsageRecord.objects.filter(period_start__lt=this_month)
     records, periods = history.count(), MeteredPeriod.objects.filter(start__lt=this_month).count()
     reached = metered_until()
-    assert reached >= this_month and MeteredPeriod.objects.count() == (reached - first) // HOUR
+    assert reached >= this_month and MeteredPeriod.objects.count() == (reached - first) // period
     report = meter(now=timezone.now() + 2 * HOUR)
     assert history.count() == records
-    assert (
-        MeteredPeriod.objects.filter(start__lt=this_month).count() == periods == (this_month - first) // HOUR
-    )
+    assert MeteredPeriod.objects.filter(start__lt=this_month).count() == periods
+    assert periods == (this_month - first) // period
     assert report.periods and report.periods[0] == reached
 
 
@@ -245,6 +246,26 @@ def test_on_the_first_of_a_month_in_seoul_the_history_is_the_two_months_before(d
     call_command("demo", stdout=StringIO())
     assert [m for m, _start, _end in months_of(FIRST_OF_JUNE)] == [date(2026, 4, 1), date(2026, 5, 1)]
     assert past_pools(FIRST_OF_JUNE).count() == len(PAST_POOLS)
+    check_usage(FIRST_OF_JUNE)
+    check_issued(FIRST_OF_JUNE)
+    check_drafts(FIRST_OF_JUNE)
+    check_metering_carries_on(FIRST_OF_JUNE)
+
+
+def test_minute_periods_meter_the_two_months_in_bounded_transactions(db, clock, settings):
+    """The shortest period the settings allow: the history's 88,000-odd minutes are metered in parts of
+    a bounded size, each second once, and the month closes and invoices as with hourly periods."""
+    settings.METERING_PERIOD_SECONDS = 60
+    clock(FIRST_OF_JUNE)
+    call_command("demo", stdout=StringIO())
+    with connection.cursor() as cursor:  # rows written by one transaction share its id, their xmin
+        cursor.execute("SELECT count(*) FROM billing_meteredperiod GROUP BY xmin::text")
+        parts = [count for (count,) in cursor.fetchall()]
+    assert sum(parts) > 2 * 30 * 24 * 60 and max(parts) <= PERIODS_PER_TRANSACTION
+    for pool in past_pools(FIRST_OF_JUNE).prefetch_related("request__items"):
+        held = sum(item.count for item in pool.request.items.all())
+        seconds = int((pool.released_at - pool.reserved_at).total_seconds())
+        assert pool.usage.aggregate(s=Sum("seconds"))["s"] == held * seconds
     check_usage(FIRST_OF_JUNE)
     check_issued(FIRST_OF_JUNE)
     check_drafts(FIRST_OF_JUNE)

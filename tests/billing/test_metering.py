@@ -1,6 +1,7 @@
 """Metering arithmetic, property-based: whatever the times and however the runs fall, each pool is
 metered for exactly the whole seconds it held its capacity, once."""
 
+from dataclasses import astuple
 from datetime import UTC, datetime
 
 import pytest
@@ -10,15 +11,19 @@ from hypothesis import strategies as st
 from billing.metering import (
     Holding,
     billable_seconds,
+    bounded,
     ended_periods,
     held,
     moment,
     period_start,
     usage_in_period,
+    usage_in_periods,
     whole_seconds,
 )
 
 PERIOD = 3600
+# Every period length the settings allow (billing.apps.check_metering).
+PERIODS = [period for period in range(60, 3601) if 3600 % period == 0]
 # Around the end of November 2026 in Seoul (2026-11-30 15:00 UTC), give or take two days.
 MONTH_END = int(datetime(2026, 11, 30, 15, tzinfo=UTC).timestamp())
 moments = st.integers(MONTH_END - 2 * 86400, MONTH_END + 2 * 86400)
@@ -91,3 +96,29 @@ def test_a_holding_ending_inside_a_period_counts_only_its_part():
     (usage,) = usage_in_period([holding], start, PERIOD)
     assert (usage.pool_id, usage.count, usage.seconds) == (7, 2, 2 * 900)
     assert usage_in_period([holding], start + PERIOD, PERIOD) == []
+
+
+@st.composite
+def spans(draw) -> range:
+    """Up to 400 consecutive periods of any allowed length."""
+    period = draw(st.sampled_from(PERIODS))
+    first = period_start(draw(moments), period)
+    return range(first, first + draw(st.integers(0, 400)) * period, period)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(holdings(), max_size=5), spans())
+def test_usage_over_many_periods_is_the_usage_of_each_period(found, starts):
+    # Many periods at once give exactly what one period at a time gives, whatever the period.
+    expected = [usage for start in starts for usage in usage_in_period(found, start, starts.step)]
+    assert sorted(usage_in_periods(found, starts), key=astuple) == sorted(expected, key=astuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(holdings(), max_size=5), spans(), st.integers(0, 200))
+def test_a_transaction_meters_the_most_periods_that_fit_and_never_none(found, starts, records):
+    part = bounded(found, starts, records)
+    assert part == starts[: len(part)] and (len(part) >= 1 or not starts)
+    assert len(usage_in_periods(found, part)) <= records or len(part) == 1
+    if len(part) < len(starts):  # one period more would not fit
+        assert len(usage_in_periods(found, starts[: len(part) + 1])) > records

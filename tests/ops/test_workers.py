@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from billing import services
 from billing.metering import whole_seconds
 from billing.models import MeteredPeriod, UsageRecord
 from billing.services import METERING_LOCK, first_unmetered
@@ -265,10 +266,10 @@ def test_two_beat_ticks_of_metering_at_once_meter_every_period_once(settings, tm
     first = first_unmetered()
     queue = f"meter-{uuid.uuid4().hex[:8]}"
     with workers(queue, tmp_path, env=METERING_ENV) as both:
-        # The first period's lock is held until both runs have started: they meet from the first period on.
+        # The metering lock is held until both runs have started: they meet from the first period on.
         with transaction.atomic():
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [METERING_LOCK, first // PERIOD])
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [METERING_LOCK])
             sent = [meter_usage.apply_async(queue=queue) for _ in range(2)]
             wait_for(lambda: all(took(w, meter_usage.name) for w in both), "both take one")
             time.sleep(0.3)
@@ -398,30 +399,52 @@ def half_metered() -> bool:
         return cursor.fetchone()[0]
 
 
+def waits_for_metering_lock() -> bool:
+    """Whether another connection waits for the metering lock (a one-key advisory lock: objsubid 1)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = 0 AND objid = %s::oid AND objsubid = 1 AND pid <> pg_backend_pid())",
+            [METERING_LOCK],
+        )
+        return cursor.fetchone()[0]
+
+
 def test_a_worker_stopped_mid_metering_leaves_no_period_half_metered(settings, tmp_path):
     """SIGTERM in the middle of a long catch-up run, then the process running it killed before the run
     ends (as when the grace period runs out): it leaves whole periods only, metered or not, whenever it
     is looked at. The task goes back to the queue (acknowledged late, rejected when its worker is
-    lost) and another worker meters the rest, once."""
+    lost) and another worker meters the rest, once. The run meters in parts, each its own transaction;
+    the test holds the metering lock after the first part, so that the run is cut inside the second."""
     settings.METERING_PERIOD_SECONDS, settings.METERING_DELAY_SECONDS = PERIOD, 0
-    pools = backdated_pools(minutes=1500)
+    pools = backdated_pools(minutes=5000)
     first = first_unmetered()
     queue = f"cut-{uuid.uuid4().hex[:8]}"
 
     def whole():
         assert not half_metered()
 
+    def hold_metering_lock():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [METERING_LOCK])
+
     with workers(queue, tmp_path, names=("first",), env=METERING_ENV) as (first_worker,):
-        meter_usage.apply_async(queue=queue)
-        wait_for(lambda: MeteredPeriod.objects.count() >= 20, "metering starts", every=0.02, meanwhile=whole)
-        first_worker.process.send_signal(signal.SIGTERM)
-        grace = time.monotonic() + 1.5  # every period is seen whole or not at all, throughout
-        wait_for(lambda: time.monotonic() > grace, "the grace period ends", every=0.01, meanwhile=whole)
-        (child,) = pool_children(first_worker)
-        os.kill(child, signal.SIGKILL)
-        first_worker.process.wait(timeout=30)
+        with transaction.atomic():  # the run waits at the lock before its first part
+            hold_metering_lock()
+            meter_usage.apply_async(queue=queue)
+            wait_for(waits_for_metering_lock, "the run waits for the lock", every=0.02)
+        with transaction.atomic():  # granted once the first part is committed, before the second part asks
+            hold_metering_lock()
+            wait_for(waits_for_metering_lock, "the second part waits for the lock", every=0.02)
+            assert MeteredPeriod.objects.count() == services.PERIODS_PER_TRANSACTION
+            first_worker.process.send_signal(signal.SIGTERM)
+            grace = time.monotonic() + 1.5  # every period is seen whole or not at all, throughout
+            wait_for(lambda: time.monotonic() > grace, "the grace period ends", every=0.01, meanwhile=whole)
+            (child,) = pool_children(first_worker)
+            os.kill(child, signal.SIGKILL)
+            first_worker.process.wait(timeout=30)
     cut = MeteredPeriod.objects.count()
-    assert 20 < cut < 1500 and not half_metered()
+    assert cut == services.PERIODS_PER_TRANSACTION and not half_metered()
     log = first_worker.log.read_text()
     assert "Warm shutdown" in log and "WorkerLostError" in log  # cut mid-run, not after it
     assert not finished([first_worker], meter_usage.name)
