@@ -73,21 +73,15 @@ def held(holding: Holding, start: int, period: int) -> int:
 
 def usage_in_period(holdings: Iterable[Holding], start: int, period: int) -> list[Usage]:
     """One usage per holding that held anything in the period."""
-    found = []
-    for holding in holdings:
-        seconds = held(holding, start, period)
-        if seconds:
-            found.append(
-                Usage(
-                    holding.pool_id,
-                    holding.gpu_model,
-                    holding.profile,
-                    start,
-                    holding.count,
-                    holding.count * seconds,
-                )
-            )
-    return found
+    seconds = ((holding, held(holding, start, period)) for holding in holdings)
+    return [_usage(holding, start, held_for) for holding, held_for in seconds if held_for]
+
+
+def _usage(holding: Holding, start: int, seconds: int) -> Usage:
+    """The usage of a holding held `seconds` of the period that starts at `start`."""
+    return Usage(
+        holding.pool_id, holding.gpu_model, holding.profile, start, holding.count, holding.count * seconds
+    )
 
 
 def held_periods(holding: Holding, starts: range) -> range:
@@ -109,18 +103,9 @@ def usage_in_periods(holdings: Iterable[Holding], starts: range) -> list[Usage]:
     for holding in holdings:
         if not holding.count:  # held nothing, as `usage_in_period` finds
             continue
-        for start in held_periods(holding, starts):
-            seconds = held(holding, start, period)
-            found.append(
-                Usage(
-                    holding.pool_id,
-                    holding.gpu_model,
-                    holding.profile,
-                    start,
-                    holding.count,
-                    holding.count * seconds,
-                )
-            )
+        found.extend(
+            _usage(holding, start, held(holding, start, period)) for start in held_periods(holding, starts)
+        )
     return found
 
 
