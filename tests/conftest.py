@@ -11,9 +11,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.core.management import call_command
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from portal.models import Project, Role, Tenant
@@ -45,6 +47,13 @@ def _test_settings(tmp_path_factory, django_test_environment):
     settings.CAPACITY_PICTURE_SECONDS = 0
     settings.STATIC_ROOT = tmp_path_factory.mktemp("static")
     call_command("collectstatic", interactive=False, verbosity=0)
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Each test starts in the portal's default language: a page asked for in Korean leaves Korean active
+    in the thread (the locale middleware activates, never deactivates), and a service's message follows it."""
+    translation.activate(django_settings.LANGUAGE_CODE)
 
 
 @pytest.fixture(autouse=True)
