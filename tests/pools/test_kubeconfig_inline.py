@@ -17,6 +17,7 @@ from pools.models import Cluster
 from pools.services import check_kubeconfig, sync_inventory
 from portal.errors import InvalidInput
 from tests.factories import ClusterFactory
+from tests.pools.test_cluster_registration import add_form
 
 SERVER = "https://127.0.0.1:1"  # never reached: each refusal comes before any connection
 
@@ -89,16 +90,7 @@ def test_the_command_refuses_it(db, exec_kubeconfig, marker, tmp_path):
 
 def test_the_admin_refuses_it_beside_the_field(db, staff_user, client, exec_kubeconfig, marker):
     client.force_login(staff_user("operator"))
-    response = client.post(
-        reverse("admin:pools_cluster_add"),
-        {
-            "name": "gpu-east",
-            "driver": "kubernetes",
-            "context": "",
-            "mig_config_map": "gpu-operator/custom-mig-parted-config",
-            "kubeconfig": exec_kubeconfig,
-        },
-    )
+    response = client.post(reverse("admin:pools_cluster_add"), add_form(kubeconfig=exec_kubeconfig))
     assert response.status_code == 200
     assert "uses exec" in " ".join(response.context["adminform"].form.errors["kubeconfig"])
     assert not Cluster.objects.exists()
