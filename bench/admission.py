@@ -45,9 +45,10 @@ from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext, setup_databases, teardown_databases  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from pools import conf  # noqa: E402
 from pools.models import PoolRequest  # noqa: E402
 from pools.services import admit_waiting, approve_request, queue, submit_request  # noqa: E402
-from pools.sync import sync_cluster  # noqa: E402
+from pools.services.inventory import sync_inventory  # noqa: E402
 from portal.models import Role  # noqa: E402
 from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, TenantFactory, UserFactory  # noqa: E402
 
@@ -63,7 +64,7 @@ BEHIND = [
 def build(nodes: int, waiting: int) -> None:
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
     cluster = ClusterFactory(name="bench", fleet=[("h200", nodes, "H200-141GB", LAYOUTS)])
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     tenant = TenantFactory(slug="acme", name="Acme")
     project = ProjectFactory(tenant=tenant, slug="vision")
     member = MembershipFactory(tenant=tenant, role=Role.MEMBER, user__username="alice").user
@@ -79,7 +80,7 @@ def build(nodes: int, waiting: int) -> None:
         asked([("h200-141gb.mig-1g.18gb", 1)])
     admit_waiting()
     starving = asked([("h200-141gb.full", 2 * nodes + 1)])  # more than every MIG GPU switched off
-    long_ago = timezone.now() - timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS + 60)
+    long_ago = timezone.now() - timedelta(seconds=conf.settings.QUEUE_BACKFILL_GRACE_SECONDS + 60)
     PoolRequest.objects.filter(pk=starving.pk).update(approved_at=long_ago)
     for n in range(waiting):
         asked(BEHIND[n % len(BEHIND)])
@@ -88,13 +89,13 @@ def build(nodes: int, waiting: int) -> None:
 def one_run() -> tuple[float, int, int, int]:
     """(seconds, queries, requests placed by the engine, requests admitted) of one run, rolled back."""
     placed = [0]
-    place = queue._place
+    place = queue.place_request
 
     def counted(*args, **kwargs):
         placed[0] += 1
         return place(*args, **kwargs)
 
-    queue._place = counted
+    queue.place_request = counted
     try:
         connection.queries_log.clear()  # with DEBUG the log keeps the last 9,000 queries: make room
         with transaction.atomic(), CaptureQueriesContext(connection) as ctx:
@@ -103,7 +104,7 @@ def one_run() -> tuple[float, int, int, int]:
             seconds = time.perf_counter() - started
             transaction.set_rollback(True)
     finally:
-        queue._place = place
+        queue.place_request = place
     return seconds, len(ctx), placed[0], sum(result.admitted for result in results)
 
 

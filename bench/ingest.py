@@ -11,8 +11,8 @@ reach) into the emptied table; the two rates and their ratio are printed. Then e
 readings in one request, as an agent flushing its buffer does, and that rate is printed too.
 
 Last, 30 days of 1-hour roll-ups and `--five-minute-days` of 5-minute ones for every GPU are generated,
-and `monitoring.samples.series` is timed for one GPU's and for the whole fleet's 30-day SM activity (the
-queries the charts run), as the median of `--repeat` runs.
+and `monitoring.storage.samples.series` is timed for one GPU's and for the whole fleet's 30-day SM
+activity (the queries the charts run), as the median of `--repeat` runs.
 
 Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
 REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
@@ -46,10 +46,10 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
-from monitoring import samples  # noqa: E402
-from monitoring.agents import issue_agent_token  # noqa: E402
 from monitoring.collectors import GpuReading, InstanceReading, Reading  # noqa: E402
 from monitoring.collectors.wire import batch_to_json  # noqa: E402
+from monitoring.ingest.tokens import issue_agent_token  # noqa: E402
+from monitoring.storage import samples  # noqa: E402
 from pools import mig  # noqa: E402
 from pools.models import Cluster, GpuCapacity, NodeCapacity  # noqa: E402
 

@@ -18,7 +18,7 @@ over HTTP as a browser does (the sign-in form, its session cookie and CSRF token
 Prints, per page, requests, errors (any status but the expected one: 200 for a page, 302 after a
 form), requests per second, p50 and p95 in ms; the total; and whether the target holds (no errors,
 p95 under 200 ms on every page). Processes, database and Redis databases are cleaned up on exit,
-Ctrl-C included.
+Ctrl-C included. The simulated people are bench/load_users.py; the figures, bench/load_figures.py.
 
 Run from the repository root (PostgreSQL per DATABASE_URL, Redis per REDIS_URL; their server is
 used, the database names are the benchmark's own):
@@ -31,8 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import random
-import re
 import secrets
 import shutil
 import signal
@@ -40,108 +38,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.load_figures import TARGET_P95_MS, misses, summarise, table  # noqa: E402
+from bench.load_users import CLUSTER, PASSWORD, ROUNDS, cast, simulate  # noqa: E402
+
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 DATABASE = "portal_load"
 REDIS_DATABASES = (13, 14)  # the cache and the broker of the benchmark's own portal
-PASSWORD = "load-password"
-TARGET_P95_MS = 200.0
 HISTORY = 60  # past requests of each tenant, so that its list has more than one page
-SPEC = "h200-141gb.full"  # what tenants ask for: one full GPU of the benchmark's cluster
-CLUSTER = "load"
-
-
-# --- Figures (pure: no Django, no network) ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One request a simulated user made: the page's name, how long it took, whether it went as expected."""
-
-    page: str
-    seconds: float
-    ok: bool
-
-
-@dataclass(frozen=True)
-class Row:
-    page: str
-    requests: int
-    errors: int
-    per_second: float
-    p50_ms: float
-    p95_ms: float
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of `values`, interpolated linearly between the closest ranks."""
-    if not values:
-        raise ValueError("no values")
-    if not 0 <= q <= 100:
-        raise ValueError("q must be within 0..100")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def summarise(samples: Iterable[Sample], seconds: float) -> list[Row]:
-    """One row per page (in the order pages were first met), then the total over every page."""
-    if seconds <= 0:
-        raise ValueError("seconds must be positive")
-    by_page: dict[str, list[Sample]] = {}
-    for sample in samples:
-        by_page.setdefault(sample.page, []).append(sample)
-    everything = [s for page in by_page.values() for s in page]
-    rows = [_row(page, found, seconds) for page, found in by_page.items()]
-    if everything:
-        rows.append(_row("total", everything, seconds))
-    return rows
-
-
-def _row(page: str, samples: list[Sample], seconds: float) -> Row:
-    times = [s.seconds * 1000 for s in samples]
-    return Row(
-        page=page,
-        requests=len(samples),
-        errors=sum(not s.ok for s in samples),
-        per_second=len(samples) / seconds,
-        p50_ms=percentile(times, 50),
-        p95_ms=percentile(times, 95),
-    )
-
-
-def misses(rows: Sequence[Row], target_ms: float = TARGET_P95_MS) -> list[str]:
-    """Why the target does not hold (empty when it does): errors anywhere, a page's p95 over target."""
-    if not rows:
-        return ["no requests were made"]
-    found = []
-    for row in rows:
-        if row.page == "total":
-            continue
-        if row.errors:
-            found.append(f"{row.page}: {row.errors} errors")
-        if row.p95_ms >= target_ms:
-            found.append(f"{row.page}: p95 {row.p95_ms:.0f} ms")
-    return found
-
-
-def table(rows: Sequence[Row]) -> str:
-    width = max([len("page"), *(len(r.page) for r in rows)])
-    lines = [f"{'page':<{width}}  {'requests':>8}  {'errors':>6}  {'req/s':>7}  {'p50 ms':>7}  {'p95 ms':>7}"]
-    for r in rows:
-        lines.append(
-            f"{r.page:<{width}}  {r.requests:>8}  {r.errors:>6}  {r.per_second:>7.2f}  "
-            f"{r.p50_ms:>7.1f}  {r.p95_ms:>7.1f}"
-        )
-    return "\n".join(lines)
 
 
 # --- The portal under test: database, data, processes -------------------------------------------
@@ -298,159 +208,6 @@ class Processes:
             log.close()
 
 
-# --- The simulated users -------------------------------------------------------------------------
-
-CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-
-
-@dataclass
-class User:
-    """One simulated person: who signs in, as what, and what they have met."""
-
-    username: str
-    role: str  # tenant | approver | operator
-    tenant: str = ""
-    share: tuple[int, int] = (0, 1)  # an approver takes the requests whose id % share[1] == share[0]
-    samples: list[Sample] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-
-
-class Browser:
-    """A user's session over HTTP: cookies kept, each request timed under a page's name."""
-
-    def __init__(self, session, base: str, user: User, think: float):
-        self.session, self.base, self.user, self.think = session, base, user, think
-        self.recording = False
-
-    async def open(self, page: str, path: str, *, data: dict | None = None, expect: int | None = None):
-        """GET (or POST `data` with the page's CSRF token) and record it; returns (status, body, location)."""
-        expect = expect or (302 if data is not None else 200)
-        if data is not None:
-            data = {**data, "csrfmiddlewaretoken": self.csrf}
-        started = time.perf_counter()
-        method = self.session.post if data is not None else self.session.get
-        async with method(self.base + path, data=data, allow_redirects=False) as response:
-            body = await response.text()
-            status, location = response.status, response.headers.get("Location", "")
-        elapsed = time.perf_counter() - started
-        ok = status == expect
-        if self.recording:
-            self.user.samples.append(Sample(page, elapsed, ok))
-        if not ok and len(self.user.failures) < 5:
-            self.user.failures.append(f"{page} {path}: {status} (expected {expect})")
-        if found := CSRF.search(body):
-            self.csrf = found.group(1)
-        if self.recording and self.think:
-            await asyncio.sleep(random.uniform(0, 2 * self.think))
-        return status, body, location
-
-    async def sign_in(self, password: str) -> None:
-        await self.open("sign in", "/accounts/login/")
-        status, _body, _location = await self.open(
-            "sign in", "/accounts/login/", data={"login": self.user.username, "password": password}
-        )
-        if status != 302:
-            raise RuntimeError(f"{self.user.username} could not sign in ({status}): {self.user.failures}")
-
-
-def ids(pattern: str, body: str) -> list[int]:
-    return sorted({int(n) for n in re.findall(pattern, body)})
-
-
-async def tenant_round(browser: Browser) -> None:
-    slug = browser.user.tenant
-    await browser.open("tenant page", f"/t/{slug}/")
-    await browser.open("pools list", f"/t/{slug}/pools/")
-    await browser.open("requests list", f"/t/{slug}/requests/")
-    form = f"/t/{slug}/p/train/request/"
-    await browser.open("request form", form)
-    await browser.open(
-        "submit request",
-        form,
-        data={
-            "spec_0": SPEC,
-            "count_0": "1",
-            "cluster": CLUSTER,
-            "purpose": "",
-            "justification": "Load test.",
-        },
-    )
-    _status, body, _location = await browser.open("pools list (active)", f"/t/{slug}/pools/?state=active")
-    active = ids(rf'href="/t/{re.escape(slug)}/pools/(\d+)/"', body)
-    if active:
-        pool = f"/t/{slug}/pools/{active[0]}/"
-        await browser.open("pool page", pool)
-        await browser.open("release pool", pool + "release/", data={})
-
-
-async def approver_round(browser: Browser) -> None:
-    _status, body, _location = await browser.open("approvals", "/approvals/")
-    mine, of = browser.user.share
-    waiting = [n for n in ids(r'href="/approvals/(\d+)/"', body) if n % of == mine]
-    if waiting:
-        await browser.open("approval page", f"/approvals/{waiting[0]}/")
-        await browser.open("approve", f"/approvals/{waiting[0]}/approve/", data={"priority": ""})
-
-
-async def operator_round(browser: Browser) -> None:
-    _status, body, _location = await browser.open("capacity", "/capacity/")
-    groups = re.findall(r'href="(/capacity/clusters/\d+/groups/[^/"]+/)"', body)
-    if groups:
-        await browser.open("capacity group", random.choice(groups))
-
-
-ROUNDS = {"tenant": tenant_round, "approver": approver_round, "operator": operator_round}
-
-
-def cast(users: int) -> list[User]:
-    """Who the `users` are: a tenth approvers, a tenth operators (at least one of each), the rest tenant
-    members, each of their own tenant."""
-    staff = max(1, users // 10)
-    approvers = [User("carol", "approver", share=(k, staff)) for k in range(staff)]
-    operators = [User("erin", "operator") for _ in range(staff)]
-    members = [User(f"load{n}", "tenant", tenant=f"load-{n}") for n in range(max(0, users - 2 * staff))]
-    return approvers + operators + members
-
-
-async def simulate(base: str, people: list[User], *, seconds: float, think: float) -> float:
-    """Sign everyone in, then let them work for `seconds`; returns the seconds actually measured."""
-    import aiohttp
-
-    timeout = aiohttp.ClientTimeout(total=60)
-    sessions = [
-        aiohttp.ClientSession(
-            cookie_jar=aiohttp.CookieJar(unsafe=True),  # cookies of 127.0.0.1 too
-            timeout=timeout,
-            headers={"X-Forwarded-For": f"10.0.{n // 250}.{n % 250 + 1}"},
-        )
-        for n in range(len(people))
-    ]
-    try:
-        browsers = [Browser(s, base, user, think) for s, user in zip(sessions, people, strict=True)]
-        passwords = {"carol": "demo-password", "erin": "demo-password"}
-        await asyncio.gather(*(b.sign_in(passwords.get(b.user.username, PASSWORD)) for b in browsers))
-        # One unrecorded round each first: every gunicorn worker loads its code and templates once.
-        await asyncio.gather(*(ROUNDS[b.user.role](b) for b in browsers))
-        for browser in browsers:
-            browser.user.failures.clear()
-            browser.recording = True
-        deadline = time.monotonic() + seconds
-        started = time.monotonic()
-
-        async def work(browser: Browser) -> None:
-            await asyncio.sleep(random.uniform(0, think))  # not all at once
-            while time.monotonic() < deadline:
-                await ROUNDS[browser.user.role](browser)
-
-        tasks = [asyncio.create_task(work(b)) for b in browsers]
-        await asyncio.wait(tasks, timeout=seconds + 60)
-        for task in tasks:
-            task.cancel()
-        return time.monotonic() - started
-    finally:
-        await asyncio.gather(*(s.close() for s in sessions))
-
-
 async def wait_until_served(base: str, processes: Processes, seconds: float = 60) -> None:
     import aiohttp
 
@@ -497,7 +254,6 @@ def main() -> int:
     if args.users < 3 or args.seconds <= 0 or args.think < 0 or args.workers < 1 or args.nodes < 1:
         parser.error("needs --users ≥ 3 and positive --seconds, --workers, --nodes")
     stop_on_sigterm()
-    sys.path.insert(0, str(ROOT))
     env = environment()
     os.environ.update(env)
     logs = Path(tempfile.mkdtemp(prefix="portal-load-"))

@@ -33,11 +33,11 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from billing import metering  # noqa: E402
+from billing.conf import settings  # noqa: E402
 from billing.demo import share_price  # noqa: E402
 from billing.invoices import close_month  # noqa: E402
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord  # noqa: E402

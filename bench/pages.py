@@ -44,8 +44,12 @@ from django.urls import reverse  # noqa: E402
 
 from pools import capacity_version  # noqa: E402
 from pools.models import NodeCapacity, PoolRequest, RequestItem, RequestState  # noqa: E402
-from pools.services import admit_waiting, approve_request, submit_request  # noqa: E402
-from pools.sync import sync_cluster  # noqa: E402
+from pools.services import (  # noqa: E402
+    admit_waiting,
+    approve_request,
+    submit_request,
+    sync_inventory,
+)
 from portal.models import Role  # noqa: E402
 from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, TenantFactory, UserFactory  # noqa: E402
 
@@ -61,7 +65,7 @@ def build(nodes: int, requests: int):
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
     started = time.perf_counter()
     cluster = ClusterFactory(name="bench", fleet=[("h200", nodes, "H200-141GB", LAYOUTS)])
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     tenant = TenantFactory(slug="acme", name="Acme")
     project = ProjectFactory(tenant=tenant, slug="vision")
     member = MembershipFactory(tenant=tenant, role=Role.MEMBER, user__username="alice").user

@@ -43,7 +43,7 @@ REQUESTS = 600  # expected over the horizon
 LOAD = 1.3
 # Each node is one model; the first half of the nodes H100, the rest H200.
 FLEET_MODELS = ("H100-80GB", "H200-141GB")
-# The portal's default QUEUE_BACKFILL_GRACE_SECONDS (portal/settings.py).
+# The portal's default QUEUE_BACKFILL_GRACE_SECONDS (pools/conf.py).
 BACKFILL_GRACE_SECONDS = 1800
 
 

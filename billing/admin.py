@@ -24,6 +24,7 @@ from billing.models import (
 from billing.prices import check_price, metered_until
 from pools.admin.capacity import ReadOnlyAdmin as PoolsReadOnlyAdmin
 from portal.errors import PortalError
+from portal.permissions import staff_may
 
 
 @admin.register(PriceList)
@@ -245,7 +246,7 @@ class InvoiceAdmin(admin.ModelAdmin):
         )
 
     def has_issue_permission(self, request) -> bool:
-        return request.user.has_perm("billing.issue_invoice")
+        return staff_may(user=request.user, permission="billing.issue_invoice")
 
     @admin.display(description=_("credited"))
     def credited(self, invoice):

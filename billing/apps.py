@@ -5,7 +5,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models.signals import post_delete, post_save
 from django.utils.translation import gettext_lazy as _
 
-from portal.shell import AppPlugin, EmailTopic, Link
+from billing import conf
+from portal.shell import AppPlugin, EmailTopic, Link, Periodic
 
 # The e-mails of issued invoices and credit notes to a tenant's admins (billing/mail.py), which they may
 # turn off; a tenant's billing contact gets them regardless.
@@ -50,6 +51,11 @@ class BillingConfig(AppConfig):
         workspaces=(Link(_("Billing"), "billing-home", permission="billing.view_invoice"),),
         project_sections=("billing.tenant_views.project_section",),
         pool_sections=("billing.tenant_views.pool_section",),
+        metrics=("billing.metrics.collect",),
+        periodic_tasks=(
+            # Meters every ended period not metered yet.
+            Periodic("meter-usage", "billing.tasks.meter_usage", lambda: conf.settings.METERING_RUN_SECONDS),
+        ),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,
@@ -60,13 +66,16 @@ class BillingConfig(AppConfig):
     )
 
     def ready(self) -> None:
-        from django.conf import settings
-
         from billing import prices
         from pools import pricing
 
-        check_metering(settings.METERING_PERIOD_SECONDS, settings.METERING_DELAY_SECONDS)
-        pricing.register_price_lookup(prices.hourly_price)
+        conf.settings.check()
+        check_metering(conf.settings.METERING_PERIOD_SECONDS, conf.settings.METERING_DELAY_SECONDS)
+        pricing.register_billing(
+            price=prices.hourly_price,
+            currency=lambda: conf.settings.BILLING_CURRENCY,
+            time_zone=lambda: conf.settings.BILLING_TIME_ZONE,
+        )
         # However a price is saved or deleted (admin, service, shell), estimates stop using the old one.
         for signal in (post_save, post_delete):
             signal.connect(

@@ -14,19 +14,17 @@ History is made once, and only while nothing in those months is metered or invoi
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.db.models import Min
 from django.utils import timezone
 
 from billing import invoicing, mail, metering
+from billing.conf import settings
 from billing.finance import shift
 from billing.invoices import close_month, issue, mark_paid
 from billing.models import BillingProfile, Invoice, InvoiceMail, MeteredPeriod, PriceList
@@ -34,18 +32,9 @@ from billing.prices import metered_until
 from billing.selectors import this_month
 from billing.services import add_price, first_unmetered, meter_periods
 from pools import mig
-from pools.models import (
-    Allocation,
-    GpuCapacity,
-    Pool,
-    PoolEvent,
-    PoolRequest,
-    PoolState,
-    RequestItem,
-    RequestState,
-)
-from pools.notifications import NOTIFIED
-from pools.specs import parse_spec, specs_of
+from pools.models import Pool
+from pools.services import history
+from pools.specs import specs_of
 from portal.models import Project, Tenant
 
 LIST_NAME = "Standard"
@@ -80,7 +69,7 @@ PROFILES = {
 
 
 @dataclass(frozen=True)
-class PastPool:
+class DemoPool:
     """A pool of the history: asked for by `who` in a project, reserved on `day` of its month (0: the
     month before last, 1: last month) at `hour` local time, and released `hours` later."""
 
@@ -96,41 +85,41 @@ class PastPool:
 
 
 PAST_POOLS = (
-    PastPool("vision", "bob", (("h200-141gb.full", 8),), "training", 0, 2, 9, 52,
+    DemoPool("vision", "bob", (("h200-141gb.full", 8),), "training", 0, 2, 9, 52,
              "Pre-training the detector backbone on the full data set."),
-    PastPool("recsys", "mallory", (("a100-80gb.full", 4),), "training", 0, 2, 10, 48,
+    DemoPool("recsys", "mallory", (("a100-80gb.full", 4),), "training", 0, 2, 10, 48,
              "Monthly retraining of the recommender."),
-    PastPool("llm-serving", "alice", (("h200-141gb.mig-3g.71gb", 2), ("h200-141gb.mig-1g.18gb", 2)),
+    DemoPool("llm-serving", "alice", (("h200-141gb.mig-3g.71gb", 2), ("h200-141gb.mig-1g.18gb", 2)),
              "inference", 0, 9, 10, 60, "Load test of the chat model before its launch."),
-    PastPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 3),), "development", 0, 10, 9, 9,
+    DemoPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 3),), "development", 0, 10, 9, 9,
              "Notebooks for the quarterly churn analysis."),
-    PastPool("analytics", "mallory", (("h100-80gb.mig-2g.20gb", 2),), "development", 0, 10, 10, 30,
+    DemoPool("analytics", "mallory", (("h100-80gb.mig-2g.20gb", 2),), "development", 0, 10, 10, 30,
              "Feature exploration for the pricing model."),
-    PastPool("vision", "alice", (("h200-141gb.mig-1g.18gb", 3),), "inference", 0, 11, 13, 5,
+    DemoPool("vision", "alice", (("h200-141gb.mig-1g.18gb", 3),), "inference", 0, 11, 13, 5,
              "Comparing the detector's quantised variants."),
-    PastPool("vision", "bob", (("h200-141gb.full", 2),), "training", 0, 19, 8, 20,
+    DemoPool("vision", "bob", (("h200-141gb.full", 2),), "training", 0, 19, 8, 20,
              "Fine-tuning on the newly labelled images."),
-    PastPool("recsys", "mallory", (("a100-80gb.full", 8),), "training", 0, 19, 9, 40,
+    DemoPool("recsys", "mallory", (("a100-80gb.full", 8),), "training", 0, 19, 9, 40,
              "Hyper-parameter sweep of the ranking model."),
-    PastPool("analytics", "mallory", (("h100-80gb.full", 1),), "development", 0, 28, 10, 90,
+    DemoPool("analytics", "mallory", (("h100-80gb.full", 1),), "development", 0, 28, 10, 90,
              "Profiling the feature pipeline across the month end."),
-    PastPool("llm-serving", "alice", (("h200-141gb.mig-4g.71gb", 1), ("h200-141gb.mig-2g.35gb", 1)),
+    DemoPool("llm-serving", "alice", (("h200-141gb.mig-4g.71gb", 1), ("h200-141gb.mig-2g.35gb", 1)),
              "inference", 0, 28, 20, 80, "Canary of the next model version, kept over the month end."),
-    PastPool("vision", "bob", (("h200-141gb.full", 4),), "training", 1, 4, 7, 30,
+    DemoPool("vision", "bob", (("h200-141gb.full", 4),), "training", 1, 4, 7, 30,
              "Re-training after the annotation fixes."),
-    PastPool("recsys", "mallory", (("a100-80gb.full", 4),), "training", 1, 4, 8, 26,
+    DemoPool("recsys", "mallory", (("a100-80gb.full", 4),), "training", 1, 4, 8, 26,
              "Monthly retraining of the recommender."),
-    PastPool("llm-serving", "alice", (("h200-141gb.mig-3g.71gb", 1),), "inference", 1, 11, 11, 50,
+    DemoPool("llm-serving", "alice", (("h200-141gb.mig-3g.71gb", 1),), "inference", 1, 11, 11, 50,
              "Serving the summariser to the pilot customers."),
-    PastPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 2), ("h100-80gb.mig-2g.20gb", 1)),
+    DemoPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 2), ("h100-80gb.mig-2g.20gb", 1)),
              "development", 1, 12, 9, 12, "Dashboards of the marketing campaign."),
-    PastPool("vision", "alice", (("h200-141gb.mig-1g.18gb", 4), ("h200-141gb.mig-2g.35gb", 2)),
+    DemoPool("vision", "alice", (("h200-141gb.mig-1g.18gb", 4), ("h200-141gb.mig-2g.35gb", 2)),
              "inference", 1, 12, 15, 4, "Batch inference over the image archive."),
-    PastPool("vision", "bob", (("h200-141gb.full", 8),), "training", 1, 21, 20, 48,
+    DemoPool("vision", "bob", (("h200-141gb.full", 8),), "training", 1, 21, 20, 48,
              "Training the segmentation head."),
-    PastPool("recsys", "mallory", (("a100-80gb.full", 2),), "training", 1, 22, 12, 20,
+    DemoPool("recsys", "mallory", (("a100-80gb.full", 2),), "training", 1, 22, 12, 20,
              "Distilling the ranking model."),
-    PastPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 4),), "development", 1, 23, 13, 3,
+    DemoPool("analytics", "mallory", (("h100-80gb.mig-1g.10gb", 4),), "development", 1, 23, 13, 3,
              "Workshop notebooks for new analysts."),
 )  # fmt: skip
 
@@ -255,126 +244,23 @@ def _invoice_older(text: str, next_month: date) -> str:
     return f"{text} invoiced ({', '.join(states)})"
 
 
-@dataclass
-class _Slot:
-    """One MIG instance, or one full GPU, of the fleet as it is, and when the history holds it."""
-
-    gpu: GpuCapacity
-    profile: str
-    lower: int
-    upper: int
-    uuid: str
-    held: list[tuple[datetime, datetime]] = field(default_factory=list)
-
-    def free(self, begins: datetime, ends: datetime) -> bool:
-        return all(ends <= since or begins >= until for since, until in self.held)
-
-
-def _slots() -> dict[tuple[int, str, str, str], list[_Slot]]:
-    """(cluster id, GPU group, GPU model, profile) → the fleet's instances and full GPUs, in the
-    order placement reads the fleet. The history uses the layouts the GPUs have: no re-partitioning."""
-    found: dict[tuple[int, str, str, str], list[_Slot]] = defaultdict(list)
-    gpus = (
-        GpuCapacity.objects.filter(present=True, node__present=True, node__group__isnull=False)
-        .select_related("node__group")
-        .order_by("node__cluster__name", "node__name", "index")
-    )
-    for gpu in gpus:
-        key = (gpu.node.cluster_id, gpu.node.group.name, gpu.model)
-        if not gpu.mig_enabled:
-            found[(*key, mig.FULL_GPU)].append(_Slot(gpu, mig.FULL_GPU, 0, mig.MEMORY_SLICES, gpu.uuid))
-            continue
-        model = mig.gpu_model(gpu.model)
-        for instance in gpu.layout:
-            profile, start = instance["profile"], instance["start"]
-            size = model.profile(profile).memory_slices
-            found[(*key, profile)].append(_Slot(gpu, profile, start, start + size, instance.get("uuid", "")))
-    return found
-
-
-def _place(
-    slots: dict[tuple[int, str, str, str], list[_Slot]], past: PastPool, begins: datetime, ends: datetime
-) -> tuple[int, list[_Slot]] | None:
-    """The first cluster where every item of the pool finds instances free over its whole time."""
-    for cluster_id in sorted({key[0] for key in slots}):
-        chosen: list[_Slot] = []
-        for spec_id, count in past.items:
-            spec = parse_spec(spec_id)
-            free = [
-                slot
-                for slot in slots.get((cluster_id, past.purpose, spec.gpu_model, spec.profile), [])
-                if slot.free(begins, ends)
-            ]
-            if len(free) < count:
-                break
-            chosen += free[:count]
-        else:
-            return cluster_id, chosen
-    return None
-
-
 def _past_pools(months: tuple[date, date], people: dict, projects: dict, *, now: datetime) -> list[Pool]:
-    """The history's requests, pools, allocations and events, as the services write them."""
+    """The history's pools, recorded by pools' own service as its services would have written them."""
     zone = ZoneInfo(settings.BILLING_TIME_ZONE)
-    slots = _slots()
-    requests, events, allocations, pools = [], [], [], []
-
-    def event(request, at, to, *, pool=None, actor=None, was=""):
-        emailed = at + timedelta(seconds=20) if to in NOTIFIED else None
-        made = PoolEvent(
-            request=request, pool=pool, actor=actor, from_state=was, to_state=to, emailed_at=emailed
-        )
-        made.when = at
-        events.append(made)
-
+    pools = []
     for past in PAST_POOLS:
         month = months[past.month]
         reserved = datetime(month.year, month.month, past.day, past.hour, tzinfo=zone).astimezone(UTC)
-        released = reserved + timedelta(hours=past.hours)
-        placed = _place(slots, past, reserved, released) if released <= now else None
-        if placed is None:
-            continue
-        cluster_id, chosen = placed
-        who, approver = people[past.who], people[APPROVER]
-        submitted, approved = reserved - timedelta(minutes=95), reserved - timedelta(seconds=4)
-        active, closed = reserved + timedelta(seconds=75), released + timedelta(seconds=9)
-        request = PoolRequest.objects.create(
-            project=projects[past.project], purpose=past.purpose, justification=past.justification,
-            state=RequestState.FULFILLED, submitted_by=who, decided_by=approver, decided_at=approved,
-            approved_at=approved,
-        )  # fmt: skip
-        request.submitted_at = submitted
-        requests.append(request)
-        RequestItem.objects.bulk_create(
-            RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
-            for spec, count in ((parse_spec(spec_id), count) for spec_id, count in past.items)
+        pools.append(
+            history.PastPool(
+                project=projects[past.project],
+                submitted_by=people[past.who],
+                approved_by=people[APPROVER],
+                purpose=past.purpose,
+                justification=past.justification,
+                items=past.items,
+                reserved_at=reserved,
+                released_at=reserved + timedelta(hours=past.hours),
+            )
         )
-        pool = Pool.objects.create(
-            request=request, project=request.project, cluster_id=cluster_id, state=PoolState.RELEASED,
-            reserved_at=reserved, active_at=active, released_at=released,
-        )  # fmt: skip
-        pools.append(pool)
-        for slot in chosen:
-            slot.held.append((reserved, released))
-            allocation = Allocation(
-                pool=pool, gpu=slot.gpu, profile=slot.profile, slices=NumericRange(slot.lower, slot.upper),
-                resource_name=mig.resource_name(slot.profile), instance_uuid=slot.uuid, released_at=released,
-            )  # fmt: skip
-            allocation.when = reserved
-            allocations.append(allocation)
-        event(request, submitted, RequestState.SUBMITTED, actor=who)
-        event(request, approved, RequestState.APPROVED, actor=approver, was=RequestState.SUBMITTED)
-        event(request, reserved, RequestState.FULFILLED, was=RequestState.APPROVED)
-        event(request, reserved, PoolState.PROVISIONING, pool=pool)
-        event(request, active, PoolState.ACTIVE, pool=pool, was=PoolState.PROVISIONING)
-        event(request, released, PoolState.RELEASING, pool=pool, actor=who, was=PoolState.ACTIVE)
-        event(request, closed, PoolState.RELEASED, pool=pool, was=PoolState.RELEASING)
-
-    # Creating a row stamps it with the present; the history's moments are written over it.
-    PoolRequest.objects.bulk_update(requests, ["submitted_at"])
-    for model, rows, stamp in ((Allocation, allocations, "allocated_at"), (PoolEvent, events, "at")):
-        model.objects.bulk_create(rows)
-        for row in rows:
-            setattr(row, stamp, row.when)
-        model.objects.bulk_update(rows, [stamp], batch_size=500)
-    return pools
+    return history.record_past_pools(pools, now=now)

@@ -15,13 +15,13 @@ from decimal import Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.http import HttpResponse
 from django.utils.timezone import localtime
 from django.utils.translation import gettext as _
 from fpdf import FPDF, FontFace
 from openpyxl import Workbook
 
+from billing.conf import settings
 from billing.invoicing import round_money
 from billing.models import BillingProfile, CreditNote, Invoice
 from pools.specs import Spec

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum
 
+from billing.conf import settings
 from billing.models import Invoice, InvoiceState
 
 CHART_MONTHS = 12

@@ -2,31 +2,26 @@
 
 Who gets it: the tenant's billing contact (the billing profile's contact e-mail); without one, the
 tenant's admins who have not turned the topic `EMAIL_TOPIC` off. Issuing queues the Celery task once
-the issue commits; the task records the sending (an `InvoiceMail`) in the transaction that sends, under
-the document's row lock, so a task that runs twice or twice at once sends one e-mail.
+the issue commits (`portal.dispatch`); the task sends through `portal.mail.send_once` (once per document
+and address) and records who it went to (an `InvoiceMail`, shown in the admin) in the transaction that
+sends, under the document's row lock, so a task that runs twice or twice at once sends one e-mail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.core.mail import EmailMessage
 from django.db import transaction
-from django.template.loader import render_to_string
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from billing import exports
 from billing.apps import EMAIL_TOPIC
 from billing.invoicing import round_money
 from billing.models import BillingProfile, CreditNote, Invoice, InvoiceMail, InvoiceState
-from pools.services import dispatch
-from portal import mail
-from portal.models import Preferences, Role, Tenant
+from portal import dispatch, mail, permissions
+from portal.models import Preferences, Tenant
 
-Attachment = tuple[bytes, str, str]  # bytes, content type, file name
-
+# The tasks that send them (billing/tasks.py), by name: services never import the task module.
 INVOICE_EMAIL = "billing.tasks.email_invoice"
 CREDIT_NOTE_EMAIL = "billing.tasks.email_credit_note"
 SENT, ALREADY_SENT, NOBODY, NOT_ISSUED = "sent", "already sent", "nobody to send to", "not issued"
@@ -45,28 +40,31 @@ def recipients(tenant: Tenant) -> list[str]:
     contact = BillingProfile.objects.filter(tenant=tenant).values_list("contact_email", flat=True).first()
     if contact:
         return [contact]
-    admins = (
-        get_user_model()
-        .objects.filter(memberships__tenant=tenant, memberships__role=Role.ADMIN, is_active=True)
-        .exclude(email="")
-        .order_by("username")
-    )
+    admins = permissions.tenant_admins(tenant_id=tenant.pk).exclude(email="")
     return [admin.email for admin in admins if Preferences.wants_email(admin, EMAIL_TOPIC)]
 
 
 def _send(
-    template: str, context: dict, to: list[str], make_file: Callable[[], tuple[bytes, str, str]]
-) -> None:
-    """The e-mail of `template` with the file `make_file` gives (bytes, content type, name, as billing.exports
-    gives them), written once per language of the recipients, in that language, attachment included."""
-    for language, addresses in mail.by_language(to).items():
-        with translation.override(language):
-            subject = render_to_string(f"billing/email/{template}_subject.txt", context).strip()
-            body = render_to_string(f"billing/email/{template}_message.txt", context)
-            content, media, name = make_file()
-        message = EmailMessage(settings.EMAIL_SUBJECT_PREFIX + subject, body, to=addresses)
-        message.attach(name, content, media)
-        message.send()
+    kind: str, document: Invoice | CreditNote, tenant: Tenant, context: dict, make_file: Callable
+) -> str:
+    """E-mail `document` (an "invoice" or a "credit_note", as its template and its `InvoiceMail` field are
+    named) with the file `make_file` gives (bytes, content type and name, as billing.exports gives them),
+    and record who it went to."""
+    to = recipients(tenant)
+
+    def attachments() -> list[mail.Attachment]:
+        content, media, name = make_file()
+        return [(name, content, media)]
+
+    mail.send_once(
+        key=f"billing.{kind}:{document.pk}",
+        to=to,
+        template=f"billing/email/{kind}",
+        context={"tenant": tenant, "total": round_money(document.total, document.currency), **context},
+        attachments=attachments,
+    )
+    InvoiceMail.objects.create(**{kind: document}, recipients=", ".join(to), sent_at=timezone.now())
+    return SENT if to else NOBODY
 
 
 def send_invoice(invoice_id: int) -> str:
@@ -82,13 +80,8 @@ def send_invoice(invoice_id: int) -> str:
             return NOT_ISSUED  # a void invoice is not sent
         if InvoiceMail.objects.filter(invoice=invoice).exists():
             return ALREADY_SENT
-        to = recipients(invoice.tenant)
-        if to:
-            total = round_money(invoice.total, invoice.currency)
-            context = {"invoice": invoice, "tenant": invoice.tenant, "total": total}
-            _send("invoice", context, to, lambda: exports.export(invoice, "pdf"))
-        InvoiceMail.objects.create(invoice=invoice, recipients=", ".join(to), sent_at=timezone.now())
-    return SENT if to else NOBODY
+        context = {"invoice": invoice}
+        return _send("invoice", invoice, invoice.tenant, context, lambda: exports.export(invoice, "pdf"))
 
 
 def send_credit_note(credit_note_id: int) -> str:
@@ -104,11 +97,5 @@ def send_credit_note(credit_note_id: int) -> str:
             return NOT_ISSUED
         if InvoiceMail.objects.filter(credit_note=note).exists():
             return ALREADY_SENT
-        tenant = note.invoice.tenant
-        to = recipients(tenant)
-        if to:
-            total = round_money(note.total, note.currency)
-            context = {"note": note, "invoice": note.invoice, "tenant": tenant, "total": total}
-            _send("credit_note", context, to, lambda: exports.export_credit_note(note))
-        InvoiceMail.objects.create(credit_note=note, recipients=", ".join(to), sent_at=timezone.now())
-    return SENT if to else NOBODY
+        tenant, context = note.invoice.tenant, {"note": note, "invoice": note.invoice}
+        return _send("credit_note", note, tenant, context, lambda: exports.export_credit_note(note))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeBoundary, RangeOperators
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from billing.conf import settings
 from pools.specs import Spec
 
 MONEY = {"max_digits": 14, "decimal_places": 4}

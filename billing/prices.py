@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from billing.conf import settings
 from billing.models import MeteredPeriod, Price
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal.errors import InvalidInput

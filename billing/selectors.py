@@ -7,35 +7,29 @@ from datetime import date, datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.db.models import DecimalField, F, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing import invoicing
+from billing.conf import settings
 from billing.models import Invoice, InvoiceState, UsageRecord
-from portal.models import Membership, Role, Tenant
+from portal.models import Role, Tenant, visible_tenant_ids
 from portal.permissions import is_tenant_admin, staff_may
 
 
 def visible_usage(user) -> QuerySet[UsageRecord]:
     """Finance (and operators) see every tenant's usage; anyone else that of the tenants they belong to."""
-    if not user.is_authenticated:
-        return UsageRecord.objects.none()
-    if staff_may(user=user, permission="billing.view_usagerecord"):
-        return UsageRecord.objects.all()
-    tenants = Membership.objects.filter(user=user).values("tenant_id")
-    return UsageRecord.objects.filter(pool__project__tenant_id__in=tenants)
+    tenants = visible_tenant_ids(user, staff_permission="billing.view_usagerecord")
+    rows = UsageRecord.objects.all()
+    return rows if tenants is None else rows.filter(pool__project__tenant_id__in=tenants)
 
 
 def visible_invoices(user) -> QuerySet[Invoice]:
     """Finance sees every invoice; a tenant admin the issued (paid, void) invoices of their tenants."""
-    if not user.is_authenticated:
-        return Invoice.objects.none()
-    if staff_may(user=user, permission="billing.view_invoice"):
-        return Invoice.objects.all()
-    tenants = Membership.objects.filter(user=user, role=Role.ADMIN).values("tenant_id")
-    return Invoice.objects.filter(tenant_id__in=tenants).exclude(state=InvoiceState.DRAFT)
+    tenants = visible_tenant_ids(user, staff_permission="billing.view_invoice", role=Role.ADMIN)
+    rows = Invoice.objects.all()
+    return rows if tenants is None else rows.filter(tenant_id__in=tenants).exclude(state=InvoiceState.DRAFT)
 
 
 def may_see_invoices(*, user, tenant: Tenant) -> bool:

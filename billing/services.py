@@ -23,13 +23,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing import metering
+from billing.conf import settings
 from billing.models import MeteredPeriod, Price, PriceList
 from billing.prices import check_price, in_force_over, metered_until
 from pools.models import Pool, RequestItem

@@ -22,11 +22,11 @@ from datetime import datetime
 from decimal import Decimal
 from itertools import pairwise
 
-from django.conf import settings
 from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from billing import invoicing, metering
+from billing.conf import settings
 from billing.models import Price, UsageRecord
 from billing.prices import valid_during
 from billing.selectors import month_bounds

@@ -11,7 +11,7 @@ def meter_usage() -> str:
 
 
 @shared_task(
-    name="billing.tasks.email_invoice", autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600,
+    name=mail.INVOICE_EMAIL, autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600,
     max_retries=8,
 )  # fmt: skip
 def email_invoice(invoice_id: int) -> str:
@@ -19,7 +19,7 @@ def email_invoice(invoice_id: int) -> str:
 
 
 @shared_task(
-    name="billing.tasks.email_credit_note", autoretry_for=(OSError,), retry_backoff=True,
+    name=mail.CREDIT_NOTE_EMAIL, autoretry_for=(OSError,), retry_backoff=True,
     retry_backoff_max=600, max_retries=8,
 )  # fmt: skip
 def email_credit_note(credit_note_id: int) -> str:

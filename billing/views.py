@@ -7,7 +7,6 @@ from decimal import Decimal
 
 from csp.decorators import csp_replace
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -21,11 +20,12 @@ from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
 from billing import charts, exports, finance, invoices, invoicing, metering, selectors, services
+from billing.conf import settings
 from billing.models import CreditNote, Invoice, InvoiceState, MeteredPeriod
 from portal.charts import CHART_POLICY
 from portal.errors import Conflict, InvalidInput, PortalError
 from portal.models import Tenant
-from portal.permissions import staff_may
+from portal.permissions import require_staff, staff_may
 
 
 class CreditForm(forms.Form):
@@ -55,8 +55,7 @@ PERIODS_PER_PAGE = 50
 @login_required
 def metering_status(request: HttpRequest) -> HttpResponse:
     """How far metering has come: its lag, the next period it will meter, the periods it metered."""
-    if not staff_may(user=request.user, permission="billing.view_meteredperiod"):
-        raise Http404  # tenants do not learn that the page exists
+    require_staff(user=request.user, permission="billing.view_meteredperiod")
     first = services.first_unmetered()
     periods = Paginator(MeteredPeriod.objects.order_by("-start"), PERIODS_PER_PAGE).get_page(
         request.GET.get("page")
@@ -77,12 +76,6 @@ INVOICES_PER_PAGE = 50
 MONTH = "%Y-%m"
 
 
-def _require(request: HttpRequest, permission: str) -> None:
-    """Finance's pages do not exist for anyone else (tenants learn nothing from a 403)."""
-    if not staff_may(user=request.user, permission=permission):
-        raise Http404
-
-
 def _month(text: str) -> date:
     try:
         year, month = invoicing.parse_month(text)
@@ -94,13 +87,13 @@ def _month(text: str) -> date:
 @login_required
 def finance_home(request: HttpRequest) -> HttpResponse:
     """The last month that has ended: the one finance closes and issues."""
-    _require(request, "billing.view_invoice")
+    require_staff(user=request.user, permission="billing.view_invoice")
     return redirect("billing-month", month=f"{finance.shift(selectors.this_month(), -1):{MONTH}}")
 
 
 @login_required
 def finance_month(request: HttpRequest, month: str) -> HttpResponse:
-    _require(request, "billing.view_invoice")
+    require_staff(user=request.user, permission="billing.view_invoice")
     first, now = _month(month), timezone.now()
     following = finance.shift(first, 1)
     state = request.GET.get("state", "")
@@ -138,7 +131,7 @@ def finance_month(request: HttpRequest, month: str) -> HttpResponse:
 @csp_replace(CHART_POLICY)
 def finance_chart(request: HttpRequest, month: str) -> HttpResponse:
     """The twelve months up to this one, as an SVG image (its styles are inline, its scripts none)."""
-    _require(request, "billing.view_invoice")
+    require_staff(user=request.user, permission="billing.view_invoice")
     svg = charts.month_totals_svg(finance.history(_month(month)), currency=settings.BILLING_CURRENCY)
     response = HttpResponse(svg, content_type="image/svg+xml")
     response["Cache-Control"] = "private, max-age=60"
@@ -148,7 +141,7 @@ def finance_chart(request: HttpRequest, month: str) -> HttpResponse:
 @login_required
 def finance_close(request: HttpRequest, month: str) -> HttpResponse:
     """GET: what closing the month would produce, tenant by tenant. POST: close it."""
-    _require(request, "billing.issue_invoice")
+    require_staff(user=request.user, permission="billing.issue_invoice")
     first = _month(month)
     if request.method == "POST":
         closing = invoices.close_month(month, by=request.user)  # a refusal is answered by RefusalMiddleware
@@ -188,7 +181,7 @@ def finance_close(request: HttpRequest, month: str) -> HttpResponse:
 @require_POST
 def finance_issue(request: HttpRequest, month: str) -> HttpResponse:
     """Issue the chosen drafts of the month (or all of them), all or none: numbers follow tenant order."""
-    _require(request, "billing.issue_invoice")
+    require_staff(user=request.user, permission="billing.issue_invoice")
     first = _month(month)
     drafts = Invoice.objects.filter(month=first, state=InvoiceState.DRAFT)
     if request.POST.get("all") != "1":
@@ -227,7 +220,7 @@ def finance_issue(request: HttpRequest, month: str) -> HttpResponse:
 
 @login_required
 def finance_month_export(request: HttpRequest, month: str, kind: str) -> HttpResponse:
-    _require(request, "billing.export_invoice")
+    require_staff(user=request.user, permission="billing.export_invoice")
     if kind not in exports.MONTH_FORMATS:
         raise Http404
     return exports.download(exports.export_month(_month(month), kind))
@@ -246,7 +239,7 @@ def finance_invoice(
     credit_form: CreditForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    _require(request, "billing.view_invoice")
+    require_staff(user=request.user, permission="billing.view_invoice")
     invoice = _finance_invoice(request, pk)
     now = timezone.now()
     context = {
@@ -271,7 +264,7 @@ def finance_invoice(
 @require_POST
 def finance_invoice_act(request: HttpRequest, pk: int, act: str) -> HttpResponse:
     """Issue, mark paid or void one invoice; a refusal is shown on the invoice's page."""
-    _require(request, "billing.issue_invoice")
+    require_staff(user=request.user, permission="billing.issue_invoice")
     invoice = _finance_invoice(request, pk)
     if act == "void":
         form = VoidForm(request.POST)
@@ -293,8 +286,7 @@ def finance_invoice_act(request: HttpRequest, pk: int, act: str) -> HttpResponse
 
 
 def _credit(request: HttpRequest, invoice: Invoice) -> HttpResponse:
-    if not staff_may(user=request.user, permission="billing.add_creditnote"):
-        raise Http404
+    require_staff(user=request.user, permission="billing.add_creditnote")
     form = CreditForm(request.POST)
     if form.is_valid():
         try:
@@ -314,6 +306,6 @@ def _credit(request: HttpRequest, invoice: Invoice) -> HttpResponse:
 
 @login_required
 def credit_note_pdf(request: HttpRequest, pk: int) -> HttpResponse:
-    _require(request, "billing.export_invoice")
+    require_staff(user=request.user, permission="billing.export_invoice")
     note = get_object_or_404(CreditNote.objects.select_related("invoice__tenant"), pk=pk)
     return exports.download(exports.export_credit_note(note))

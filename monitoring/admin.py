@@ -10,13 +10,14 @@ from django.http import HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from monitoring import agents, alerts
+from monitoring.alerts import services as alerts
+from monitoring.ingest import tokens
 from monitoring.models import (
     AgentToken,
     Alert,
-    AlertDelivery,
     AlertRule,
     CollectorStatus,
+    Delivery,
     GpuEvent,
     GpuFault,
     Latest,
@@ -55,8 +56,10 @@ class AlertRuleAdmin(admin.ModelAdmin):
     ]
 
 
-class AlertDeliveryInline(admin.TabularInline):
-    model = AlertDelivery
+class DeliveryInline(admin.TabularInline):
+    """Who was told, how, and how it went: on an alert's page and on a fault's."""
+
+    model = Delivery
     extra = 0
     can_delete = False
     fields = [
@@ -84,7 +87,7 @@ class AlertAdmin(admin.ModelAdmin):
     list_select_related = ["rule"]
     search_fields = ["subject", "message"]
     date_hierarchy = "fired_at"
-    inlines = [AlertDeliveryInline]
+    inlines = [DeliveryInline]
     actions = ["acknowledge_selected"]
 
     def get_readonly_fields(self, request, obj=None):
@@ -174,10 +177,10 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             if "_revoke" in request.POST:
-                agents.revoke_agent_token(token=obj)
+                tokens.revoke_agent_token(token=obj)
                 self.message_user(request, _("The token is revoked."), messages.SUCCESS)
             return
-        issued = agents.issue_agent_token(
+        issued = tokens.issue_agent_token(
             cluster=form.cleaned_data["cluster"], name=form.cleaned_data["name"], created_by=request.user
         )
         obj.pk, obj.prefix, obj.created_at = issued.token.pk, issued.token.prefix, issued.token.created_at
@@ -200,7 +203,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def revoke_selected(self, request, queryset):
         count = 0
         for token in queryset.filter(revoked_at__isnull=True):
-            agents.revoke_agent_token(token=token)
+            tokens.revoke_agent_token(token=token)
             count += 1
         self.message_user(
             request,
@@ -269,3 +272,4 @@ class GpuFaultAdmin(ReadOnlyAdmin):
     list_select_related = ["gpu__node__cluster", "cleared_by"]
     search_fields = ["gpu__uuid", "detail"]
     date_hierarchy = "at"
+    inlines = [DeliveryInline]

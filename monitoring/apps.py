@@ -1,13 +1,15 @@
-"""The monitoring app: GPU samples, alerts and metrics."""
+"""The monitoring app: GPU samples, alerts, GPU faults and the fleet's figures on /metrics."""
 
+from celery.schedules import crontab
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
-from portal.shell import AppPlugin, EmailTopic, Link
+from monitoring import conf
+from portal.shell import AppPlugin, EmailTopic, Link, Periodic
 
-# The e-mails of alerts firing and resolving (monitoring/notifications.py), to operators who keep it on.
+# The e-mails of alerts firing and resolving (monitoring/notifications/), to operators who keep it on.
 EMAIL_TOPIC = "alerts"
-# The e-mails about a GPU fault under a pool (monitoring/faults.py), to its people and to approvers.
+# The e-mails about a GPU fault under a pool (monitoring/faults/), to its people and to approvers.
 FAULT_EMAIL_TOPIC = "gpu-faults"
 
 
@@ -16,15 +18,30 @@ class MonitoringConfig(AppConfig):
     verbose_name = _("Monitoring")
     plugin = AppPlugin(
         urls="monitoring.urls",
-        api="monitoring.api",
+        api="monitoring.ingest.api",
         nav=(
             Link(_("Monitoring"), "monitoring-fleet", permission="monitoring.view_latest"),
             Link(_("Alerts"), "monitoring-alerts", permission="monitoring.view_alert"),
             Link(_("GPU faults"), "monitoring-faults", permission="monitoring.view_gpufault"),
         ),
-        pool_sections=("monitoring.tenant_views.pool_section", "monitoring.fault_views.pool_section"),
-        capacity_sections=("monitoring.capacity_views.section",),
-        tenant_sections=("monitoring.tenant_views.tenant_section",),
+        pool_sections=("monitoring.pages.tenant.pool_section", "monitoring.faults.views.pool_section"),
+        capacity_sections=("monitoring.pages.capacity.section",),
+        tenant_sections=("monitoring.pages.tenant.tenant_section",),
+        metrics=("monitoring.metrics.collect",),
+        periodic_tasks=(
+            # The simulated fleet and the clusters with a Prometheus URL.
+            Periodic(
+                "collect-gpu-figures",
+                "monitoring.tasks.collect",
+                lambda: conf.settings.MONITORING_COLLECT_SECONDS,
+            ),
+            Periodic("roll-up-gpu-samples", "monitoring.tasks.roll_up_samples", 60),
+            # Drops the days past MONITORING_RAW_DAYS, makes the next days' partitions.
+            Periodic("prune-gpu-samples", "monitoring.tasks.prune_samples", crontab(minute=7)),
+            Periodic("evaluate-alerts", "monitoring.tasks.evaluate_alerts", 60),
+            # Retries fall due between runs.
+            Periodic("deliver-alert-notifications", "monitoring.tasks.deliver_alert_notifications", 30),
+        ),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,
@@ -38,3 +55,6 @@ class MonitoringConfig(AppConfig):
             ),
         ),
     )
+
+    def ready(self) -> None:
+        conf.settings.check()

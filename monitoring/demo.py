@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from monitoring import collection, samples
-from monitoring.ingest import ingest
+from monitoring.ingest import collection
+from monitoring.ingest.readings import ingest
 from monitoring.models import Latest
+from monitoring.storage import samples
 
 HISTORY = timedelta(hours=24)
 STEP = timedelta(minutes=10)

@@ -1,10 +1,14 @@
-"""Celery tasks of the monitoring app: thin wrappers over collection, samples and alerts."""
+"""Celery tasks of the monitoring app: thin wrappers over collection, samples, alerts and notifications.
+Their names (`monitoring.tasks.*`) are in beat's schedule (monitoring/apps.py) and in queued messages."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from monitoring import alerts, collection, notifications, samples
+from monitoring.alerts import services as alerts
+from monitoring.ingest import collection
+from monitoring.notifications import sending
+from monitoring.storage import samples
 
 
 @shared_task
@@ -33,7 +37,8 @@ def prune_samples() -> str:
 
 @shared_task
 def evaluate_alerts() -> str:
-    """Beat: check every alert rule; fire and resolve alerts (once, however often this runs)."""
+    """Beat, and after a GPU fault opens: check every alert rule, fire and resolve alerts (once, however
+    often this runs), and record who is told of them and of the new faults."""
     return alerts.evaluate().summary()
 
 
@@ -41,12 +46,4 @@ def evaluate_alerts() -> str:
 def deliver_alert_notifications() -> str:
     """Beat, and after an evaluation that recorded notifications: send those due; failures wait their
     back-off and are tried again by a later run."""
-    return notifications.deliver_due().summary()
-
-
-@shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
-def send_fault_notices(fault_id: int) -> str:
-    """E-mail the people of each pool a GPU fault flagged, and the approvers; once per (fault, pool)."""
-    from monitoring.faults import send_notices
-
-    return send_notices(fault_id)
+    return sending.deliver_due().summary()

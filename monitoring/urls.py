@@ -1,21 +1,20 @@
-"""Pages of the monitoring app, and /metrics."""
+"""Pages of the monitoring app: the alerts', the faults' and the fleet's."""
 
 from django.urls import include, path
 
-from monitoring import metrics, tenant_views, views
+from monitoring.pages import fleet, tenant
 
 urlpatterns: list = [
-    path("", include("monitoring.alert_urls")),
-    path("", include("monitoring.fault_urls")),
-    path("metrics", metrics.metrics, name="metrics"),
-    path("monitoring/", views.fleet, name="monitoring-fleet"),
-    path("monitoring/gpus/<int:pk>/", views.gpu, name="monitoring-gpu"),
-    path("monitoring/gpus/<int:pk>/<slug:metric>.svg", views.gpu_chart, name="monitoring-gpu-chart"),
-    path("monitoring/pools/<int:pk>/", views.pool, name="monitoring-pool"),
-    path("monitoring/pools/<int:pk>/<slug:metric>.svg", views.pool_chart, name="monitoring-pool-chart"),
+    path("", include("monitoring.alerts.urls")),
+    path("", include("monitoring.faults.urls")),
+    path("monitoring/", fleet.fleet, name="monitoring-fleet"),
+    path("monitoring/gpus/<int:pk>/", fleet.gpu, name="monitoring-gpu"),
+    path("monitoring/gpus/<int:pk>/<slug:metric>.svg", fleet.gpu_chart, name="monitoring-gpu-chart"),
+    path("monitoring/pools/<int:pk>/", fleet.pool, name="monitoring-pool"),
+    path("monitoring/pools/<int:pk>/<slug:metric>.svg", fleet.pool_chart, name="monitoring-pool-chart"),
     path(
         "t/<slug:tenant_slug>/pools/<int:pk>/usage/<slug:metric>.svg",
-        tenant_views.pool_usage_chart,
+        tenant.pool_usage_chart,
         name="pool-usage-chart",
     ),
 ]

@@ -1,7 +1,9 @@
-"""Hourly prices of specs, as far as pools need them (estimates before submitting).
+"""Hourly prices of specs and billing's calendar, as far as pools need them (estimates before submitting,
+a month's history, what-if months).
 
-Prices belong to billing; billing registers its price lookup here when it is installed,
-so that pools never import billing. Without one, prices are unknown (None).
+Prices, the currency and the time zone of billing's months belong to billing; billing registers them here
+when it is installed, so that pools never import billing. Without billing, prices are unknown (None), no
+currency is named, and months are UTC's.
 """
 
 from __future__ import annotations
@@ -13,11 +15,27 @@ from pools.specs import Spec
 
 PriceLookup = Callable[[Spec], Decimal | None]
 _lookup: PriceLookup | None = None
+_currency: Callable[[], str] | None = None
+_time_zone: Callable[[], str] | None = None
 
 
-def register_price_lookup(lookup: PriceLookup) -> None:
-    global _lookup
-    _lookup = lookup
+def register_billing(
+    *, price: PriceLookup, currency: Callable[[], str], time_zone: Callable[[], str]
+) -> None:
+    """Billing's price lookup, and how to read its currency and the time zone of its months (read each time,
+    so that a changed setting counts at once)."""
+    global _lookup, _currency, _time_zone
+    _lookup, _currency, _time_zone = price, currency, time_zone
+
+
+def currency() -> str | None:
+    """The currency prices are in, or None without billing."""
+    return _currency() if _currency else None
+
+
+def month_time_zone() -> str:
+    """The time zone whose calendar months billing bills: a month's history and what-if months are those."""
+    return _time_zone() if _time_zone else "UTC"
 
 
 def hourly_price(spec: Spec) -> Decimal | None:

@@ -10,7 +10,8 @@ import base64
 import hashlib
 
 from cryptography.fernet import Fernet, InvalidToken
-from django.conf import settings
+
+from pools.conf import settings
 
 
 class SecretUnreadable(Exception):

@@ -1,24 +1,31 @@
-"""Celery tasks of the pools app: thin, idempotent wrappers over sync and services."""
+"""Celery tasks of the pools app: thin, idempotent wrappers over its services. Services send them by name
+(pools/task_names.py) through `portal.dispatch`; beat's schedule and their queues are in the app's plugin."""
 
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from pools.conf import settings
 from pools.models import Cluster
-from pools.services.inventory import sync_inventory
+from pools.notifications import send_event_email as send_email
+from pools.services.deadlines import sweep_stuck_pools as sweep
+from pools.services.inventory import sync_due_clusters, sync_inventory
+from pools.services.provisioning import (
+    RELEASE_RETRIED,
+    TRANSIENT,
+    WAITING,
+    finish_release,
+    provision_step,
+)
 from pools.services.queue import admit_waiting
-from pools.services.whatif_runs import execute_whatif_run as execute_run
-from pools.sync import clusters_due
+from pools.services.replacement import settle_move
+from pools.whatif.runs import execute_whatif_run as execute_run
 
 
 @shared_task
 def sync_all_clusters() -> int:
     """Beat: queue a sync of every cluster whose back-off has run out."""
-    due = clusters_due()
-    for cluster in due:
-        sync_cluster_now.delay(cluster.pk)
-    return len(due)
+    return sync_due_clusters()
 
 
 @shared_task
@@ -42,8 +49,6 @@ def _drive(task, step) -> str:
     """Run `step(last_try=…)` again until it is done: polled while it waits (a MIG change), a transient
     error (cluster or database not answering) retried with back-off; after SYNC_BACKOFF_MAX_SECONDS of
     retries the step's last try gives up (the service decides what that means)."""
-    from pools.services.provisioning import TRANSIENT, WAITING
-
     retries = task.request.retries
     last_try = retries * settings.PROVISION_POLL_SECONDS > settings.SYNC_BACKOFF_MAX_SECONDS
     try:
@@ -60,8 +65,6 @@ def _drive(task, step) -> str:
 def provision_pool(self, pool_id: int) -> str:
     """Repeat provisioning steps until the pool is active or failed; any error other than a transient
     one fails it at once."""
-    from pools.services.provisioning import provision_step
-
     return _drive(self, lambda last_try: provision_step(pool_id=pool_id, last_try=last_try))
 
 
@@ -69,8 +72,6 @@ def provision_pool(self, pool_id: int) -> str:
 def settle_pool_move(self, pool_id: int, requota: bool = False) -> str:
     """Drive a re-placed pool's new GPUs (MIG layout, instance UUIDs, quota) as provision_pool drives a new
     pool's."""
-    from pools.services.replacement import settle_move
-
     return _drive(self, lambda last_try: settle_move(pool_id=pool_id, requota=requota, last_try=last_try))
 
 
@@ -78,8 +79,6 @@ def settle_pool_move(self, pool_id: int, requota: bool = False) -> str:
 def finish_pool_release(self, pool_id: int) -> str:
     """Shrink the quota of a released pool; retried with back-off, and on the last try the release
     is closed even if the quota could not be shrunk (the service records why)."""
-    from pools.services.provisioning import RELEASE_RETRIED, finish_release
-
     try:
         pool = finish_release(pool_id=pool_id, last_try=self.request.retries >= self.max_retries)
     except RELEASE_RETRIED as error:
@@ -91,12 +90,10 @@ def finish_pool_release(self, pool_id: int) -> str:
 def sweep_stuck_pools() -> str:
     """Beat: re-drive pools in provisioning or releasing past their first deadline, end them past
     the second (POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS); fail what-if runs past theirs."""
-    from pools.services.deadlines import sweep_stuck_pools as sweep
-
     return sweep().summary()
 
 
-# Routed to WHATIF_QUEUE (CELERY_TASK_ROUTES), which workers of its own consume: a run of many minutes never
+# Routed to WHATIF_QUEUE (the app's plugin), which workers of its own consume: a run of many minutes never
 # holds up provisioning or alerts. The sweeper fails a run past WHATIF_RUN_SECONDS; the limits stop the
 # worker's part of it soon after (where the worker's pool can stop a task), so that a run past saving does
 # not hold the worker.
@@ -108,6 +105,4 @@ def execute_whatif_run(run_id: int) -> str:
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
 def send_event_email(event_id: int) -> str:
-    from pools.notifications import send_event_email as send
-
-    return send(event_id)
+    return send_email(event_id)

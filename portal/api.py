@@ -12,13 +12,12 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from portal import selectors, services, signin, tokens
+from portal import permissions, selectors, services, signin, tokens
 from portal.adapters import login_attempts_key
 from portal.authentication import TokenAuthentication
 from portal.models import (
     NAMESPACE_MAX_LENGTH,
     SLUG_MAX_LENGTH,
-    Membership,
     Project,
     Tenant,
     dns_label_validator,
@@ -142,9 +141,7 @@ class TenantViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
-        context["roles"] = dict(
-            Membership.objects.filter(user=self.request.user).values_list("tenant_id", "role")
-        )
+        context["roles"] = permissions.tenant_roles(user=self.request.user)
         return context
 
 

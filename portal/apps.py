@@ -1,12 +1,24 @@
 """The portal app: tenancy (tenants, projects, memberships, invitations) and roles."""
 
+from celery.schedules import crontab
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
+
+from portal.shell import AppPlugin, Periodic
 
 
 class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = _("Tenancy")
+    # The shell's own pages are portal/urls.py's; what the portal adds through a plugin is its periodic task.
+    plugin = AppPlugin(
+        periodic_tasks=(
+            # Nightly, when few people are signed in.
+            Periodic(
+                "clear-expired-sessions", "portal.tasks.clear_expired_sessions", crontab(minute=17, hour=3)
+            ),
+        ),
+    )
 
     def ready(self) -> None:
         from allauth.mfa import signals

@@ -1,4 +1,6 @@
-"""Reads of tenancy data for pages and the API, already filtered by who may see what."""
+"""Reads of tenancy data for pages and the API, already filtered by who may see what: every tenant,
+project and membership here is reached through `visible_to(user)`, built on `portal.models.visible_tenant_ids`
+(the one door of tenancy), or is the person's own."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from portal.models import ApiToken, AuditEntry, Invitation, Membership, Project,
 
 
 def my_memberships(*, user) -> QuerySet[Membership]:
-    """The user's tenants with their projects and members, in a fixed number of queries."""
+    """The user's own memberships, each with its tenant's projects and members, in a fixed number of
+    queries: the tenants they belong to, whoever else may see more (`visible_tenant_ids`)."""
     return (
         Membership.objects.filter(user=user)
         .select_related("tenant")

@@ -14,14 +14,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal import permissions
+from portal import dispatch, permissions
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Invitation, Membership, Project, Role, Tenant
 
-
-def role_in(*, user: AbstractBaseUser, tenant: Tenant) -> Role | None:
-    """The user's role in the tenant, or None when they are not a member."""
-    return permissions.tenant_role(user=user, tenant_id=tenant.pk)
+# The task that e-mails an invitation (portal/tasks.py), by name: services never import a task module.
+INVITATION_EMAIL = "portal.tasks.send_invitation"
 
 
 def require_tenant_admin(*, user: AbstractBaseUser, tenant: Tenant) -> None:
@@ -74,8 +72,6 @@ def invite_member(
     *, tenant: Tenant, actor: AbstractBaseUser, email: str, role: str = Role.MEMBER
 ) -> Invitation:
     """Invite someone by e-mail; the e-mail is sent by a Celery task after commit."""
-    from portal.tasks import send_invitation
-
     require_tenant_admin(user=actor, tenant=tenant)
     if role not in Role.values:
         raise InvalidInput(_("Unknown role %(role)s.") % {"role": role})
@@ -103,7 +99,7 @@ def invite_member(
                 invitation.save()
         except IntegrityError as error:
             raise Conflict(_("%(email)s has already been invited.") % {"email": email}) from error
-        transaction.on_commit(lambda: send_invitation.delay(invitation.pk))
+        dispatch.after_commit(INVITATION_EMAIL, invitation.pk)
     return invitation
 
 

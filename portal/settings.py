@@ -4,11 +4,9 @@ Defaults run the demo on a laptop; production sets `DEBUG=false`, which turns
 every secure default on and makes `SECRET_KEY` mandatory.
 """
 
-from decimal import Decimal
 from pathlib import Path
 
 import environ
-from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 from django_guid.integrations import CeleryIntegration
@@ -127,10 +125,6 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="portal")
-# What-if runs (minutes each) wait on a queue of their own, never ahead of provisioning, syncs or alerts; the
-# workers of deploy/kubernetes/whatif-worker-deployment.yaml and ./scripts/run consume it, the others not.
-WHATIF_QUEUE = env.str("WHATIF_QUEUE", default="whatif")
-CELERY_TASK_ROUTES = {"pools.tasks.execute_whatif_run": {"queue": WHATIF_QUEUE}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -138,48 +132,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE = {
-    "sync-clusters": {
-        "task": "pools.tasks.sync_all_clusters",
-        "schedule": env.int("CAPACITY_SYNC_SECONDS", default=60),
-    },
-    "admit-waiting-requests": {
-        "task": "pools.tasks.admit_waiting_requests",
-        "schedule": env.int("QUEUE_RUN_SECONDS", default=60),
-    },
-    "sweep-stuck-pools": {  # POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS and WHATIF_RUN_SECONDS, under Capacity
-        "task": "pools.tasks.sweep_stuck_pools",
-        "schedule": env.int("POOL_SWEEP_SECONDS", default=60),
-    },
-    "meter-usage": {  # meters every ended period not metered yet (METERING_PERIOD_SECONDS, under Billing)
-        "task": "billing.tasks.meter_usage",
-        "schedule": env.int("METERING_RUN_SECONDS", default=300),
-    },
-    "collect-gpu-figures": {  # the simulated fleet and clusters with a Prometheus URL (under Monitoring)
-        "task": "monitoring.tasks.collect",
-        "schedule": env.int("MONITORING_COLLECT_SECONDS", default=30),
-    },
-    "roll-up-gpu-samples": {
-        "task": "monitoring.tasks.roll_up_samples",
-        "schedule": 60,
-    },
-    "prune-gpu-samples": {  # drops days past MONITORING_RAW_DAYS, makes the next days' partitions
-        "task": "monitoring.tasks.prune_samples",
-        "schedule": crontab(minute=7),
-    },
-    "evaluate-alerts": {  # MONITORING_ALERT_* under Monitoring
-        "task": "monitoring.tasks.evaluate_alerts",
-        "schedule": 60,
-    },
-    "deliver-alert-notifications": {  # retries fall due between runs
-        "task": "monitoring.tasks.deliver_alert_notifications",
-        "schedule": 30,
-    },
-    "clear-expired-sessions": {
-        "task": "portal.tasks.clear_expired_sessions",
-        "schedule": crontab(minute=17, hour=3),
-    },
-}
+# Each app declares its periodic tasks and the tasks on queues of their own in its plugin
+# (portal/shell.py: Periodic, Route); portal/celery.py reads them.
 
 # --- E-mail -------------------------------------------------------------------
 
@@ -189,105 +143,13 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="GPU Portal <gpu-port
 SERVER_EMAIL = env.str("SERVER_EMAIL", default=DEFAULT_FROM_EMAIL)
 EMAIL_SUBJECT_PREFIX = "[GPU Portal] "
 
-# --- Capacity -----------------------------------------------------------------
+# --- Each app's own ---------------------------------------------------------------
 
-# Encrypts stored kubeconfigs; derived from SECRET_KEY when empty.
-CLUSTER_SECRETS_KEY = env.str("CLUSTER_SECRETS_KEY", default="")
-CAPACITY_SYNC_SECONDS = env.int("CAPACITY_SYNC_SECONDS", default=60)
-# A sync that finds nothing new writes nothing, except "last seen" times at most this often.
-SYNC_HEARTBEAT_SECONDS = env.int("SYNC_HEARTBEAT_SECONDS", default=600)
-# A failing cluster is retried after CAPACITY_SYNC_SECONDS × 2^failures, capped here.
-SYNC_BACKOFF_MAX_SECONDS = env.int("SYNC_BACKOFF_MAX_SECONDS", default=1800)
-# How often provisioning looks at a MIG change under way.
-PROVISION_POLL_SECONDS = env.float("PROVISION_POLL_SECONDS", default=5.0)
-# How long a node may stay in MIG state "pending" before a change counts as failed.
-MIG_PENDING_TIMEOUT_SECONDS = env.int("MIG_PENDING_TIMEOUT_SECONDS", default=600)
-# Deadlines of a pool in `provisioning` (counted from its reservation) or `releasing` (from the
-# release): past POOL_REDRIVE_SECONDS the sweeper enqueues its task again (at most once per that
-# period; the task is safe to repeat); past POOL_STUCK_SECONDS it fails the pool (capacity
-# returned, tenant told) or closes the release (released, quota change given up), saying why.
-# The first comes after MIG_PENDING_TIMEOUT_SECONDS, so a slow MIG change is failed by its own
-# deadline first; the sweeper runs every POOL_SWEEP_SECONDS.
-POOL_REDRIVE_SECONDS = env.int("POOL_REDRIVE_SECONDS", default=MIG_PENDING_TIMEOUT_SECONDS + 300)
-POOL_STUCK_SECONDS = env.int("POOL_STUCK_SECONDS", default=2 * POOL_REDRIVE_SECONDS)
-POOL_SWEEP_SECONDS = env.int("POOL_SWEEP_SECONDS", default=60)
-# A blocked request that has waited this long stops smaller ones behind it from backfilling.
-QUEUE_BACKFILL_GRACE_SECONDS = env.int("QUEUE_BACKFILL_GRACE_SECONDS", default=1800)
-# Requests approved this far back are the recent demand the queue tells placement, each counting less the
-# older it is (half every half window): re-partitioned GPUs get layouts for what is being asked. The what-if
-# simulator weighs its trace the same way (pools/placement/demand.py).
-QUEUE_DEMAND_WINDOW_SECONDS = env.int("QUEUE_DEMAND_WINDOW_SECONDS", default=7 * 24 * 3600)
-# How long a process may reuse its picture of the fleet (availability for the request form and the
-# specs API) while no change of capacity has been seen; 0 rebuilds it on every read.
-CAPACITY_PICTURE_SECONDS = env.int("CAPACITY_PICTURE_SECONDS", default=30)
-# /readyz calls a cluster behind (degraded, still ready) when its last sync is older than this; 0: the
-# heartbeat (SYNC_HEARTBEAT_SECONDS) plus three sync periods (pools/selectors/readiness.py).
-SYNC_STALE_SECONDS = env.int("SYNC_STALE_SECONDS", default=0)
-# A what-if run kept for the operators' page (pools/services/whatif_runs.py) must start within this many
-# seconds of being asked for, and finish within as many of starting; past either deadline the sweeper
-# (POOL_SWEEP_SECONDS) fails it, and the worker stops a run that overstays it.
-WHATIF_RUN_SECONDS = env.int("WHATIF_RUN_SECONDS", default=1800)
-# The most GPUs a what-if run's changed fleet may hold at any step of its changes: four times the 8,000-GPU
-# fleet the benchmarks take as large. A larger one is refused when asked for, before anything is queued.
-WHATIF_MAX_GPUS = env.int("WHATIF_MAX_GPUS", default=32_000)
-# The most what-if runs queued or running at once, whoever asked (each person one at a time): the what-if
-# workers' concurrency (deploy/kubernetes/whatif-worker-deployment.yaml), so that none waits its deadline out.
-WHATIF_MAX_RUNNING = env.int("WHATIF_MAX_RUNNING", default=2)
-# The simulated GPU Operator's delay between a layout change and its success.
-SIMULATED_MIG_APPLY_SECONDS = env.float("SIMULATED_MIG_APPLY_SECONDS", default=8.0)
+# Each app declares its settings with their defaults in its own `conf.py` (pools/conf.py, billing/conf.py,
+# monitoring/conf.py), read from the environment like these (portal/appsettings.py).
 
-# --- Billing --------------------------------------------------------------------
+# --- Metrics ---------------------------------------------------------------------
 
-# Every price, usage record and invoice is in this currency (ISO 4217).
-BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="KRW")
-# Months of invoices are calendar months in this time zone.
-BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="Asia/Seoul")
-# The font of invoice PDFs, with a CJK font so that Hangul prints; in a .ttc collection, the index of
-# the face (Noto Sans CJK: 1 is Korean).
-BILLING_PDF_FONT = env.str(
-    "BILLING_PDF_FONT", default="/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
-)
-BILLING_PDF_FONT_INDEX = env.int("BILLING_PDF_FONT_INDEX", default=1)
-# Tax (percent) on an invoice whose tenant's billing profile names no rate of its own.
-BILLING_TAX_RATE = Decimal(env.str("BILLING_TAX_RATE", default="10"))
-# An issued invoice not paid this many days after it was issued is overdue.
-BILLING_PAYMENT_DAYS = env.int("BILLING_PAYMENT_DAYS", default=30)
-# Metering cuts time into periods of this many seconds (UTC, from the epoch) and meters a period
-# METERING_DELAY_SECONDS after it ends, when no release or admission can still land inside it.
-METERING_PERIOD_SECONDS = env.int("METERING_PERIOD_SECONDS", default=3600)
-METERING_DELAY_SECONDS = env.int("METERING_DELAY_SECONDS", default=60)
-
-# --- Monitoring -----------------------------------------------------------------
-
-# How long each form of GPU figures is kept: raw samples (whole days, dropped as partitions), 5-minute and
-# 1-hour roll-ups (min / avg / max).
-MONITORING_RAW_DAYS = env.int("MONITORING_RAW_DAYS", default=3)
-MONITORING_5M_DAYS = env.int("MONITORING_5M_DAYS", default=35)
-MONITORING_1H_DAYS = env.int("MONITORING_1H_DAYS", default=400)
-# Samples are refused when older than this (an agent's buffer holds at most about this much) or more than
-# MONITORING_SAMPLE_MAX_AHEAD_SECONDS in the future (a host's clock gone wrong).
-MONITORING_SAMPLE_MAX_AGE_SECONDS = env.int("MONITORING_SAMPLE_MAX_AGE_SECONDS", default=6 * 3600)
-MONITORING_SAMPLE_MAX_AHEAD_SECONDS = env.int("MONITORING_SAMPLE_MAX_AHEAD_SECONDS", default=300)
-# The most readings (hosts × instants) and GPUs one batch from an agent may carry.
-MONITORING_BATCH_MAX_READINGS = env.int("MONITORING_BATCH_MAX_READINGS", default=1000)
-MONITORING_BATCH_MAX_GPUS = env.int("MONITORING_BATCH_MAX_GPUS", default=20000)
-# How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
-MONITORING_COLLECT_SECONDS = env.int("MONITORING_COLLECT_SECONDS", default=30)
-MONITORING_PROMETHEUS_TIMEOUT_SECONDS = env.float("MONITORING_PROMETHEUS_TIMEOUT_SECONDS", default=5.0)
-# The simulated fleet has an uncorrected ECC error on a GPU with a chance of one in this many per minute
-# (about one a day on the demo's fleet), which drains that GPU as a real one would be.
-MONITORING_SIMULATED_ECC_ONE_IN = env.int("MONITORING_SIMULATED_ECC_ONE_IN", default=150000)
-# Alerts: a threshold holds over a duration when the samples in it are never further apart than
-# MONITORING_ALERT_SAMPLE_GAP_SECONDS (nor further from its ends). Notifications go by e-mail to the operators
-# and as a JSON POST to MONITORING_ALERT_WEBHOOK_URL (if set; a rule may name another webhook as well), each
-# retried after MONITORING_ALERT_RETRY_SECONDS, doubling up to MONITORING_ALERT_RETRY_MAX_SECONDS, until
-# MONITORING_ALERT_MAX_ATTEMPTS tries have failed.
-MONITORING_ALERT_SAMPLE_GAP_SECONDS = env.int("MONITORING_ALERT_SAMPLE_GAP_SECONDS", default=120)
-MONITORING_ALERT_WEBHOOK_URL = env.str("MONITORING_ALERT_WEBHOOK_URL", default="")
-MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
-MONITORING_ALERT_RETRY_SECONDS = env.int("MONITORING_ALERT_RETRY_SECONDS", default=30)
-MONITORING_ALERT_RETRY_MAX_SECONDS = env.int("MONITORING_ALERT_RETRY_MAX_SECONDS", default=3600)
-MONITORING_ALERT_MAX_ATTEMPTS = env.int("MONITORING_ALERT_MAX_ATTEMPTS", default=10)
 # /metrics answers a request bearing this token (Authorization: Bearer …), or one coming from these networks
 # while no proxy is trusted (TRUSTED_PROXY_COUNT 0): behind a proxy only the token opens it, and the portal
 # refuses to start without one.
@@ -473,7 +335,7 @@ SESSION_COOKIE_HTTPONLY = True
 startup.refuse_placeholders(
     {
         "SECRET_KEY": SECRET_KEY,
-        "CLUSTER_SECRETS_KEY": CLUSTER_SECRETS_KEY,
+        "CLUSTER_SECRETS_KEY": env.str("CLUSTER_SECRETS_KEY", default=""),  # pools/conf.py reads it
         "METRICS_TOKEN": METRICS_TOKEN,
         **{name: env.str(name, default="") for name in startup.ADDRESSES},
     }

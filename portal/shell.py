@@ -1,5 +1,5 @@
 """What each app adds to the site shell: pages, API routes, links, sections of the tenant, project and pool
-pages, and e-mail topics.
+pages, e-mail topics, readiness checks, figures for /metrics, and its periodic tasks and task queues.
 
 An app declares one `AppPlugin` as the `plugin` attribute of its AppConfig, naming its modules by dotted
 path (nothing is imported while apps load). The shell — `portal/urls.py`, the top bar, the tenant,
@@ -17,7 +17,9 @@ app joins the site without editing the shell's templates, URLs or models.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.apps import apps
 from django.urls import reverse
@@ -64,6 +66,31 @@ class EmailTopic:
 
 
 @dataclass(frozen=True)
+class Periodic:
+    """A task Celery beat sends on a schedule: `every` is seconds, a callable giving seconds (read when beat
+    starts, e.g. from the app's settings), or a `celery.schedules.crontab`."""
+
+    name: str
+    task: str
+    every: float | Callable[[], float] | Any
+
+    def schedule(self) -> Any:
+        return self.every() if callable(self.every) else self.every
+
+
+@dataclass(frozen=True)
+class Route:
+    """A task that runs on a queue of its own (a name, or a callable giving it from the app's settings), so
+    that its workers can be scaled, and its bursts kept, apart from everything else."""
+
+    task: str
+    queue: str | Callable[[], str]
+
+    def queue_name(self) -> str:
+        return self.queue() if callable(self.queue) else self.queue
+
+
+@dataclass(frozen=True)
 class AppPlugin:
     """What one app brings to the shell.
 
@@ -86,6 +113,9 @@ class AppPlugin:
       app besides the database and Redis (a check `down` takes the process out of service, `degraded` not).
     - `workspaces`: pages where platform staff who belong to no tenant land after signing in, most
       important first, each for the staff holding its `permission` (see `workspace_for`).
+    - `metrics`: dotted paths of `collect() -> Iterable[prometheus_client Metric]`, the app's figures on
+      `/metrics` (portal/metrics.py serves them, with the processes' own).
+    - `periodic_tasks`: what Celery beat sends (`Periodic`); `task_queues`: tasks with a queue of their own.
     """
 
     urls: str | None = None
@@ -101,6 +131,9 @@ class AppPlugin:
     email_topics: tuple[EmailTopic, ...] = ()
     workspaces: tuple[Link, ...] = ()
     readiness: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    periodic_tasks: tuple[Periodic, ...] = ()
+    task_queues: tuple[Route, ...] = ()
 
 
 def plugins() -> list[AppPlugin]:
@@ -212,3 +245,22 @@ def readiness_checks() -> list[tuple[str, object]]:
 
 def email_topics() -> list[EmailTopic]:
     return [topic for plugin in plugins() for topic in plugin.email_topics]
+
+
+def metric_collectors() -> list[tuple[str, object]]:
+    """Every app's figures for /metrics, as (dotted path, callable), in the order of INSTALLED_APPS."""
+    return [(path, import_string(path)) for plugin in plugins() for path in plugin.metrics]
+
+
+def beat_schedule() -> dict[str, dict]:
+    """Celery beat's schedule: every app's periodic tasks, by name."""
+    return {
+        task.name: {"task": task.task, "schedule": task.schedule()}
+        for plugin in plugins()
+        for task in plugin.periodic_tasks
+    }
+
+
+def task_routes() -> dict[str, dict]:
+    """The tasks that run on a queue of their own, as Celery's `task_routes` takes them."""
+    return {route.task: {"queue": route.queue_name()} for plugin in plugins() for route in plugin.task_queues}

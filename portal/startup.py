@@ -4,7 +4,7 @@ process (web, worker, beat, every manage.py command) stops before it serves or r
 - a secret still holding the placeholder of the shipped examples (deploy/kubernetes/secret.yaml,
   .env.example): a secret whose value, or an address whose user or password, starts with `change-me`;
 - an empty METRICS_TOKEN while a proxy is trusted (TRUSTED_PROXY_COUNT > 0): behind a proxy every client
-  seems to come from the proxy's network, so /metrics answers nothing but the token (monitoring/metrics.py).
+  seems to come from the proxy's network, so /metrics answers nothing but the token (portal/metrics.py).
 
 Each refusal names the setting and says what to set; none repeats a secret's value.
 """

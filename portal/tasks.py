@@ -7,19 +7,20 @@ import logging
 from celery import shared_task
 from django.conf import settings
 from django.contrib.sessions.models import Session
-from django.core.mail import EmailMultiAlternatives
 from django.db import transaction
-from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from portal import mail
 from portal.models import Invitation
+from portal.services import INVITATION_EMAIL
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
+@shared_task(
+    name=INVITATION_EMAIL, autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8
+)
 def send_invitation(invitation_id: int) -> str:
     """E-mail an invitation once; a redelivered or duplicated task finds it sent and stops."""
     with transaction.atomic():
@@ -33,20 +34,16 @@ def send_invitation(invitation_id: int) -> str:
             return "skipped"
         if invitation.sent_at is not None:
             return "already sent"
-        context = {
-            "invitation": invitation,
-            "accept_url": settings.PORTAL_BASE_URL
-            + reverse("invitation", kwargs={"token": invitation.token}),
-        }
-        # The invitee has no account yet: they are written to in the language of who invited them.
-        with translation.override(mail.language_of(invitation.invited_by)):
-            subject = render_to_string("portal/email/invitation_subject.txt", context).strip()
-            body = render_to_string("portal/email/invitation_message.txt", context)
-        message = EmailMultiAlternatives(
-            subject=settings.EMAIL_SUBJECT_PREFIX + subject, body=body, to=[invitation.email]
+        accept = reverse("invitation", kwargs={"token": invitation.token})
+        mail.send_once(
+            key=f"portal.invitation:{invitation.pk}",
+            to=[invitation.email],
+            template="portal/email/invitation",
+            context={"invitation": invitation, "accept_url": settings.PORTAL_BASE_URL + accept},
+            # The invitee has no account yet: they are written to in the language of who invited them.
+            language=mail.language_of(invitation.invited_by),
         )
-        message.send()
-        invitation.sent_at = timezone.now()
+        invitation.sent_at = timezone.now()  # shown in the admin
         invitation.save(update_fields=["sent_at"])
     log.info("invitation %s sent to %s", invitation_id, invitation.email)
     return "sent"

@@ -9,8 +9,8 @@ Families:
 - gpu_portal_task_failures_total{task, exception} (counter): tasks that raised;
 - gpu_portal_task_queue_length{queue} (gauge): tasks waiting in the broker, read at scrape time.
 
-Where they are read: a web process's figures on `/metrics` (monitoring/metrics.py adds `latest()` to the
-fleet's; with METRICS_PORT, on that port only: `MetricsPortMiddleware`), a worker's or beat's on its own
+Where they are read: a web process's figures on `/metrics` (portal/metrics.py adds `latest()` to the
+apps'; with METRICS_PORT, on that port only: `MetricsPortMiddleware`), a worker's or beat's on its own
 port (`CELERY_METRICS_PORT`), started by `serve()`. With several processes behind one port (gunicorn's
 workers, a prefork worker's children), PROMETHEUS_MULTIPROC_DIR names a directory they share, emptied when
 the first process starts, as prometheus_client's multiprocess mode wants; without it each process reports

@@ -27,6 +27,7 @@ from django.utils.translation import gettext as _
 
 from portal.errors import InvalidInput, NotAllowed
 from portal.models import ApiToken, TokenRevocation, TokenStatus
+from portal.permissions import staff_may
 
 KEY_BYTES = 32
 PREFIX_LENGTH = 8
@@ -97,7 +98,7 @@ def record_use(token) -> None:
 
 
 def can_revoke(*, actor: AbstractBaseUser, token: ApiToken) -> bool:
-    return token.user_id == actor.pk or (actor.is_staff and actor.has_perm("portal.change_apitoken"))
+    return token.user_id == actor.pk or staff_may(user=actor, permission="portal.change_apitoken")
 
 
 def revoke_token(*, token: ApiToken, actor: AbstractBaseUser) -> ApiToken:

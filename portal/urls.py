@@ -7,7 +7,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from portal import api, audit_views, errors, shell, views
+from portal import api, audit_views, errors, metrics, shell, views
 
 # One router answers /api/v1/ with every app's collections; each app brings its own routes.
 router = DefaultRouter(trailing_slash=True)
@@ -27,6 +27,7 @@ api_v1.append(path("", include(router.urls)))
 urlpatterns = [
     path("", views.home, name="home"),
     path("favicon.ico", views.favicon, name="favicon"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("t/<slug:slug>/", views.tenant_detail, name="tenant"),
     path("t/<slug:slug>/projects/new/", views.project_create, name="project-create"),
     path("t/<slug:tenant_slug>/p/<slug:slug>/", views.project_detail, name="project"),

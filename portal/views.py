@@ -13,7 +13,7 @@ from django.views import i18n
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal import mail, selectors, services, shell, tokens
+from portal import mail, permissions, selectors, services, shell, tokens
 from portal.adapters import INVITATION_SESSION_KEY
 from portal.errors import InvalidInput, PortalError
 from portal.forms import InvitationForm, MemberRoleForm, PreferencesForm, ProjectForm, TokenForm
@@ -38,8 +38,8 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def _tenant_page(request, tenant, *, status=200, project_form=None, invitation_form=None):
-    my_role = services.role_in(user=request.user, tenant=tenant)
-    is_admin = my_role == Role.ADMIN or request.user.is_superuser
+    my_role = permissions.tenant_role(user=request.user, tenant_id=tenant.pk)
+    is_admin = permissions.acts_as_tenant_admin(user=request.user, role=my_role)
     context = {
         "tenant": tenant,
         "my_role": my_role,

@@ -1,6 +1,12 @@
-"""Shared fixtures: two tenants with people in every role, API clients, static files."""
+"""Shared fixtures: two tenants with people in every role, API clients, static files, the session's worker.
+
+Run in parallel (pytest-xdist, `./scripts/test`), each process keeps apart from the others: its own test
+database (pytest-django suffixes its name), its own Redis databases for the broker and the cache (set
+below before its Django settings load), its own Celery queue and worker, its own temporary folders.
+"""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -8,23 +14,60 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.core.management import call_command
+from django.test.signals import setting_changed
 from django.utils import translation
 from rest_framework.test import APIClient
 
 from portal.models import Project, Role, Tenant
 from tests.factories import MembershipFactory, ProjectFactory, TenantFactory, UserFactory
+from tests.needs import MARKERS, Reach, needs_of
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
 TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
+# Redis databases 0 and 1 are left to a portal running beside the tests; xdist worker N takes two of the rest.
+FIRST_TEST_REDIS_DATABASE = 2
+REDIS_DATABASES = 16
+
+
+def worker_redis(worker: str, redis_url: str) -> dict[str, str]:
+    """The broker and cache URLs of xdist worker `worker` ("gw3"): databases of their own on the server of
+    `redis_url`, so that one process's `cache.clear()` or queue purge never touches another's."""
+    index = int(worker.removeprefix("gw"))
+    broker = FIRST_TEST_REDIS_DATABASE + 2 * index
+    if broker + 1 >= REDIS_DATABASES:
+        most = (REDIS_DATABASES - FIRST_TEST_REDIS_DATABASE) // 2
+        raise pytest.UsageError(f"Redis has databases for {most} test processes at most (-n {most})")
+    server = redis_url.rpartition("/")[0] if urlsplit(redis_url).path.strip("/").isdigit() else redis_url
+    return {"REDIS_URL": f"{server}/{broker}", "CACHE_URL": f"{server}/{broker + 1}"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_newgateway(gateway):
+    """Runs in the controlling process as each worker process starts, before the worker reads its Django
+    settings: the worker's environment names its own Redis databases (its Celery worker inherits them)."""
+    environment = worker_redis(gateway.id, os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    gateway.remote_exec(f"import os; os.environ.update({environment!r})").waitclose()
+
+
+def pytest_configure(config):
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks each test with what it needs beyond this process (tests/needs.py), for `-m "not ..."`."""
+    reach = Reach({running_worker: "celery"})
+    for item in items:
+        if isinstance(item, pytest.Function):
+            for need in sorted(needs_of(item, reach)):
+                item.add_marker(need)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,10 +77,11 @@ def _test_settings(tmp_path_factory, django_test_environment):
     once, as production does, so that templates resolve them through the manifest."""
     from django.conf import settings
 
+    from portal import shell
     from portal.celery import app
 
     app.conf.task_default_queue = TASK_QUEUE
-    app.conf.task_routes = {task: {"queue": TASK_QUEUE} for task in settings.CELERY_TASK_ROUTES}
+    app.conf.task_routes = ({task: {"queue": TASK_QUEUE} for task in shell.task_routes()},)
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # A code computed by a test just before a 30-second period ends still counts after it.
@@ -45,8 +89,16 @@ def _test_settings(tmp_path_factory, django_test_environment):
     # Tests change capacity behind the services' backs; each read sees the database as it is
     # (tests/pools/test_capacity_picture.py turns the reuse on and checks what bumps it).
     settings.CAPACITY_PICTURE_SECONDS = 0
+    # A folder of this process's own: the static files storage, set up already if collecting the tests
+    # touched it, is set up again on it (as override_settings would), so that no two processes write one
+    # folder, nor the repository's staticfiles/.
     settings.STATIC_ROOT = tmp_path_factory.mktemp("static")
+    setting_changed.send(sender=type(settings), setting="STATIC_ROOT", value=settings.STATIC_ROOT, enter=True)
     call_command("collectstatic", interactive=False, verbosity=0)
+    # What the processes the tests start keep at run time (gunicorn's control socket) is theirs too.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("run")))
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +112,7 @@ def _default_language():
 def _fresh_cache():
     """Rate limits and used TOTP codes live in the cache; each test starts without them. The sample
     partitions a test made are rolled back with it, so none is taken as known."""
-    from monitoring import samples
+    from monitoring.storage import samples
 
     cache.clear()
     samples.forget_partitions()
@@ -129,14 +181,14 @@ def operator(staff_user):
 def synced(db, settings):
     """`synced(fleet)`: a simulated cluster of that fleet (as `ClusterFactory(fleet=…)` takes it), synced,
     its MIG changes applied at once."""
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
     from tests.factories import ClusterFactory
 
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
 
     def make(fleet, name: str = "sim"):
         cluster = ClusterFactory(name=name, fleet=fleet)
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
         return cluster
 
     return make
@@ -175,6 +227,7 @@ def api_for(api_client):
 @dataclass
 class Worker:
     queue: str
+    node: str  # its node name, as control commands address it
     mail_dir: Path
     log: Path
     process: subprocess.Popen | None = None
@@ -198,7 +251,8 @@ def running_worker(
     consume one queue, each under its own `hostname` (node name); `env` adds to or overrides its
     environment."""
     database_url = database_address()
-    worker = Worker(queue=queue, mail_dir=workdir / "mail", log=workdir / "worker.log")
+    node = (hostname or f"{queue}@%h").replace("%h", socket.gethostname())
+    worker = Worker(queue=queue, node=node, mail_dir=workdir / "mail", log=workdir / "worker.log")
     environment = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -213,7 +267,7 @@ def running_worker(
     with worker.log.open("w") as log:
         worker.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool", pool, "--concurrency", "1",
-             "--loglevel", "INFO", "--queues", queue, "--hostname", hostname or f"{queue}@%h",
+             "--loglevel", "INFO", "--queues", queue, "--hostname", node,
              "--without-heartbeat", "--without-mingle"],
             cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -222,7 +276,7 @@ def running_worker(
         while "ready." not in worker.log.read_text():
             assert worker.process.poll() is None, f"the worker died:\n{worker.log.read_text()}"
             assert time.monotonic() < deadline, f"the worker did not start:\n{worker.log.read_text()}"
-            time.sleep(0.2)
+            time.sleep(0.05)
         yield worker
     finally:
         worker.process.terminate()
@@ -274,6 +328,8 @@ def celery_worker(_session_worker):
 
 
 def wait_until_idle(worker: Worker, timeout: float = 60) -> None:
+    """Until `worker` answers, twice in a row, that it runs and holds no task and its queue is empty. A
+    worker of the solo pool answers only between tasks: no answer is a busy worker."""
     from portal.celery import app
 
     deadline = time.monotonic() + timeout
@@ -282,8 +338,9 @@ def wait_until_idle(worker: Worker, timeout: float = 60) -> None:
         redis = connection.default_channel.client
         while quiet < 2:  # twice in a row: a running task may queue another as it ends
             assert time.monotonic() < deadline, f"the worker is still busy:\n{worker.log.read_text()[-3000:]}"
-            inspect = app.control.inspect(timeout=0.5)
-            held = [*(inspect.active() or {}).items(), *(inspect.reserved() or {}).items()]
-            busy = any(tasks for name, tasks in held if name.startswith(f"{worker.queue}@"))
+            inspect = app.control.inspect(timeout=1, destination=[worker.node], limit=1)
+            active, reserved = inspect.active(), inspect.reserved()
+            answered = active is not None and reserved is not None
+            busy = not answered or any(active.values()) or any(reserved.values())
             quiet = 0 if busy or redis.llen(worker.queue) else quiet + 1
-            time.sleep(0.1)
+            time.sleep(0.02)

@@ -1,41 +1,34 @@
 """bench/load.py, the benchmark of the portal under load, is not run by the suite; its figures are:
 percentiles, the summary per page and the verdict on the target, so that it cannot rot unseen."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-SOURCE = Path(__file__).resolve().parents[1] / "bench" / "load.py"
-spec = importlib.util.spec_from_file_location("bench_load", SOURCE)
-load = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = load  # its dataclasses look their module up
-spec.loader.exec_module(load)
+from bench import load_figures as figures
+from bench import load_users as users
 
 
 def test_percentiles_interpolate_between_ranks():
-    assert load.percentile([3.0], 95) == 3.0
-    assert load.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
-    assert load.percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
-    assert load.percentile([1.0, 9.0], 0) == 1.0 and load.percentile([1.0, 9.0], 100) == 9.0
+    assert figures.percentile([3.0], 95) == 3.0
+    assert figures.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert figures.percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+    assert figures.percentile([1.0, 9.0], 0) == 1.0 and figures.percentile([1.0, 9.0], 100) == 9.0
     with pytest.raises(ValueError):
-        load.percentile([], 50)
+        figures.percentile([], 50)
     with pytest.raises(ValueError):
-        load.percentile([1.0], 101)
+        figures.percentile([1.0], 101)
 
 
 def test_the_summary_counts_each_page_and_the_total():
-    samples = [load.Sample("pools list", n / 1000, True) for n in range(1, 21)]
-    samples += [load.Sample("submit request", 0.5, False), load.Sample("submit request", 0.1, True)]
-    rows = load.summarise(samples, seconds=10)
+    samples = [figures.Sample("pools list", n / 1000, True) for n in range(1, 21)]
+    samples += [figures.Sample("submit request", 0.5, False), figures.Sample("submit request", 0.1, True)]
+    rows = figures.summarise(samples, seconds=10)
     assert [r.page for r in rows] == ["pools list", "submit request", "total"]
     pools, submit, total = rows
     assert (pools.requests, pools.errors, pools.per_second) == (20, 0, 2.0)
     assert pools.p50_ms == pytest.approx(10.5) and pools.p95_ms == pytest.approx(19.05)
     assert (submit.requests, submit.errors) == (2, 1)
     assert (total.requests, total.errors) == (22, 1) and total.per_second == pytest.approx(2.2)
-    printed = load.table(rows)
+    printed = figures.table(rows)
     assert printed.splitlines()[0].split() == [
         "page",
         "requests",
@@ -50,15 +43,18 @@ def test_the_summary_counts_each_page_and_the_total():
 
 
 def test_the_target_names_each_miss():
-    fast = [load.Sample("capacity", 0.05, True)] * 19 + [load.Sample("capacity", 0.15, True)]
-    assert load.misses(load.summarise(fast, seconds=1)) == []
-    slow = [*fast, load.Sample("approvals", 0.3, True), load.Sample("approvals", 0.01, False)]
-    assert load.misses(load.summarise(slow, seconds=1)) == ["approvals: 1 errors", "approvals: p95 286 ms"]
-    assert load.misses([]) == ["no requests were made"]
+    fast = [figures.Sample("capacity", 0.05, True)] * 19 + [figures.Sample("capacity", 0.15, True)]
+    assert figures.misses(figures.summarise(fast, seconds=1)) == []
+    slow = [*fast, figures.Sample("approvals", 0.3, True), figures.Sample("approvals", 0.01, False)]
+    assert figures.misses(figures.summarise(slow, seconds=1)) == [
+        "approvals: 1 errors",
+        "approvals: p95 286 ms",
+    ]
+    assert figures.misses([]) == ["no requests were made"]
 
 
 def test_the_cast_has_staff_and_a_tenant_each():
-    people = load.cast(20)
+    people = users.cast(20)
     roles = [p.role for p in people]
     assert (roles.count("approver"), roles.count("operator"), roles.count("tenant")) == (2, 2, 16)
     assert len({p.tenant for p in people if p.role == "tenant"}) == 16

@@ -18,7 +18,8 @@ from pools.mig import Instance as MigInstance
 from pools.placement import Fleet, Item, Placement, Request, place, validate_request
 from pools.placement.replay import check
 from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
-from tests.pools.test_placement import PROPERTY, check_placement, gpu, gpus_, has_allocation, requests_
+from tests.pools.test_placement import check_placement, gpu, has_allocation
+from tests.pools.test_placement_properties import PROPERTY, gpus_, requests_
 
 H100, H200 = "H100-80GB", "H200-141GB"
 SMALL = dict(nodes=2, horizon=24 * 3600, requests=40)

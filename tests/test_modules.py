@@ -1,57 +1,31 @@
-"""The project's modules: each imports alone, the pure cores import no Django, and no import loop exists.
+"""The project's modules: each imports alone, the pure cores import no Django, no import loop exists, and no
+import breaks a rule of the architecture map (docs/architecture.md, `## Import rules`).
 
-A loop counts whether its imports run at module level, inside a function or only for type checking: a
-lazy import hides a loop from Python, not from the reader.
+An import counts whether it runs at module level, inside a function or only for type checking: a lazy
+import hides a loop, or a door walked around, from Python, not from the reader.
 """
 
-import ast
+import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-APPS = ("portal", "pools", "billing", "monitoring")
-# Plain data in and out, no Django: the MIG geometry, the placement engine, the GPU collectors.
-PURE = ("pools.mig", "pools.placement", "monitoring.collectors")
+import pytest
 
+from tests.import_rules import (
+    ROOT,
+    broken,
+    imported,
+    imports_in,
+    project_modules,
+    pure_cores,
+    read_rules,
+    under,
+    unknown_names,
+)
 
-def project_modules() -> dict[str, Path]:
-    found = {}
-    for app in APPS:
-        for path in sorted((ROOT / app).rglob("*.py")):
-            if "migrations" in path.parts:
-                continue
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            found[name] = path
-    return found
-
-
-def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The project modules `name` imports anywhere in its source (a package's own submodules count)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-
-    def add(target: str) -> None:
-        while target and target not in known:
-            target = target.rpartition(".")[0]
-        if target and target != name:
-            out.add(target)
-
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                add(alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            for alias in node.names:
-                full = f"{base}.{alias.name}"
-                add(full if full in known else base)
-    return out
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def loops(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -101,33 +75,131 @@ def test_no_import_loop_among_the_project_modules():
     assert loops(graph) == []
 
 
-def _import_alone(module: str) -> tuple[str, int, str]:
-    pure = module.startswith(PURE)
-    code = (
-        f"import sys, {module}\n"
-        "leaked = sorted(m for m in sys.modules if m.partition('.')[0] == 'django' or m == 'pools.models')\n"
-        "assert not leaked, f'a pure module imports {leaked[:3]}'\n"
-        if pure
-        else f"import django\ndjango.setup()\nimport {module}\n"
-    )
+def rules_of_the_map():
+    return read_rules(ARCHITECTURE.read_text())
+
+
+def test_no_import_breaks_a_rule_of_the_architecture_map():
+    rules = rules_of_the_map()
+    known = project_modules(migrations=True)
+    assert unknown_names(rules, known) == []
+    assert broken(rules, {name: imports_in(name, path) for name, path in known.items()}) == []
+
+
+def imports_alone(modules: list[str], *, django: bool, forbidden=()) -> dict[str, str]:
+    """{module: what went wrong} for each of `modules` that fails to import alone, each in a process that
+    has imported nothing else of the project (after `django.setup()` when `django`), and for which any
+    module under a `forbidden` prefix is loaded afterwards (tests/imports_alone.py)."""
+    request = {"modules": modules, "django": django, "forbidden": list(forbidden)}
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings"}
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    return module, done.returncode, done.stderr[-600:]
+        [sys.executable, "-m", "tests.imports_alone"],
+        input=json.dumps(request), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
-def test_every_pools_and_monitoring_module_imports_alone():
-    """Each in a fresh interpreter, as `python -c "import ..."` would: an import that only works after
-    some other module happens to be loaded fails here."""
-    modules = [name for name in project_modules() if name.partition(".")[0] in ("pools", "monitoring")]
-    assert "pools.placement.engine" in modules and "monitoring.collectors.nvml" in modules
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        failed = [(module, err) for module, rc, err in pool.map(_import_alone, modules) if rc]
-    assert failed == []
+def test_every_module_imports_alone_and_the_pure_cores_without_django():
+    """Each module as `python -c "import ..."` would see it, in a process of its own after `django.setup()`:
+    an import that only works after some other module happens to be loaded fails here. The pure cores
+    (the map's rules that forbid Django) in a process that has not set Django up, and nothing they must not
+    import may be loaded once they are, however indirectly."""
+    modules = sorted(project_modules())
+    assert "pools.placement.engine" in modules and "billing.metering" in modules
+    failed = imports_alone(modules, django=True)
+    for prefix, forbidden in pure_cores(rules_of_the_map()).items():
+        pure = [module for module in modules if under(module, prefix)]
+        assert pure, prefix
+        failed |= imports_alone(pure, django=False, forbidden=forbidden)
+    assert failed == {}
 
 
-def test_the_purity_check_fails_for_a_module_that_needs_django(monkeypatch):
-    assert _import_alone("pools.placement.engine")[1] == 0
-    monkeypatch.setattr(sys.modules[__name__], "PURE", ("pools.selectors",))
-    assert _import_alone("pools.selectors.capacity")[1] != 0
+def test_the_purity_check_fails_for_a_module_that_needs_django():
+    cores = pure_cores(rules_of_the_map())
+    assert {"pools.placement", "pools.mig", "monitoring.collectors"} <= set(cores)
+    assert imports_alone(["pools.placement.engine"], django=False, forbidden=cores["pools.placement"]) == {}
+    failed = imports_alone(["pools.selectors.capacity"], django=False, forbidden=cores["pools.placement"])
+    assert list(failed) == ["pools.selectors.capacity"]
+    missing = imports_alone(["pools.no_such_module"], django=True)
+    assert "ModuleNotFoundError" in missing["pools.no_such_module"]
+
+
+RULES = """# A map
+
+## Import rules
+
+Some words.
+
+| modules | must not import | except in | why |
+|---|---|---|---|
+| `shop.core` | `shop.web`, `requests` | — | The core is pure. |
+| `*` | `vendor` | `shop.gateway`, `shop.web.vendor_hooks` | One door to the vendor. |
+| `shop` | `shop.legacy` | `shop.legacy` | Nothing new leans on legacy. |
+
+## Next section
+"""
+
+SHOP = {
+    "shop/__init__.py": "",
+    "shop/core/__init__.py": "from . import rules\n",
+    "shop/core/rules.py": (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from shop.web.views import Page\n"
+        "def fetch():\n    import requests.adapters\n"
+    ),
+    "shop/core/prices.py": "from ..web import forms\n",
+    "shop/web/__init__.py": "from shop.core import rules\nimport vendor.client\n",
+    "shop/web/forms.py": "",
+    "shop/web/views.py": "from shop import legacy\n",
+    "shop/web/vendor_hooks.py": "from vendor import hooks\n",
+    "shop/webshop.py": "import vendorx\n",
+    "shop/gateway.py": "import vendor\n",
+    "shop/legacy/__init__.py": "from shop.legacy import old\n",
+    "shop/legacy/old.py": "",
+}
+
+
+@pytest.fixture
+def shop(tmp_path) -> dict[str, Path]:
+    """A small package on disk whose imports break each kind of rule once, in each place an import sits."""
+    for name, text in SHOP.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return project_modules(tmp_path, apps=("shop",))
+
+
+def test_the_rules_check_finds_each_import_that_breaks_a_rule(shop):
+    rules = read_rules(RULES)
+    assert [r.why for r in rules] == [
+        "The core is pure.",
+        "One door to the vendor.",
+        "Nothing new leans on legacy.",
+    ]
+    graph = {name: imports_in(name, path) for name, path in shop.items()}
+    assert broken(rules, graph) == [
+        "shop.core.prices imports shop.web (The core is pure.)",  # relative
+        "shop.core.rules imports requests.adapters (The core is pure.)",  # lazy, third-party
+        "shop.core.rules imports shop.web.views (The core is pure.)",  # only for type checking
+        "shop.web imports vendor.client (One door to the vendor.)",
+        "shop.web.views imports shop.legacy (Nothing new leans on legacy.)",
+    ]
+    assert unknown_names(rules, shop, apps=("shop",)) == []
+    assert unknown_names(read_rules(RULES.replace("`shop.gateway`", "`shop.gateways`")), shop, ("shop",)) == [
+        "shop.gateways"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (RULES.replace("## Import rules", "## Imports"), "no '## Import rules' heading"),
+        (RULES.replace("| modules |", "| module |"), "the table's columns"),
+        (RULES.replace("`shop.web`, `requests`", "`shop.web` `requests`"), "not a list"),
+        (RULES.replace("| — |", "|  |"), "not a list"),
+        (RULES.split("| `shop.core`")[0], "has no rows"),
+    ],
+)
+def test_a_map_without_a_well_formed_rules_table_is_refused(text, why):
+    with pytest.raises(ValueError, match=why):
+        read_rules(text)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import template
-from django.conf import settings
 
+from billing.conf import settings
 from billing.invoicing import round_money
 
 register = template.Library()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from monitoring.conf import settings
 from portal.models import validate_no_control_characters
 
 

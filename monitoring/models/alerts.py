@@ -1,23 +1,21 @@
-"""Alert rules, the alerts they raise, and the notifications each alert sends.
+"""Alert rules and the alerts they raise (the notifications they send: monitoring/models/notifications.py).
 
 - AlertRule: what to watch (a kind, and for thresholds a metric, a comparison and a level), for how long,
   how grave it is, and whom to tell besides the operators.
 - Alert: one raising of a rule for one subject (a GPU, an instance, a node, an agent, a pool). It is open
   from `fired_at` until `resolved_at`; an operator may acknowledge it meanwhile. The database allows one open
   alert per (rule, subject), so a rule evaluated twice at once still fires once.
-- AlertDelivery: one notification of one event of an alert (fired or resolved) over one channel to one
-  target, sent once, retried with back-off until it is sent or gives up.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from monitoring.conf import settings
 from portal.models import validate_no_control_characters
 from portal.outbound import validate_outbound_url
 
@@ -264,54 +262,3 @@ class Alert(models.Model):
                 _("agent %(name)s") % {"name": f"{self.agent_token.cluster.name}: {self.agent_token.name}"}
             )
         return self.subject
-
-
-class AlertDelivery(models.Model):
-    class Event(models.TextChoices):
-        FIRED = "fired", _("fired")
-        RESOLVED = "resolved", _("resolved")
-
-    class Channel(models.TextChoices):
-        EMAIL = "email", _("e-mail")
-        WEBHOOK = "webhook", _("webhook")
-
-    alert = models.ForeignKey(
-        Alert, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("alert")
-    )
-    event = models.CharField(_("event"), max_length=8, choices=Event.choices)
-    channel = models.CharField(_("channel"), max_length=8, choices=Channel.choices)
-    target = models.CharField(_("to"), max_length=500, help_text=_("An e-mail address or a URL."))
-    attempts = models.PositiveIntegerField(_("attempts"), default=0)
-    next_attempt_at = models.DateTimeField(_("next attempt"), null=True, blank=True)
-    sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
-    gave_up_at = models.DateTimeField(_("gave up"), null=True, blank=True)
-    last_error = models.CharField(_("last error"), max_length=1000, blank=True)
-    created_at = models.DateTimeField(_("made"), auto_now_add=True)
-
-    class Meta:
-        ordering = ["created_at", "pk"]
-        verbose_name = _("alert notification")
-        verbose_name_plural = _("alert notifications")
-        constraints = [
-            models.UniqueConstraint(
-                fields=["alert", "event", "channel", "target"], name="alert_delivery_once_per_target"
-            ),
-        ]
-        indexes = [
-            models.Index(
-                fields=["next_attempt_at"],
-                condition=Q(sent_at__isnull=True, gave_up_at__isnull=True),
-                name="alert_delivery_due",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.alert_id} {self.event} by {self.channel} to {self.target}"
-
-    @property
-    def status(self) -> str:
-        if self.sent_at is not None:
-            return "sent"
-        if self.gave_up_at is not None:
-            return "gave up"
-        return "pending"

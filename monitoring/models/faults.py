@@ -4,18 +4,19 @@
   (an uncorrected ECC error, a fatal XID, a GPU gone from its host) and closed by an operator after repair.
   `drained_by_portal` says whether opening it drained the GPU, so that clearing it undrains only what the
   portal drained, never an operator's own drain.
-- FaultNotice: a pool that held capacity on the GPU when the fault opened (flagged with the fault, in the
-  same transaction), and the e-mails about it to the pool's people and to the approvers: `sent_at` is set
-  in the transaction that sends them, under the row's lock, so they go out once.
+  `notified_at` says when who hears of it was recorded (monitoring.notifications), once: until then the
+  next alert evaluation records it, with the alert its event fires.
+- FaultNotice: a pool that held capacity on the GPU when the fault opened, flagged with the fault in the
+  same transaction: what the faults page lists, and what the fault's e-mails tell of.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
+from monitoring.conf import settings
 from monitoring.models.samples import GpuEvent
 
 
@@ -45,6 +46,7 @@ class GpuFault(models.Model):
     drained_by_portal = models.BooleanField(
         _("drained by the portal"), help_text=_("False when the GPU was drained already.")
     )
+    notified_at = models.DateTimeField(_("notified"), null=True, blank=True)
     cleared_at = models.DateTimeField(_("cleared"), null=True, blank=True)
     cleared_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -85,8 +87,6 @@ class FaultNotice(models.Model):
     )
     pool = models.ForeignKey("pools.Pool", on_delete=models.CASCADE, related_name="+", verbose_name=_("pool"))
     flagged_at = models.DateTimeField(_("flagged"))
-    recipients = models.TextField(_("sent to"), blank=True)
-    sent_at = models.DateTimeField(_("e-mailed"), null=True, blank=True)
 
     class Meta:
         ordering = ["flagged_at", "pk"]

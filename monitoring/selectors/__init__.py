@@ -14,7 +14,9 @@ Words, said once here and used everywhere:
   tenant; coverage = measured / allocated says how much was seen.
 - efficiency = used / measured: the share of the compute a tenant held, while it was seen, that was busy.
 
-The fleet can be 8,000 GPUs: figures are summed in SQL, each list in a fixed number of queries.
+The fleet can be 8,000 GPUs: figures are summed in SQL, each list in a fixed number of queries. What they
+read of pools comes from pools' own relations (pools/selectors/monitoring.py). The alert and fault pages'
+lists are `selectors.alerts` and `selectors.faults`.
 """
 
 from monitoring.selectors.fleet import (

@@ -9,9 +9,9 @@ from datetime import datetime
 
 from django.db.models import Q, QuerySet
 
-from monitoring.alerts import SUBJECT_ROWS
 from monitoring.models import Alert, Latest
 from monitoring.models.samples import WHOLE_GPU
+from monitoring.selectors.alerts import SUBJECT_ROWS
 from monitoring.selectors.fleet import ClusterUsage, FleetTotals, cluster_usage, fleet_totals, fresh_since
 from pools.models import GpuCapacity
 from portal.shell import CapacityScope

@@ -10,11 +10,12 @@ from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
-from monitoring import samples
 from monitoring.models import GpuEvent, Latest
 from monitoring.models.samples import WHOLE_GPU
+from monitoring.storage import samples
 from pools import mig
 from pools.models import Cluster
+from pools.selectors import monitoring as pools
 
 FRESH = timedelta(minutes=10)
 TOP = 10  # hottest and idlest GPUs shown
@@ -24,36 +25,14 @@ def fresh_since(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - FRESH
 
 
-def _compute_table() -> tuple[list[str], list[str], list[int]]:
-    """(GPU model, MIG profile, compute slices) of the catalogue, as three arrays for SQL."""
-    rows = [
-        (model.name, profile.name, profile.compute_slices)
-        for model in mig.GPU_MODELS.values()
-        for profile in model.profiles.values()
-    ]
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
-
-
-# A live or past allocation as SQL sees it: its sample slot and its compute slices. A full GPU is read
-# whole (slot -1); an unknown profile counts no compute, as the capacity summary does.
-_HELD = f"""
-    compute(model, profile, slices) AS (
-        SELECT * FROM unnest(%(models)s::text[], %(profiles)s::text[], %(slices)s::int[])
-    ),
-    held AS (
-        SELECT a.id, a.pool_id, a.gpu_id, a.allocated_at, a.released_at,
-               CASE WHEN a.profile = '{mig.FULL_GPU}' THEN {WHOLE_GPU} ELSE lower(a.slices) END AS slot,
-               CASE WHEN a.profile = '{mig.FULL_GPU}' THEN {mig.COMPUTE_SLICES}
-                    ELSE COALESCE(c.slices, 0) END AS compute
-        FROM pools_allocation a
-        JOIN pools_gpucapacity g ON g.id = a.gpu_id
-        LEFT JOIN compute c ON c.model = g.model AND c.profile = a.profile
-    )"""
-
-
-def _held_params() -> dict:
-    models, profiles, slices = _compute_table()
-    return {"models": models, "profiles": profiles, "slices": slices}
+def _held() -> tuple[str, dict]:
+    """The CTEs `held`, every allocation, live or past, with its sample slot and compute slices (see the
+    module's words), and `inventory`, every GPU where it is: pools' own relations, and their parameters."""
+    held, inventory = pools.allocations(), pools.gpus()
+    sql = f"""
+    held AS (SELECT a.*, COALESCE(a.start, {WHOLE_GPU}) AS slot FROM ({held.sql}) a),
+    inventory AS ({inventory.sql})"""
+    return sql, {**held.params, **inventory.params}
 
 
 def _fetch(sql: str, params: dict) -> list[tuple]:
@@ -108,19 +87,20 @@ class ClusterUsage(_Shares):
 def _node_scope(
     *, cluster_id: int | None, group_id: int | None, ungrouped: bool, node_id: int | None
 ) -> tuple[str, dict]:
-    """The SQL condition (on node `n`, to follow a WHERE) and parameters that keep one cluster, one GPU
-    group of it (or, `ungrouped`, its nodes in no group) or one node; empty for the whole fleet."""
+    """The SQL condition (on a GPU of `inventory`, `g`, to follow a WHERE) and parameters that keep one
+    cluster, one GPU group of it (or, `ungrouped`, its nodes in no group) or one node; empty for the whole
+    fleet."""
     conditions, params = [], {}
     if cluster_id is not None:
-        conditions.append("n.cluster_id = %(scope_cluster)s")
+        conditions.append("g.cluster_id = %(scope_cluster)s")
         params["scope_cluster"] = cluster_id
     if group_id is not None:
-        conditions.append("n.group_id = %(scope_group)s")
+        conditions.append("g.group_id = %(scope_group)s")
         params["scope_group"] = group_id
     elif ungrouped:
-        conditions.append("n.group_id IS NULL")
+        conditions.append("g.group_id IS NULL")
     if node_id is not None:
-        conditions.append("n.id = %(scope_node)s")
+        conditions.append("g.node_id = %(scope_node)s")
         params["scope_node"] = node_id
     return "".join(f" AND {condition}" for condition in conditions), params
 
@@ -137,42 +117,43 @@ def cluster_usage(
     measured and used (see the module's words). With `cluster_id`, that cluster only, and within it one GPU
     group (`group_id`), its nodes in no group (`ungrouped`) or one node (`node_id`) when given."""
     nodes, scope = _node_scope(cluster_id=cluster_id, group_id=group_id, ungrouped=ungrouped, node_id=node_id)
+    held, params = _held()
+    clusters = pools.clusters()
     sql = f"""
-        WITH {_HELD},
+        WITH {held},
         gpus AS (
-            SELECT n.cluster_id, count(*) AS gpus, count(l.id) AS reporting,
+            SELECT g.cluster_id, count(*) AS gpus, count(l.id) AS reporting,
                    COALESCE(sum(l.power_w), 0) AS power_w,
                    COALESCE(sum(l.memory_used_bytes), 0) AS memory_used,
                    COALESCE(sum(l.memory_total_bytes), 0) AS memory_total
-            FROM pools_gpucapacity g
-            JOIN pools_nodecapacity n ON n.id = g.node_id
-            LEFT JOIN monitoring_latest l ON l.gpu_id = g.id AND l.slot = {WHOLE_GPU} AND l.at >= %(fresh)s
-            WHERE g.present AND n.present{nodes}
-            GROUP BY n.cluster_id
+            FROM inventory g
+            LEFT JOIN monitoring_latest l
+                   ON l.gpu_id = g.gpu_id AND l.slot = {WHOLE_GPU} AND l.at >= %(fresh)s
+            WHERE g.present AND g.node_present{nodes}
+            GROUP BY g.cluster_id
         ),
         busy AS (
-            SELECT n.cluster_id, sum(h.compute) AS allocated,
+            SELECT g.cluster_id, sum(h.compute) AS allocated,
                    COALESCE(sum(h.compute) FILTER (WHERE l.sm_active_pct IS NOT NULL), 0) AS measured,
                    COALESCE(sum(h.compute * l.sm_active_pct / 100.0), 0) AS used
             FROM held h
-            JOIN pools_gpucapacity g ON g.id = h.gpu_id
-            JOIN pools_nodecapacity n ON n.id = g.node_id
+            JOIN inventory g ON g.gpu_id = h.gpu_id
             LEFT JOIN monitoring_latest l ON l.gpu_id = h.gpu_id AND l.slot = h.slot AND l.at >= %(fresh)s
             WHERE h.released_at IS NULL{nodes}
-            GROUP BY n.cluster_id
+            GROUP BY g.cluster_id
         )
         SELECT c.id, c.name, COALESCE(gpus.gpus, 0), COALESCE(gpus.reporting, 0),
                COALESCE(gpus.gpus, 0) * {mig.COMPUTE_SLICES}, COALESCE(busy.allocated, 0),
                COALESCE(busy.measured, 0), COALESCE(busy.used, 0)::float8,
                COALESCE(gpus.power_w, 0)::float8, COALESCE(gpus.memory_used, 0)::bigint,
                COALESCE(gpus.memory_total, 0)::bigint
-        FROM pools_cluster c
+        FROM ({clusters.sql}) c
         LEFT JOIN gpus ON gpus.cluster_id = c.id
         LEFT JOIN busy ON busy.cluster_id = c.id
         {"WHERE c.id = %(scope_cluster)s" if cluster_id is not None else ""}
         ORDER BY c.name
     """
-    rows = _fetch(sql, {**_held_params(), "fresh": fresh_since(now), **scope})
+    rows = _fetch(sql, {**params, **clusters.params, "fresh": fresh_since(now), **scope})
     return [ClusterUsage(*row) for row in rows]
 
 
@@ -225,24 +206,19 @@ class Idle:
 
 def idlest(*, limit: int = TOP, now: datetime | None = None) -> list[Idle]:
     """Allocated GPUs and instances with the lowest SM activity now: compute paid for and not used."""
+    held, params = _held()
     sql = f"""
-        WITH {_HELD}
-        SELECT h.gpu_id, c.name, n.name, g.index, a.profile, h.slot, l.sm_active_pct, l.memory_used_bytes,
-               t.slug, pr.slug, h.pool_id
+        WITH {held}
+        SELECT h.gpu_id, g.cluster_name, g.node_name, g.index, h.profile, h.slot, l.sm_active_pct,
+               l.memory_used_bytes, h.tenant_slug, h.project_slug, h.pool_id
         FROM held h
-        JOIN pools_allocation a ON a.id = h.id
-        JOIN pools_gpucapacity g ON g.id = h.gpu_id
-        JOIN pools_nodecapacity n ON n.id = g.node_id
-        JOIN pools_cluster c ON c.id = n.cluster_id
-        JOIN pools_pool p ON p.id = h.pool_id
-        JOIN portal_project pr ON pr.id = p.project_id
-        JOIN portal_tenant t ON t.id = pr.tenant_id
+        JOIN inventory g ON g.gpu_id = h.gpu_id
         JOIN monitoring_latest l ON l.gpu_id = h.gpu_id AND l.slot = h.slot AND l.at >= %(fresh)s
         WHERE h.released_at IS NULL AND l.sm_active_pct IS NOT NULL
         ORDER BY l.sm_active_pct, h.gpu_id, h.slot
         LIMIT %(limit)s
     """
-    rows = _fetch(sql, {**_held_params(), "fresh": fresh_since(now), "limit": limit})
+    rows = _fetch(sql, {**params, "fresh": fresh_since(now), "limit": limit})
     return [Idle(*row) for row in rows]
 
 
@@ -285,21 +261,21 @@ def tenant_efficiency(
     measured and used, each allocation counted only while it was held (buckets cut at its ends)."""
     now = now or timezone.now()
     seconds = rollup_for(start=start, end=end, now=now)
+    held, params = _held()
     sql = f"""
-        WITH {_HELD},
+        WITH {held},
         span AS (
-            SELECT h.gpu_id, h.slot, h.compute, pr.tenant_id,
+            SELECT h.gpu_id, h.slot, h.compute, h.tenant_id, h.tenant_slug, h.tenant_name,
                    GREATEST(h.allocated_at, %(start)s) AS since,
                    LEAST(COALESCE(h.released_at, 'infinity'), %(end)s) AS until
             FROM held h
-            JOIN pools_pool p ON p.id = h.pool_id
-            JOIN portal_project pr ON pr.id = p.project_id
             WHERE h.allocated_at < %(end)s AND (h.released_at IS NULL OR h.released_at > %(start)s)
               AND h.compute > 0
         ),
         allocated AS (
-            SELECT tenant_id, sum(compute * extract(epoch FROM until - since)) AS seconds
-            FROM span GROUP BY tenant_id
+            SELECT tenant_id, tenant_slug, tenant_name,
+                   sum(compute * extract(epoch FROM until - since)) AS seconds
+            FROM span GROUP BY tenant_id, tenant_slug, tenant_name
         ),
         seen AS (
             SELECT s.tenant_id,
@@ -316,14 +292,13 @@ def tenant_efficiency(
             ) o
             GROUP BY s.tenant_id
         )
-        SELECT t.id, t.slug, t.name, (a.seconds / 3600)::float8,
+        SELECT a.tenant_id, a.tenant_slug, a.tenant_name, (a.seconds / 3600)::float8,
                (COALESCE(seen.measured, 0) / 3600)::float8, (COALESCE(seen.used, 0) / 3600)::float8
         FROM allocated a
-        JOIN portal_tenant t ON t.id = a.tenant_id
         LEFT JOIN seen ON seen.tenant_id = a.tenant_id
-        ORDER BY t.name, t.id
+        ORDER BY a.tenant_name, a.tenant_id
     """
-    params = {**_held_params(), "start": start, "end": end, "res": seconds}
+    params = {**params, "start": start, "end": end, "res": seconds}
     return [TenantEfficiency(*row) for row in _fetch(sql, params)]
 
 

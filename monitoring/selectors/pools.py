@@ -9,10 +9,10 @@ from datetime import datetime
 from django.db.models import Q
 from django.shortcuts import get_object_or_404
 
-from monitoring import samples
 from monitoring.models import Latest
 from monitoring.models.samples import WHOLE_GPU
 from monitoring.selectors.fleet import fresh_since
+from monitoring.storage import samples
 from pools import mig
 from pools.models import Allocation, Pool
 

@@ -10,9 +10,11 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from pools import selectors, services
+from pools.apps import APPROVE
 from pools.models import Allocation, Pool, PoolEvent, PoolRequest, RequestItem, RequestState
-from pools.services.queue import preview
+from pools.services.verdicts import preview
 from portal.errors import PortalError
+from portal.permissions import staff_may
 
 
 class RequestItemInline(admin.TabularInline):
@@ -184,7 +186,11 @@ class PoolRequestAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/pools/poolrequest/reject.html", context)
 
     def has_approve_permission(self, request):
-        return request.user.has_perm("pools.approve_poolrequest")
+        return staff_may(user=request.user, permission=APPROVE)
+
+    def render_change_form(self, request, context, *args, **kwargs):
+        context["may_decide"] = self.has_approve_permission(request)  # the link to the approvals page
+        return super().render_change_form(request, context, *args, **kwargs)
 
 
 class AllocationInline(admin.TabularInline):

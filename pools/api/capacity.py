@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, permissions, serializers, viewsets
 
 from pools import selectors
+from pools.apps import VIEW_CAPACITY
 from pools.models import Cluster, GpuCapacity, NodeCapacity, SpecAndCount
 from portal.permissions import staff_may
 
@@ -17,7 +18,7 @@ class CanViewCapacity(permissions.BasePermission):
     message = _("Only platform staff can see capacity.")
 
     def has_permission(self, request, view) -> bool:
-        return staff_may(user=request.user, permission="pools.view_gpucapacity")
+        return staff_may(user=request.user, permission=VIEW_CAPACITY)
 
 
 class ClusterSerializer(serializers.ModelSerializer):

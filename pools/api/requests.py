@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import generics, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from pools import selectors, services
+from pools import pricing, selectors, services
 from pools.models import Cluster, PoolRequest
 from pools.pricing import estimated_hourly_cost, hourly_price
 from pools.specs import Spec
@@ -213,7 +212,7 @@ class SpecSerializer(serializers.Serializer):
         return None if price is None else str(price)
 
     def get_currency(self, offer) -> str:
-        return settings.BILLING_CURRENCY
+        return pricing.currency() or ""
 
 
 class SpecFilterSerializer(serializers.Serializer):

@@ -17,12 +17,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from pools import mig
+from pools.conf import settings
 from pools.drivers.base import (
     ClusterUnreachable,
     DriverError,

@@ -8,7 +8,7 @@
   how many exist, are allocatable, and are allocated to pools.
 - WorkloadProfile: a pod holding GPU resources, for workload tracking.
 
-These rows are written by the inventory sync (`pools.sync`) from what the cluster's
+These rows are written by the inventory sync (`pools/services/inventory.py`) from what the cluster's
 driver reports; rows that vanish from the cluster are marked absent, never deleted,
 so their history stays.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from django.conf import settings
 from django.core.validators import URLValidator
 from django.db import models
 from django.utils import timezone
@@ -26,6 +25,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from pools import mig, secrets
+from pools.conf import settings
 from portal.models import DNS_LABEL_PATTERN, dns_label_validator
 from portal.outbound import validate_outbound_url
 

@@ -14,14 +14,15 @@ States move only through `pools.services`, along the transitions listed here.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import IntegerRangeField, RangeOperators
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from pools.conf import settings
 from pools.mig import FULL_GPU
 from pools.specs import profile_label
+from portal.models import visible_tenant_ids
 
 
 class RequestState(models.TextChoices):
@@ -58,13 +59,15 @@ POOL_TRANSITIONS: dict[str, set[str]] = {
 }
 
 
-class PoolRequestQuerySet(models.QuerySet):
-    def visible_to(self, user) -> PoolRequestQuerySet:
-        from portal.models import visible_tenant_ids
+class ProjectRowsQuerySet(models.QuerySet):
+    """Rows of a project (requests, pools): who sees them is who sees its tenant (`visible_tenant_ids`)."""
 
+    def visible_to(self, user) -> models.QuerySet:
         ids = visible_tenant_ids(user)
         return self if ids is None else self.filter(project__tenant_id__in=ids)
 
+
+class PoolRequestQuerySet(ProjectRowsQuerySet):
     def waiting(self) -> PoolRequestQuerySet:
         """Approved requests not admitted yet, in queue order: priority, then approval time."""
         return self.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED]).order_by(
@@ -153,14 +156,6 @@ class RequestItem(models.Model):
         return f"{self.count} × {self.gpu_model} {profile_label(self.profile)}"
 
 
-class PoolQuerySet(models.QuerySet):
-    def visible_to(self, user) -> PoolQuerySet:
-        from portal.models import visible_tenant_ids
-
-        ids = visible_tenant_ids(user)
-        return self if ids is None else self.filter(project__tenant_id__in=ids)
-
-
 class Pool(models.Model):
     request = models.OneToOneField(
         PoolRequest, on_delete=models.PROTECT, related_name="pool", verbose_name=_("request")
@@ -181,7 +176,7 @@ class Pool(models.Model):
     # Per node, the MIG config provisioning asked the GPU Operator for: {"node-name": "portal-node-…"}.
     mig_configs = models.JSONField(_("MIG configs asked for"), default=dict, blank=True)
 
-    objects = PoolQuerySet.as_manager()
+    objects = ProjectRowsQuerySet.as_manager()
 
     class Meta:
         ordering = ["-reserved_at"]
@@ -261,7 +256,6 @@ class PoolEvent(models.Model):
     reason = models.TextField(_("why"), blank=True)
     # The reason's template and values where it has them, so that each reader sees it in their language.
     reason_data = models.JSONField(null=True, blank=True, editable=False)
-    emailed_at = models.DateTimeField(_("e-mailed"), null=True, blank=True)
 
     class Meta:
         ordering = ["at", "pk"]

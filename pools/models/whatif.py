@@ -1,18 +1,19 @@
 """What-if runs kept for the operators' page: a month of history simulated on today's fleet and on a changed
-one (pools/services/whatif.py), asked for on a page, run by a worker, its report kept.
+one (pools/whatif/report.py), asked for on a page, run by a worker, its report kept.
 
 - WhatIfRun: what was asked (month, cluster, fleet changes), who asked and when, how far the worker is, and
   the report once done or why it failed. `queued` and `running` are in between: each has a deadline, past
-  which the sweeper fails the run (pools/services/whatif_runs.py).
+  which the sweeper fails the run (pools/whatif/runs.py).
 
-States move only through pools/services/whatif_runs.py, along WHATIF_TRANSITIONS.
+States move only through pools/whatif/runs.py, along WHATIF_TRANSITIONS.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from pools.conf import settings
 
 
 class WhatIfState(models.TextChoices):

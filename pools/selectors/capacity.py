@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
 from pools import capacity_version, mig, placement
+from pools.conf import settings
 from pools.models import (
     Allocation,
     Cluster,

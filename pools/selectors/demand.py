@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.conf import settings
-
+from pools.conf import settings
 from pools.models import RequestItem
 from pools.placement.demand import recent_demand
 from pools.placement.types import Item

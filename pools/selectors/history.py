@@ -32,10 +32,11 @@ from datetime import datetime, timedelta
 from statistics import median_low
 from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from pools import pricing
+from pools.conf import settings
 from pools.models import Cluster, GpuCapacity, GpuGroup, Pool, PoolRequest, RequestState
 from pools.placement.fleet_changes import NodeSize
 from pools.placement.simulation import SimulationTrace, TimedRequest
@@ -125,7 +126,7 @@ def month_history(*, month: str, cluster: str | None = None, now: datetime | Non
         timed[position] = replace(timed[position], hold=hold)
     trace = SimulationTrace(fleet, tuple(timed), horizon, settings.QUEUE_BACKFILL_GRACE_SECONDS)
     estimated = tuple(timed[position].id for position in waited)
-    return MonthHistory(label, settings.BILLING_TIME_ZONE, start, trace, routes, estimated)
+    return MonthHistory(label, pricing.month_time_zone(), start, trace, routes, estimated)
 
 
 def month_span(month: str, *, now: datetime | None = None) -> tuple[str, datetime, datetime]:
@@ -133,7 +134,7 @@ def month_span(month: str, *, now: datetime | None = None) -> tuple[str, datetim
     the clock) for the month under way. Reads no database; raises HistoryError for a bad month or one not
     begun by `now`."""
     year, number = parse_month(month)
-    zone = settings.BILLING_TIME_ZONE
+    zone = pricing.month_time_zone()
     start = datetime(year, number, 1, tzinfo=ZoneInfo(zone))
     end = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=ZoneInfo(zone))
     until = min(end, now or timezone.now())

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
+from pools.conf import settings
 from pools.models import Cluster
 from portal.health import Check
 
 
 def stale_after_seconds() -> int:
     """How old a cluster's last sync may be before it counts as behind. A sync that finds nothing new
-    writes its time only every SYNC_HEARTBEAT_SECONDS (pools/sync.py), so a healthy cluster's last sync is
-    up to that old, plus a sync period; three periods more leave room for one slow or missed run."""
+    writes its time only every SYNC_HEARTBEAT_SECONDS (pools/services/inventory.py), so a healthy cluster's
+    last sync is up to that old, plus a sync period; three periods more leave room for one slow or missed
+    run."""
     return settings.SYNC_STALE_SECONDS or settings.SYNC_HEARTBEAT_SECONDS + 3 * settings.CAPACITY_SYNC_SECONDS
 
 

@@ -14,11 +14,10 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from pools import capacity_version
+from pools import capacity_version, task_names
 from pools.kubeconfig import check_kubeconfig
 from pools.models import Allocation, Cluster, GpuCapacity, GpuGroup, NodeCapacity
-from pools.services import dispatch
-from portal import audit
+from portal import audit, dispatch
 from portal.errors import InvalidInput
 from portal.models import dns_label_validator
 
@@ -165,7 +164,7 @@ def register_cluster(wanted: ClusterSettings) -> tuple[Cluster, bool]:
 
 def _run_queue_if_undrained(drained: bool) -> None:
     if not drained:  # capacity is back: waiting requests may fit now
-        dispatch.after_commit(dispatch.ADMIT)
+        dispatch.after_commit(task_names.ADMIT)
 
 
 GPU_DRAINED = gettext_noop("GPU %(index)s of node %(node)s drained")

@@ -6,7 +6,7 @@ again, at most once per that period: the tasks are safe to repeat. Past POOL_STU
 a provisioning pool fails (its capacity goes back to the queue) and a release is closed. An active
 pool re-placed onto GPUs whose MIG change is in flight (pools/services/replacement.py) is settled again
 past POOL_REDRIVE_SECONDS; settling gives up a change stuck past MIG_PENDING_TIMEOUT_SECONDS. A kept what-if
-run queued or running past its deadline (WHATIF_RUN_SECONDS) is failed (pools/services/whatif_runs.py).
+run queued or running past its deadline (WHATIF_RUN_SECONDS) is failed (pools/whatif/runs.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Case, DateTimeField, F, OuterRef, Subquery, When
@@ -23,11 +22,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from pools import task_names
+from pools.conf import settings
 from pools.models import Pool, PoolEvent, PoolState
-from pools.services import dispatch
 from pools.services.provisioning import close_release, fail_pool
 from pools.services.replacement import redrive_moves
-from pools.services.whatif_runs import fail_overdue_runs
+from pools.whatif.runs import fail_overdue_runs
+from portal import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -131,5 +132,5 @@ def _in_flight_since(before: datetime) -> list[Pool]:
 
 def _drive_later(pool_id: int, state: str) -> None:
     dispatch.after_commit(
-        dispatch.PROVISION if state == PoolState.PROVISIONING else dispatch.FINISH_RELEASE, pool_id
+        task_names.PROVISION if state == PoolState.PROVISIONING else task_names.FINISH_RELEASE, pool_id
     )

@@ -1,20 +1,41 @@
-"""Inventory: the one way to sync a cluster's capacity into the portal.
+"""Inventory: the one way a cluster's capacity, and its state, are written into the portal.
 
-`sync_inventory` takes the cluster's sync lock (two syncs of one cluster never run at once:
-beat ticks, workers, commands and provisioning share it), reads the cluster through its
-driver, writes what changed (`pools.sync`), and runs the queue when capacity may have
-appeared. `request_sync` asks a worker to do it soon, for callers that must not wait on a
-cluster, such as the admin inside a web request.
+`sync_inventory` takes the cluster's sync lock (two syncs of one cluster never run at once: beat ticks,
+workers, commands, provisioning and the benchmarks share it), reads the cluster through its driver, writes
+what changed (pools/services/inventory_rows.py) and the cluster's state in one transaction, and runs the
+queue when capacity may have appeared. A cluster that cannot be read keeps its last known picture, records
+why (its status says which way it failed), and is retried with exponential back-off. `request_sync` asks a
+worker to do it soon, for callers that must not wait on a cluster, such as the admin inside a web request;
+`sync_due_clusters` does so for every cluster whose back-off has run out (beat's tick).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from pools import capacity_version, task_names
+from pools.conf import settings
+from pools.drivers.base import ClusterUnauthorised, ClusterUnreachable, DriverError, driver_for
 from pools.models import Cluster
-from pools.services import dispatch
-from pools.sync import SyncReport, sync_cluster, sync_lock
+from pools.secrets import SecretUnreadable
+from pools.services.inventory_rows import SyncReport, heartbeat_due, write_inventory
+from portal import dispatch
+
+__all__ = ["SyncReport", "request_sync", "sync_due_clusters", "sync_inventory", "sync_lock"]
+
+log = logging.getLogger(__name__)
 
 
-def sync_inventory(*, cluster: Cluster, even_if_running: bool = False) -> SyncReport | None:
+def sync_inventory(
+    *, cluster: Cluster, even_if_running: bool = False, now: datetime | None = None
+) -> SyncReport | None:
     """Sync one cluster now; None when another sync of it is running (and doing the same work).
 
     `even_if_running` syncs anyway: provisioning needs the instances its own MIG change made, which
@@ -24,12 +45,99 @@ def sync_inventory(*, cluster: Cluster, even_if_running: bool = False) -> SyncRe
     with sync_lock(cluster.pk) as held:
         if not held and not even_if_running:
             return None
-        report = sync_cluster(cluster=cluster)
+        report = _sync(cluster, now or timezone.now())
     if report.changed:  # capacity may have appeared: the queue may admit more now
-        dispatch.after_commit(dispatch.ADMIT)
+        dispatch.after_commit(task_names.ADMIT)
     return report
 
 
 def request_sync(*, cluster: Cluster) -> None:
     """Have a worker sync the cluster soon."""
-    dispatch.after_commit(dispatch.SYNC, cluster.pk)
+    dispatch.after_commit(task_names.SYNC, cluster.pk)
+
+
+def sync_due_clusters(*, now: datetime | None = None) -> int:
+    """Have a worker sync each cluster whose back-off, if any, has run out; how many."""
+    now = now or timezone.now()
+    due = [c for c in Cluster.objects.order_by("name") if c.next_sync_at is None or c.next_sync_at <= now]
+    for cluster in due:
+        request_sync(cluster=cluster)
+    return len(due)
+
+
+@contextmanager
+def sync_lock(cluster_id: int) -> Iterator[bool]:
+    """A short-lived lock so that two beat ticks or workers never sync one cluster at once.
+
+    Yields whether this caller holds it; the lock expires by itself if its holder dies.
+    """
+    key = f"pools:sync-lock:{cluster_id}"
+    held = cache.add(key, "1", timeout=max(settings.CAPACITY_SYNC_SECONDS * 5, 300))
+    try:
+        yield held
+    finally:
+        if held:
+            cache.delete(key)
+
+
+def _sync(cluster: Cluster, now: datetime) -> SyncReport:
+    """Read the cluster through its driver (the whole of it first: nodes, GPUs, pods), then write the
+    difference and the cluster's state in one transaction."""
+    report = SyncReport(cluster=cluster.name)
+    try:
+        driver = driver_for(cluster)
+        nodes = driver.inventory()
+        pods = driver.workloads()
+    except (DriverError, SecretUnreadable) as error:
+        if cluster.status == Cluster.Status.READY:
+            capacity_version.changed()  # a ready cluster stops offering anything now
+        _record_failure(cluster, error, now)
+        report.ok, report.error = False, str(error)
+        return report
+    was_ready = cluster.status == Cluster.Status.READY
+    with transaction.atomic():
+        write_inventory(cluster=cluster, nodes=nodes, pods=pods, now=now, report=report)
+        _record_success(cluster, now, report)
+        if report.changed or not was_ready:
+            capacity_version.changed()
+    log.info("sync %s", report.summary())
+    return report
+
+
+def _record_failure(cluster: Cluster, error: Exception, now: datetime) -> None:
+    if isinstance(error, ClusterUnauthorised):
+        status = Cluster.Status.UNAUTHORISED
+    elif isinstance(error, ClusterUnreachable):
+        status = Cluster.Status.UNREACHABLE
+    else:
+        status = Cluster.Status.ERROR
+    failures = cluster.failures + 1
+    delay = min(settings.CAPACITY_SYNC_SECONDS * 2 ** (failures - 1), settings.SYNC_BACKOFF_MAX_SECONDS)
+    Cluster.objects.filter(pk=cluster.pk).update(
+        status=status,
+        last_error=str(error)[:4000],
+        failures=failures,
+        next_sync_at=now + timedelta(seconds=delay),
+    )
+    cluster.status, cluster.last_error, cluster.failures = status, str(error)[:4000], failures
+    log.warning("sync %s failed (%s in a row): %s", cluster.name, failures, error)
+
+
+def _record_success(cluster: Cluster, now: datetime, report: SyncReport) -> None:
+    changes = {}
+    if cluster.status != Cluster.Status.READY:
+        changes["status"] = Cluster.Status.READY
+    if cluster.last_error:
+        changes["last_error"] = ""
+    if cluster.failures:
+        changes["failures"] = 0
+    if cluster.next_sync_at is not None:
+        changes["next_sync_at"] = None
+    if report.changed:
+        changes["last_change_at"] = now
+    if changes or heartbeat_due(cluster.last_sync_at, now):
+        changes["last_sync_at"] = now
+    if changes:
+        Cluster.objects.filter(pk=cluster.pk).update(**changes)
+        for name, value in changes.items():
+            setattr(cluster, name, value)

@@ -22,12 +22,13 @@ import logging
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from pools import task_names
+from pools.conf import settings
 from pools.drivers.base import (
     NAMESPACE_LABELS,
     ClusterDriver,
@@ -39,11 +40,11 @@ from pools.drivers.base import (
 )
 from pools.mig import FULL_GPU, MigState
 from pools.models import Allocation, GpuCapacity, Pool, PoolState
-from pools.services import dispatch
 from pools.services.inventory import sync_inventory
-from pools.services.queue import lock_capacity, recount_allocated
 from pools.services.requests import asked_or_administers
+from pools.services.reservations import lock_capacity, recount_allocated
 from pools.services.transitions import transition
+from portal import dispatch
 from portal.errors import InvalidInput, NotAllowed
 from portal.models import namespace_problem
 
@@ -272,7 +273,7 @@ def _free(pool: Pool) -> datetime:
         allocations__released_at__isnull=True
     ).update(planned_layout=None)
     recount_allocated(node_ids)
-    dispatch.after_commit(dispatch.ADMIT)
+    dispatch.after_commit(task_names.ADMIT)
     return now
 
 
@@ -289,7 +290,7 @@ def release_pool(*, pool_id: int, user) -> Pool:
         # Billing stops now, when the capacity is free, whatever the quota change takes later.
         pool.released_at = _free(pool)
         pool.save(update_fields=["state", "released_at"])
-        dispatch.after_commit(dispatch.FINISH_RELEASE, pool.pk)
+        dispatch.after_commit(task_names.FINISH_RELEASE, pool.pk)
     return pool
 
 

@@ -29,21 +29,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from pools import placement
+from pools import placement, task_names
+from pools.conf import settings
 from pools.drivers.base import DriverError, driver_for
 from pools.mig import FULL_GPU, resource_name
 from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
 from pools.selectors.fleet import engine_request
-from pools.services import dispatch
 from pools.services.inventory import sync_inventory
 from pools.services.provisioning import (
     DONE,
@@ -57,8 +56,9 @@ from pools.services.provisioning import (
     project_quota,
     settle_quota,
 )
-from pools.services.queue import lock_capacity, recount_allocated, reserve_plan
+from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan
 from pools.services.transitions import record_event
+from portal import dispatch
 from portal.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ def replace(*, pool: Pool, actor) -> Pool:
         before = Counter(a.resource_name for a in found.moving)
         after = Counter(resource_name(a.profile) for a in found.plan.assignments)
         requota = bool(found.missing) or before != after
-        dispatch.after_commit(dispatch.SETTLE_MOVE, pool.pk, requota)
+        dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, requota)
     log.info("pool %s re-placed by %s: %s", pool.pk, actor, "; ".join(moves))
     return pool
 
@@ -370,7 +370,7 @@ def _give_up(*, pool_id: int, reason: str) -> bool:
                 % {"reason": reason, "count": len(rows)}
             )[:4000],
         )
-        dispatch.after_commit(dispatch.ADMIT)
+        dispatch.after_commit(task_names.ADMIT)
     log.warning("pool %s: its move failed: %s", pool_id, reason)
     return True
 
@@ -395,6 +395,6 @@ def redrive_moves(*, now: datetime | None = None) -> list[int]:
         moved = _moved_at(pool)
         key = f"pools:redrive-move:{pool.pk}"
         if moved is not None and moved <= due and cache.add(key, "1", timeout=settings.POOL_REDRIVE_SECONDS):
-            dispatch.after_commit(dispatch.SETTLE_MOVE, pool.pk, True)
+            dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, True)
             redriven.append(pool.pk)
     return redriven

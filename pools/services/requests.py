@@ -13,7 +13,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
-from pools import placement
+from pools import placement, task_names
+from pools.apps import APPROVE
 from pools.models import (
     REQUEST_TRANSITIONS,
     Cluster,
@@ -23,12 +24,12 @@ from pools.models import (
 )
 from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture
-from pools.services import dispatch
 from pools.services.transitions import record_event, transition
 from pools.specs import Spec, UnknownSpec, parse_spec
+from portal import dispatch
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from portal.models import Project, namespace_problem
-from portal.permissions import is_tenant_admin, require_pool_requester, staff_may
+from portal.permissions import made_it_or_administers, require_pool_requester, require_staff_action
 
 MAX_ITEMS = 20
 PRIORITY_SET = gettext_noop("priority set to %(p)s")  # an event's reason, translated when shown
@@ -177,14 +178,13 @@ def submit_request(
 
 def asked_or_administers(user, request: PoolRequest) -> bool:
     """Whether the user asked for this request (or its pool), or is an admin of its tenant."""
-    return request.submitted_by_id == user.pk or is_tenant_admin(
-        user=user, tenant_id=request.project.tenant_id
+    return made_it_or_administers(
+        user=user, made_by_id=request.submitted_by_id, tenant_id=request.project.tenant_id
     )
 
 
 def _require_approver(user) -> None:
-    if not staff_may(user=user, permission="pools.approve_poolrequest"):
-        raise NotAllowed(_("Only approvers decide on pool requests."))
+    require_staff_action(user=user, permission=APPROVE, refusal=_("Only approvers decide on pool requests."))
 
 
 def _check_priority(priority: int) -> None:
@@ -205,7 +205,7 @@ def approve_request(*, request_id: int, approver, priority: int | None = None) -
         if priority is not None:
             request.priority = priority
         request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
-        dispatch.after_commit(dispatch.ADMIT)
+        dispatch.after_commit(task_names.ADMIT)
     return request
 
 

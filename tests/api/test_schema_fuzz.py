@@ -26,9 +26,9 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
-from monitoring import agents
+from monitoring.ingest import tokens as agents
 from pools.models import Cluster, GpuCapacity, NodeCapacity, RequestState
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal import tokens
 from portal.models import DNS_LABEL_PATTERN
 from tests.api.openapi import served_schema
@@ -99,7 +99,7 @@ def _instant_mig(settings):
 def world(tenancy, staff_user):
     """Objects of both tenants for every endpoint to act on, and the people of every role."""
     cluster = ClusterFactory(name="sim", fleet=FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     for node, group in GROUPS.items():  # a cluster with groups takes a purpose only among them
         cluster.nodes.filter(name=node).update(group=GpuGroupFactory(cluster=cluster, name=group))
     PriceFactory(

@@ -8,13 +8,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.apps import apps
-from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from billing import invoicing, mail
+from billing.conf import settings
 from billing.demo import PAST_POOLS, history_months
 from billing.demo import load as load_billing
 from billing.models import BillingProfile, Invoice, InvoiceState, MeteredPeriod, UsageRecord

@@ -14,8 +14,8 @@ from billing import mail as billing_mail
 from billing.apps import EMAIL_TOPIC
 from billing.invoices import credit, issue
 from billing.models import BillingProfile, InvoiceMail
-from pools.services.dispatch import Send
-from portal.models import Preferences, Role
+from portal.dispatch import Send
+from portal.models import Preferences, Role, SentEmail
 from portal.shell import email_topics
 from tests.billing.test_credit_notes import AFTER, november_invoices
 from tests.factories import MembershipFactory
@@ -46,6 +46,8 @@ def test_issuing_queues_one_e_mail_that_sends_the_pdf_to_the_billing_contact_onc
     assert (name, media) == ("invoice-2026-00001-acme.pdf", "application/pdf")
     assert content.startswith(b"%PDF")
     assert InvoiceMail.objects.get(invoice=invoice).recipients == "billing@acme.example"
+    sent_to = SentEmail.objects.filter(key=f"billing.invoice:{invoice.pk}").values_list("address", flat=True)
+    assert list(sent_to) == ["billing@acme.example"]  # the shell's record of e-mails sent once
 
 
 def test_without_a_contact_the_admins_who_want_it_get_it(tenancy):

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from billing.models import Price
 from billing.services import add_price, meter
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal.errors import InvalidInput
 from tests.factories import ClusterFactory, PoolFactory, PriceFactory, PriceListFactory
 from tests.pools.conftest import SMALL_FLEET
@@ -90,7 +90,7 @@ def test_finance_edits_prices_in_the_admin_with_the_same_checks(db, staff_user, 
 
 
 def test_the_price_in_force_reaches_specs_estimates_and_pools(db, tenancy, api_for):
-    sync_cluster(cluster=ClusterFactory(name="sim", fleet=SMALL_FLEET))
+    sync_inventory(cluster=ClusterFactory(name="sim", fleet=SMALL_FLEET))
     client = api_for(tenancy.acme_member)
     specs = {s["id"]: s for s in client.get("/api/v1/specs/").json()["results"]}
     assert all(s["hourly_price"] is None for s in specs.values())

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from django.conf import settings
 
+from pools import task_names
 from pools.models import Cluster
-from pools.services import dispatch
 from pools.tasks import execute_whatif_run
 from tests.deploy.manifests import (
     DEPLOY,
@@ -225,7 +225,7 @@ def test_some_worker_consumes_every_queue_the_portal_sends_to_and_what_if_runs_h
 
     assert container_of("whatif-worker")["command"][:3] == ["celery", "--app=portal", "worker"]
     assert set().union(*consumed.values()) == {default, *routed}
-    assert settings.CELERY_TASK_ROUTES[dispatch.WHATIF_RUN] == {"queue": settings.WHATIF_QUEUE}
+    assert settings.CELERY_TASK_ROUTES[task_names.WHATIF_RUN] == {"queue": settings.WHATIF_QUEUE}
     assert consumed == {"worker": {default}, "whatif-worker": {settings.WHATIF_QUEUE}}
 
 

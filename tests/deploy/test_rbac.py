@@ -24,7 +24,7 @@ from pools import mig
 from pools.drivers.base import NAMESPACE_LABELS, ClusterUnauthorised, GpuLayout, MigInstanceInfo, driver_for
 from pools.mig import MigState
 from pools.models import Cluster
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.deploy.manifests import apply, manifests, of_kind, the
 from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
@@ -164,7 +164,7 @@ def drive_the_whole_protocol(cluster: Cluster) -> None:
     driver.apply_quota("acme-vision", {"nvidia.com/gpu": 1})  # creates the quota
     driver.apply_quota("acme-vision", {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.18gb": 3})  # replaces it
     driver.remove_quota("acme-vision")
-    assert sync_cluster(cluster=cluster).ok
+    assert sync_inventory(cluster=cluster).ok
 
 
 def test_the_driver_does_everything_with_the_portal_account_and_uses_every_grant(kube, tmp_path, db):

@@ -133,7 +133,7 @@ def fleet(synced):
 def journey(request, lang, live_server, screenshots, monkeypatch, settings):
     """A browser tab on the live server in `lang`, failing the test on any script or console error, any
     failed request, any answer of 400 or more, and any request to a host other than the live server."""
-    monkeypatch.setattr("pools.views.REFRESH_SECONDS", 1)
+    monkeypatch.setattr("pools.views.refresh.REFRESH_SECONDS", 1)
     # The live server serves static files from the apps' folders by their plain names.
     settings.STORAGES = {
         **settings.STORAGES,

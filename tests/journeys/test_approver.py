@@ -6,7 +6,7 @@ from django.contrib.auth.models import Group
 
 from pools.models import Pool, PoolRequest
 from pools.services import approve_request, submit_request
-from pools.services.queue import verdicts
+from pools.services.verdicts import verdicts
 from tests.factories import UserFactory, enable_totp
 
 from .conftest import JOURNEY, settle

@@ -3,7 +3,7 @@ names the pool still running there, and acknowledges an alert."""
 
 import pytest
 
-from monitoring import collection
+from monitoring.ingest import collection
 from monitoring.models import Alert
 from pools.models import GpuCapacity
 from tests.factories import AlertFactory, AllocationFactory, PoolFactory

@@ -14,7 +14,7 @@ from django.utils.translation import gettext
 
 from billing import spend
 from billing.templatetags.money import money
-from monitoring import collection
+from monitoring.ingest import collection
 from pools import selectors
 from pools.models import Pool, PoolRequest
 from pools.services import approve_request, release_pool, submit_request

@@ -19,11 +19,11 @@ from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monitoring import agents
-from monitoring.agent import BACKOFF_CAP, JITTER, Agent, Portal, retry_delay
 from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.collectors.nvml import NO_NVML
 from monitoring.collectors.wire import to_json
+from monitoring.ingest import tokens as agents
+from monitoring.ingest.agent import BACKOFF_CAP, JITTER, Agent, Portal, retry_delay
 from monitoring.models import Sample
 from tests.conftest import ROOT
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory

@@ -10,7 +10,7 @@ from django.contrib.messages import get_messages
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from monitoring import agents
+from monitoring.ingest import tokens as agents
 from monitoring.models import AgentToken
 from portal.errors import InvalidInput
 from tests.factories import ClusterFactory, UserFactory

@@ -10,9 +10,10 @@ from django.core import mail
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from monitoring import alerts, notifications
-from monitoring.models import Alert, AlertDelivery, AlertRule
-from pools.services.dispatch import Send
+from monitoring.alerts import services as alerts
+from monitoring.models import Alert, AlertRule, Delivery
+from monitoring.notifications import recording, sending
+from portal.dispatch import Send
 from portal.models import Preferences
 from portal.roles import PlatformRole
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
@@ -64,8 +65,8 @@ def test_each_event_is_e_mailed_once_to_operators_who_want_it_and_the_rules_addr
     steps = hot_then_cool(node)
 
     alert = next(steps)
-    assert notifications.deliver_due(now=T0 + minutes(6)).sent == 3
-    assert notifications.deliver_due(now=T0 + minutes(6)).sent == 0
+    assert sending.deliver_due(now=T0 + minutes(6)).sent == 3
+    assert sending.deliver_due(now=T0 + minutes(6)).sent == 0
     assert sorted(m.to[0] for m in mail.outbox) == [
         "olga@ops.example",
         "oncall@ops.example",
@@ -77,19 +78,19 @@ def test_each_event_is_e_mailed_once_to_operators_who_want_it_and_the_rules_addr
 
     next(steps)
     mail.outbox.clear()
-    assert notifications.deliver_due(now=T0 + minutes(7)).sent == 3
-    assert notifications.deliver_due(now=T0 + minutes(8)).sent == 0
+    assert sending.deliver_due(now=T0 + minutes(7)).sent == 3
+    assert sending.deliver_due(now=T0 + minutes(8)).sent == 0
     assert len(mail.outbox) == 3
     assert all(m.subject.startswith("[GPU Portal] Resolved: GPU too hot") for m in mail.outbox)
-    assert AlertDelivery.objects.filter(sent_at__isnull=False, attempts=1).count() == 6
+    assert Delivery.objects.filter(sent_at__isnull=False, attempts=1).count() == 6
 
 
 def test_an_event_is_recorded_once_however_often_it_is_recorded(node, operators):
     only("threshold")
     alert = next(hot_then_cool(node))
-    before = AlertDelivery.objects.count()
-    again = notifications.record(alert, "fired", operators=notifications.operator_addresses(), now=T0)
-    assert (before, again, AlertDelivery.objects.count()) == (1, 0, 1)
+    before = Delivery.objects.count()
+    again = recording.record(alert, "fired", operators=recording.operator_addresses(), now=T0)
+    assert (before, again, Delivery.objects.count()) == (1, 0, 1)
 
 
 def test_evaluation_queues_the_sending_once_it_commits(node, operators, django_capture_on_commit_callbacks):
@@ -114,7 +115,7 @@ def test_the_webhook_gets_the_alert_as_json(node, hook_server, settings):
     alert = next(steps)
     gpu = node.gpus.get(index=0)
 
-    assert notifications.deliver_due(now=T0 + minutes(6)).sent == 1
+    assert sending.deliver_due(now=T0 + minutes(6)).sent == 1
     assert hook.bodies == [
         {
             "id": alert.pk,
@@ -134,8 +135,8 @@ def test_the_webhook_gets_the_alert_as_json(node, hook_server, settings):
     rule.webhook_url = hook.url + "?rule"  # a rule's own webhook is told too (of the events after this)
     rule.save()
     next(steps)
-    assert notifications.deliver_due(now=T0 + minutes(7)).sent == 2
-    assert notifications.deliver_due(now=T0 + minutes(8)).sent == 0
+    assert sending.deliver_due(now=T0 + minutes(7)).sent == 2
+    assert sending.deliver_due(now=T0 + minutes(8)).sent == 0
     assert len(hook.bodies) == 3
     resolved = hook.bodies[1]
     assert hook.bodies[2] == resolved
@@ -150,8 +151,8 @@ def test_a_failing_webhook_is_retried_with_back_off_until_it_answers(node, hook_
     next(hot_then_cool(node))
     t = T0 + minutes(6)
 
-    assert notifications.deliver_due(now=t).failed == 1
-    delivery = AlertDelivery.objects.get()
+    assert sending.deliver_due(now=t).failed == 1
+    delivery = Delivery.objects.get()
     assert (delivery.attempts, delivery.sent_at, delivery.next_attempt_at) == (
         1,
         None,
@@ -159,21 +160,21 @@ def test_a_failing_webhook_is_retried_with_back_off_until_it_answers(node, hook_
     )
     assert delivery.last_error.startswith("HTTP 500")
 
-    assert notifications.deliver_due(now=t + timedelta(seconds=29)).failed == 0  # not due yet
+    assert sending.deliver_due(now=t + timedelta(seconds=29)).failed == 0  # not due yet
     assert len(hook.bodies) == 1
-    assert notifications.deliver_due(now=t + timedelta(seconds=30)).failed == 1
+    assert sending.deliver_due(now=t + timedelta(seconds=30)).failed == 1
     delivery.refresh_from_db()
     assert (delivery.attempts, delivery.next_attempt_at) == (2, t + timedelta(seconds=90))  # twice as long
 
-    assert notifications.deliver_due(now=t + timedelta(seconds=89)).sent == 0
-    assert notifications.deliver_due(now=t + timedelta(seconds=90)).sent == 1
+    assert sending.deliver_due(now=t + timedelta(seconds=89)).sent == 0
+    assert sending.deliver_due(now=t + timedelta(seconds=90)).sent == 1
     delivery.refresh_from_db()
     assert (delivery.attempts, delivery.sent_at, delivery.next_attempt_at) == (
         3,
         t + timedelta(seconds=90),
         None,
     )
-    assert notifications.deliver_due(now=t + timedelta(hours=1)).sent == 0
+    assert sending.deliver_due(now=t + timedelta(hours=1)).sent == 0
     assert len(hook.bodies) == 3 and all(body["id"] == delivery.alert_id for body in hook.bodies)
 
 
@@ -186,15 +187,15 @@ def test_an_unreachable_webhook_is_given_up_after_the_last_attempt(node, setting
     t = T0 + minutes(6)
     waits = []
     for _ in range(3):
-        notifications.deliver_due(now=t)
-        delivery = AlertDelivery.objects.get()
+        sending.deliver_due(now=t)
+        delivery = Delivery.objects.get()
         if delivery.next_attempt_at:
             waits.append((delivery.next_attempt_at - t).total_seconds())
             t = delivery.next_attempt_at
     assert waits == [30, 40]  # doubled, then capped
     assert (delivery.attempts, delivery.sent_at, delivery.gave_up_at) == (3, None, t)
     assert "Connection refused" in delivery.last_error or "Max retries" in delivery.last_error
-    assert notifications.deliver_due(now=t + timedelta(days=1)).gave_up == 0
+    assert sending.deliver_due(now=t + timedelta(days=1)).gave_up == 0
 
 
 def test_a_slow_webhook_times_out(node, settings):
@@ -210,11 +211,11 @@ def test_a_slow_webhook_times_out(node, settings):
     next(hot_then_cool(node))
     started = time.monotonic()
     try:
-        assert notifications.deliver_due(now=T0 + minutes(6)).failed == 1
+        assert sending.deliver_due(now=T0 + minutes(6)).failed == 1
     finally:
         listener.close()
     assert time.monotonic() - started < 5
-    assert "timed out" in AlertDelivery.objects.get().last_error
+    assert "timed out" in Delivery.objects.get().last_error
 
 
 @pytest.mark.celery
@@ -233,7 +234,7 @@ def test_the_worker_evaluates_and_posts_to_the_webhook_once(celery_worker, hook_
 
     assert evaluate_alerts.delay().get(timeout=30).startswith("1 rules: 1 fired")
     deadline = time.monotonic() + 30
-    while not AlertDelivery.objects.filter(sent_at__isnull=False).exists():
+    while not Delivery.objects.filter(sent_at__isnull=False).exists():
         assert time.monotonic() < deadline, celery_worker.log.read_text()[-3000:]
         time.sleep(0.2)
     assert evaluate_alerts.delay().get(timeout=30).startswith("1 rules: 0 fired")
@@ -247,7 +248,7 @@ def test_an_operator_reads_alert_e_mails_in_their_language(node, operators, sett
     Preferences.objects.update_or_create(user=operators, defaults={"language": "ko"})
     only("threshold", extra_emails="oncall@ops.example")
     next(hot_then_cool(node))
-    assert notifications.deliver_due(now=T0 + minutes(6)).sent == 2
+    assert sending.deliver_due(now=T0 + minutes(6)).sent == 2
     by_address = {m.to[0]: m for m in mail.outbox}
     assert "경고" in by_address["olga@ops.example"].subject  # the severity, in Korean
     assert "[warning]" in by_address["oncall@ops.example"].subject  # no known person: the site's language
@@ -277,16 +278,16 @@ def test_a_notification_that_cannot_be_sent_fails_alone_and_the_others_go_out(
         fired_at=T0,
         last_seen_at=T0,
     )
-    AlertDelivery.objects.create(
+    Delivery.objects.create(
         alert=other, event="fired", channel="email", target="pager@ops.example", next_attempt_at=t
     )
 
-    done = notifications.deliver_due(now=t)
+    done = sending.deliver_due(now=t)
 
     assert (done.sent, done.failed, done.gave_up) == (2, 2, 0)
     assert [m.to for m in mail.outbox] == [["pager@ops.example"]]
     assert [body["rule"] for body in hook.bodies] == ["GPU too hot\nBcc: everyone@example.com"]
-    failed = AlertDelivery.objects.filter(sent_at__isnull=True).order_by("target")
+    failed = Delivery.objects.filter(sent_at__isnull=True).order_by("target")
     assert [(d.target, d.attempts, d.next_attempt_at) for d in failed] == [
         ("olga@ops.example", 1, t + timedelta(seconds=30)),
         ("oncall@ops.example", 1, t + timedelta(seconds=30)),
@@ -294,9 +295,9 @@ def test_a_notification_that_cannot_be_sent_fails_alone_and_the_others_go_out(
     assert all(d.last_error.startswith("BadHeaderError: ") for d in failed)
 
     # The retry rule holds for them as for any failure: the last attempt gives up.
-    assert notifications.deliver_due(now=t + timedelta(seconds=30)).gave_up == 2
-    assert AlertDelivery.objects.filter(gave_up_at=t + timedelta(seconds=30), attempts=2).count() == 2
-    assert notifications.deliver_due(now=t + timedelta(days=1)) == notifications.Delivered()
+    assert sending.deliver_due(now=t + timedelta(seconds=30)).gave_up == 2
+    assert Delivery.objects.filter(gave_up_at=t + timedelta(seconds=30), attempts=2).count() == 2
+    assert sending.deliver_due(now=t + timedelta(days=1)) == sending.Delivered()
     assert len(mail.outbox) == 1
 
 

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from monitoring.models import AlertDelivery
+from monitoring.models import Delivery
 from portal.roles import PlatformRole
 from tests.factories import AlertFactory, AlertRuleFactory, GpuCapacityFactory, PoolFactory
 
@@ -106,11 +106,11 @@ def test_the_list_pages_and_its_queries_do_not_grow_with_its_rows(
 
 def test_the_alert_page_shows_the_subject_times_and_each_notification(client_for, operator, gpu):
     alert = AlertFactory(gpu=gpu, value=91.5)
-    AlertDelivery.objects.create(
+    Delivery.objects.create(
         alert=alert, event="fired", channel="webhook", target="https://hooks.example/x", attempts=2,
         next_attempt_at=timezone.now(), last_error="HTTP 500 Internal Server Error",
     )  # fmt: skip
-    AlertDelivery.objects.create(
+    Delivery.objects.create(
         alert=alert, event="fired", channel="email", target="olga@ops.example", attempts=1,
         sent_at=timezone.now(),
     )  # fmt: skip

@@ -8,12 +8,12 @@ from django.test import RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from monitoring import capacity_views
 from monitoring.models import Alert, Latest
+from monitoring.pages import capacity as capacity_views
 from monitoring.selectors import cluster_usage
 from pools.models import GpuCapacity, NodeCapacity
 from pools.services import admit_waiting, approve_request, set_node_group, submit_request
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal.shell import CapacityScope
 from tests.factories import AlertFactory, ClusterFactory, GpuGroupFactory, UserFactory
 
@@ -32,8 +32,8 @@ def fleet(db):
         name="sim", fleet=[("h200", 2, "H200-141GB", [{"1g.18gb": 7}, {"3g.71gb": 2}, *[None] * 6])]
     )
     far = ClusterFactory(name="far", fleet=[("far", 1, "H100-80GB", FULL)])
-    sync_cluster(cluster=sim)
-    sync_cluster(cluster=far)
+    sync_inventory(cluster=sim)
+    sync_inventory(cluster=far)
     training = GpuGroupFactory(cluster=sim, name="training")
     set_node_group(node=NodeCapacity.objects.get(name="h200-1"), group=training)
     return {

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from monitoring import collection
+from monitoring.ingest import collection
 from monitoring.models import CollectorStatus, Latest, Sample
 from monitoring.tasks import collect
 from pools.models import Cluster

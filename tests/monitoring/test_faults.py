@@ -1,19 +1,20 @@
-"""GPU faults: readings through ingest drain a faulty GPU, flag the pools on it and tell their people once;
-approvers re-place those pools from the faults page, operators clear the fault, tenants see a banner."""
+"""GPU faults: readings through ingest drain a faulty GPU and flag the pools on it (who is told of it:
+test_fault_notifications.py); approvers re-place those pools from the faults page, operators clear the
+fault, tenants see a banner."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.core import mail
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from monitoring import fault_views, faults
-from monitoring.apps import FAULT_EMAIL_TOPIC
 from monitoring.collectors import GpuReading, Reading
-from monitoring.ingest import ingest
+from monitoring.faults import services as faults
+from monitoring.faults import views as fault_views
+from monitoring.ingest.readings import ingest
 from monitoring.models import FaultNotice, GpuEvent, GpuFault
+from monitoring.task_names import EVALUATE_ALERTS
 from pools.models import Allocation, GpuCapacity, NodeCapacity, Pool, PoolRequest
 from pools.services import (
     admit_waiting,
@@ -22,9 +23,8 @@ from pools.services import (
     set_gpu_drained,
     submit_request,
 )
-from pools.services.dispatch import Send
+from portal.dispatch import Send
 from portal.errors import Conflict, NotAllowed
-from portal.models import Preferences
 from tests.pools.test_replacement import active_pool
 
 FLEET = [
@@ -60,8 +60,9 @@ def push(cluster, reading: Reading):
     return ingest(cluster=cluster, readings=[reading], source="agent")
 
 
-def notices_sent(callbacks) -> list[Send]:
-    return [c for c in callbacks if isinstance(c, Send) and c.task == faults.NOTICES_TASK]
+def told_later(callbacks) -> list[Send]:
+    """The alert evaluations sent for, which tell of the new faults."""
+    return [c for c in callbacks if isinstance(c, Send) and c.task == EVALUATE_ALERTS]
 
 
 def test_an_uncorrected_ecc_error_drains_the_gpu_and_flags_its_pool_once(
@@ -78,17 +79,8 @@ def test_an_uncorrected_ecc_error_drains_the_gpu_and_flags_its_pool_once(
     assert GpuCapacity.objects.filter(drained=True).count() == 1
     fault = GpuFault.objects.get()
     assert (fault.gpu, fault.kind, fault.code, fault.drained_by_portal) == (gpu, "ecc", 2, True)
-    assert list(FaultNotice.objects.values_list("fault", "pool", "sent_at")) == [(fault.pk, pool.pk, None)]
-    assert notices_sent(callbacks) == [Send(faults.NOTICES_TASK, (fault.pk,))]
-
-    assert faults.send_notices(fault.pk) == "sent"
-    assert faults.send_notices(fault.pk) == "already sent"  # a redelivered task
-    tenant_mail, approver_mail = mail.outbox
-    assert sorted(tenant_mail.to) == sorted([tenancy.acme_member.email, tenancy.acme_admin.email])
-    assert f"#{pool.pk}" in tenant_mail.subject
-    assert reverse("pool", kwargs={"tenant_slug": "acme", "pk": pool.pk}) in tenant_mail.body
-    assert approver_mail.to == [approver.email]
-    assert reverse("monitoring-faults") in approver_mail.body and "Acme" in approver_mail.subject
+    assert list(FaultNotice.objects.values_list("fault", "pool")) == [(fault.pk, pool.pk)]
+    assert fault.notified_at is None and told_later(callbacks) == [Send(EVALUATE_ALERTS)]
 
     with django_capture_on_commit_callbacks() as callbacks:  # the GPU keeps failing: nothing new
         push(
@@ -97,8 +89,17 @@ def test_an_uncorrected_ecc_error_drains_the_gpu_and_flags_its_pool_once(
         )
     assert GpuEvent.objects.filter(gpu=gpu, kind__in=["ecc", "xid"]).count() == 3
     assert GpuFault.objects.count() == 1 and FaultNotice.objects.count() == 1
-    assert notices_sent(callbacks) == []
-    assert len(mail.outbox) == 2
+    assert told_later(callbacks) == []
+
+
+def test_a_fault_that_flags_no_pool_has_nobody_to_tell_but_its_alert(
+    fleet, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks() as callbacks:
+        push(fleet, report("h100-1", g3={"ecc_uncorrected": 1}))
+    fault = GpuFault.objects.get()
+    assert fault.notified_at is not None and not fault.notices.exists()
+    assert told_later(callbacks) == []
 
 
 def test_a_gpu_gone_from_its_hosts_reading_is_a_fault_too(fleet, tenancy, approver):
@@ -120,24 +121,6 @@ def test_only_fatal_xids_are_faults(xid, fatal, fleet):
     push(fleet, report("h100-1", g2={"xid_events": (xid,)}))
     assert GpuFault.objects.exists() == fatal
     assert GpuCapacity.objects.get(node__name="h100-1", index=2).drained == fatal
-
-
-def test_each_pool_on_the_gpu_is_told_to_its_own_people_and_opting_out_is_honoured(fleet, tenancy, approver):
-    theirs = active_pool(tenancy.recsys, tenancy.globex_member, approver, [("h200-141gb.mig-1g.18gb", 2)])
-    ours = active_pool(tenancy.vision, tenancy.acme_member, approver, [("h200-141gb.mig-1g.18gb", 1)])
-    gpu = gpu_of(ours)
-    assert gpu_of(theirs) == gpu
-    for person in (tenancy.acme_admin, approver):
-        Preferences.objects.create(user=person, emails_off=[FAULT_EMAIL_TOPIC])
-    push(fleet, report("h200-1", **{f"g{gpu.index}": {"ecc_uncorrected": 1}}))
-
-    fault = GpuFault.objects.get()
-    assert sorted(fault.notices.values_list("pool", flat=True)) == sorted([ours.pk, theirs.pk])
-    assert faults.send_notices(fault.pk) == "sent, sent"
-    sent = {tuple(m.to): m for m in mail.outbox}
-    assert set(sent) == {(tenancy.acme_member.email,), (tenancy.globex_member.email,)}  # no approver
-    assert f"#{ours.pk}" in sent[(tenancy.acme_member.email,)].subject
-    assert f"#{theirs.pk}" in sent[(tenancy.globex_member.email,)].subject
 
 
 def test_the_queue_places_nothing_new_on_a_faulty_gpu_until_an_operator_clears_it(

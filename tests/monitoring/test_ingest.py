@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading
-from monitoring.ingest import ingest
+from monitoring.ingest.readings import ingest
 from monitoring.models import GpuEvent, Latest, Sample
 from portal.errors import InvalidInput
 from tests.factories import AllocationFactory, ClusterFactory, GpuCapacityFactory, NodeCapacityFactory

@@ -7,12 +7,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from monitoring import notifications
-from monitoring.models import AlertDelivery, AlertRule
+from monitoring.models import AlertRule, Delivery
+from monitoring.notifications import sending
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
 from tests.monitoring.test_alert_notifications import T0, hot_then_cool, rule_form
 from tests.monitoring.test_alerts import minutes, only
-from tests.monitoring.test_dcgm_collector import unavailable
+from tests.monitoring.test_dcgm_answers import unavailable
 
 pytestmark = pytest.mark.django_db
 
@@ -108,10 +108,10 @@ def test_webhooks_that_are_not_public_are_refused_when_sending_and_never_posted(
     AlertRule.objects.filter(pk=rule.pk).update(webhook_url=hook.url + "?rule")  # saved before the check
     next(hot_then_cool(node))
 
-    assert notifications.deliver_due(now=T0 + minutes(6)).failed == 2
+    assert sending.deliver_due(now=T0 + minutes(6)).failed == 2
 
     assert hook.bodies == []
-    for delivery in AlertDelivery.objects.all():
+    for delivery in Delivery.objects.all():
         assert delivery.sent_at is None and "127.0.0.1 is not a public address" in delivery.last_error
 
 
@@ -127,10 +127,10 @@ def test_a_webhook_whose_name_resolves_elsewhere_since_it_was_checked_is_not_pos
     rule.save()
     next(hot_then_cool(node))
 
-    assert notifications.deliver_due(now=T0 + minutes(6)).failed == 1
+    assert sending.deliver_due(now=T0 + minutes(6)).failed == 1
 
     assert hook.bodies == []
-    assert "hooks.example resolves to 127.0.0.1" in AlertDelivery.objects.get().last_error
+    assert "hooks.example resolves to 127.0.0.1" in Delivery.objects.get().last_error
 
 
 def test_a_webhook_redirect_is_a_failure_never_followed(
@@ -142,10 +142,10 @@ def test_a_webhook_redirect_is_a_failure_never_followed(
     only("threshold")
     next(hot_then_cool(node))
 
-    assert notifications.deliver_due(now=T0 + minutes(6)).failed == 1
+    assert sending.deliver_due(now=T0 + minutes(6)).failed == 1
 
     assert len(moved.bodies) == 1 and elsewhere.bodies == []
-    assert AlertDelivery.objects.get().last_error.startswith("HTTP 307")
+    assert Delivery.objects.get().last_error.startswith("HTTP 307")
 
 
 def test_prometheus_is_not_read_where_its_name_leads_to_an_address_that_is_not_public(

@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from monitoring import samples
 from monitoring.models import Rollup, RollupMark, Sample
+from monitoring.storage import samples
 from tests.factories import GpuCapacityFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,10 +9,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from monitoring import charts, samples
 from monitoring.collectors import GpuReading, Reading
-from monitoring.ingest import ingest
-from monitoring.tenant_views import TENANT_CHARTS
+from monitoring.ingest.readings import ingest
+from monitoring.pages import charts
+from monitoring.pages.tenant import TENANT_CHARTS
+from monitoring.storage import samples
 from pools.models import Allocation
 from tests.factories import (
     AllocationFactory,

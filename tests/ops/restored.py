@@ -19,7 +19,7 @@ from pools.models import (
     Cluster,
 )
 from pools.secrets import SecretUnreadable
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal.models import ApiToken
 from portal.tokens import token_for_key
 
@@ -160,7 +160,7 @@ def read_restored(out: str, api_key: str, sync: bool) -> None:
         "token_accepted": token_for_key(api_key) is not None,
     }
     if sync:
-        report = sync_cluster(cluster=cluster)
+        report = sync_inventory(cluster=cluster)
         cluster.refresh_from_db()
         found["sync"] = {"ok": report.ok, "error": report.error, "status": cluster.status}
     Path(out).write_text(json.dumps(found))

@@ -23,7 +23,7 @@ from django.utils import timezone
 from billing.invoices import close_month, issue
 from billing.models import Invoice, InvoiceLine, PriceList, UsageRecord
 from billing.services import add_price, meter, save_price_list
-from monitoring import samples
+from monitoring.storage import samples
 from pools.models import (
     Allocation,
     Cluster,

@@ -3,7 +3,7 @@
 import pytest
 
 from pools.models import PoolRequest, PoolState, RequestState
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import ClusterFactory, PoolFactory, PoolRequestFactory
 from tests.pools.whatif_month import kst
 
@@ -28,7 +28,7 @@ def sim_cluster(db):
 def fleet(sim_cluster):
     """The small fleet synced: h200-1, h200-2 (GPU 0 = 7 × 1g.18gb, GPU 1 = 2 × 3g.71gb, 6 whole GPUs each),
     h100-1 (8 whole GPUs)."""
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 

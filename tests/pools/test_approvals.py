@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from pools.models import Pool, PoolEvent, PoolRequest, RequestState
 from pools.services import admit_waiting, approve_request, fail_pool
-from pools.services.queue import FITS, NEVER, WAITS, verdict
+from pools.services.verdicts import FITS, NEVER, WAITS, verdict
 from tests.factories import PoolFactory, PoolRequestFactory, PriceFactory
 from tests.pools.test_queue import ask
 
@@ -211,7 +211,7 @@ def test_the_page_shows_what_the_tenant_spends_as_billing_computes_it(
 def test_the_top_bar_counts_the_requests_to_decide_in_one_query(
     fleet, tenancy, client_for, approver, django_assert_num_queries
 ):
-    from pools.approval_views import awaiting_count
+    from pools.views.approvals import awaiting_count
 
     for _ in range(3):
         ask(tenancy, [("h100-80gb.full", 1)])
@@ -274,3 +274,16 @@ def test_the_admins_request_page_links_to_the_approvals_page(fleet, tenancy, cli
     body = client_for(approver).get(f"/admin/pools/poolrequest/{request.pk}/change/").content.decode()
     assert f'href="{page_of(request.pk)}"' in body
     assert "Fits now on sim:" in body  # the admin's preview reads the same verdict
+
+
+def test_the_admin_and_the_approvals_page_link_each_other_for_approvers_only(
+    fleet, tenancy, approver, operator, client
+):
+    request = ask(tenancy, [("h100-80gb.full", 1)])
+    change = f"/admin/pools/poolrequest/{request.pk}/change/"
+    client.force_login(approver)
+    assert "Decide on the approvals page" in client.get(change).content.decode()
+    assert change in client.get(reverse("approval", args=[request.pk])).content.decode()
+    client.force_login(operator)  # reads requests in the admin, decides none
+    shown = client.get(change)
+    assert shown.status_code == 200 and "Decide on the approvals page" not in shown.content.decode()

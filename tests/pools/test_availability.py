@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pools.models import Pool, RequestState
 from pools.services import admit_waiting, approve_request, submit_request
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal.errors import InvalidInput
 from tests.factories import ClusterFactory, GpuGroupFactory
 
@@ -38,7 +38,7 @@ def build(clusters):
         cluster = ClusterFactory(
             name=name, fleet=[(prefix, 1, model, layouts) for prefix, model, layouts, _g in nodes]
         )
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
         for prefix, _model, _layouts, group in nodes:
             if group:
                 gpu_group = GpuGroupFactory(cluster=cluster, name=group)

@@ -6,14 +6,14 @@ import pytest
 from pools import capacity_version, selectors
 from pools.models import GpuCapacity, NodeCapacity
 from pools.services import admit_waiting, approve_request, set_gpu_drained, set_node_group, submit_request
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import GpuGroupFactory
 
 
 @pytest.fixture
 def reused(settings, sim_cluster):
     settings.CAPACITY_PICTURE_SECONDS = 300
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 
@@ -71,7 +71,7 @@ def test_other_processes_read_the_built_picture_back(settings, sim_cluster, monk
     from pools.selectors import capacity
 
     settings.CAPACITY_PICTURE_SECONDS = 300
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     built = selectors.capacity_picture()
     monkeypatch.setattr(capacity, "_held_picture", None)  # another process: it holds no picture yet
     with CaptureQueriesContext(connection) as reads:

@@ -11,7 +11,7 @@ from pools.drivers.simulated import SimulatedDriver
 from pools.models import Allocation, GpuCapacity, NodeCapacity, SpecAndCount
 from pools.selectors import capacity_summary
 from pools.services import set_node_group
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import ClusterFactory, GpuGroupFactory, UserFactory
 
 from .conftest import FULL
@@ -26,7 +26,7 @@ STAFF_ONLY = [
 
 @pytest.fixture
 def synced(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 
@@ -82,7 +82,7 @@ def test_summary_counts_compute_slices(synced, staff_user, api_for):
 
 def test_drained_and_unhealthy_gpus_are_unschedulable(synced, staff_user, api_for):
     SimulatedDriver(synced).set_gpu_health("h100-1", 0, "failed")
-    sync_cluster(cluster=synced)
+    sync_inventory(cluster=synced)
     GpuCapacity.objects.filter(node__name="h100-1", index=1).update(drained=True)
     client = api_for(staff_user("operator"))
     gpus = client.get("/api/v1/capacity/gpus/?node=h100-1").json()["results"]
@@ -116,14 +116,14 @@ def test_capacity_pages_run_a_constant_number_of_queries(url, db, client):
     operator = UserFactory(is_staff=True, is_superuser=True)
     client.force_login(operator)
     small = ClusterFactory(name="small", fleet=[("n", 1, "H200-141GB", [{"1g.18gb": 7}] + [None] * 7)])
-    sync_cluster(cluster=small)
+    sync_inventory(cluster=small)
     few = _queries(client, url)
     # a 500-GPU fleet: 63 nodes of 8, mixed layouts, in a second cluster
     big = ClusterFactory(
         name="big",
         fleet=[("m", 31, "H200-141GB", [{"3g.71gb": 2}] * 4 + [None] * 4), ("f", 32, "H100-80GB", FULL)],
     )
-    sync_cluster(cluster=big)
+    sync_inventory(cluster=big)
     assert GpuCapacity.objects.count() >= 500
     assert _queries(client, url) == few
 
@@ -150,7 +150,7 @@ def test_the_overview_links_each_group_and_draws_no_gpu(synced, staff_user, clie
 
 def test_the_overview_lists_nodes_to_look_at_first_and_finds_them_by_name(db, staff_user, client):
     cluster = ClusterFactory(name="wide", fleet=[("w", 30, "H100-80GB", FULL)])
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     NodeCapacity.objects.filter(name="w-30").update(drained=True)
     GpuCapacity.objects.filter(node__name="w-29", index=3).update(health="failed")
     client.force_login(staff_user("operator"))
@@ -185,7 +185,7 @@ def test_the_group_page_draws_exactly_its_nodes_layouts_and_flags(synced, staff_
 
 def test_the_group_page_pages_its_nodes(db, staff_user, client):
     cluster = ClusterFactory(name="wide", fleet=[("w", 13, "H100-80GB", FULL)])
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     client.force_login(staff_user("operator"))
     first = client.get(group_url(cluster)).content.decode()
     second = client.get(group_url(cluster) + "?page=2").content.decode()
@@ -253,7 +253,7 @@ def test_the_group_page_names_the_projects_whose_pods_hold_gpus(synced, staff_us
     driver = SimulatedDriver(synced)
     driver.ensure_namespace("acme-vision", {})
     driver.apply_quota("acme-vision", {"nvidia.com/mig-1g.18gb": 3})
-    sync_cluster(cluster=synced)
+    sync_inventory(cluster=synced)
     client.force_login(staff_user("operator"))
     body = client.get(group_url(synced)).content.decode()
     assert "acme/vision · 1g.18gb × 3" in body
@@ -283,7 +283,7 @@ def test_the_summary_reads_in_the_same_queries_for_a_bigger_fleet_and_agrees_wit
     bigger = ClusterFactory(
         name="big", fleet=[("b", 6, "H200-141GB", [{"3g.71gb": 2}, {"1g.18gb": 7}] + [None] * 6)]
     )
-    sync_cluster(cluster=bigger)
+    sync_inventory(cluster=bigger)
     rows, more_queries = summarise()
 
     assert more_queries == queries
@@ -314,7 +314,7 @@ def test_the_overview_figures_equal_the_sums_of_each_gpu(synced, tenancy, staff_
     live = Allocation.objects.filter(released_at__isnull=True)
     assert live.count() == 14
     SimulatedDriver(synced).set_gpu_health("h100-1", 7, "failed")
-    sync_cluster(cluster=synced)
+    sync_inventory(cluster=synced)
     GpuCapacity.objects.filter(pk=live.first().gpu_id).update(drained=True)  # drained, still in use
     GpuCapacity.objects.filter(node__name="h200-1", index=7).update(drained=True)
     NodeCapacity.objects.filter(name="h100-1").update(drained=True)
@@ -366,7 +366,7 @@ def _grow(name, nodes):
             ("f", nodes - nodes // 2, "H100-80GB", FULL),
         ],
     )
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     return cluster
 
 

@@ -5,8 +5,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from pools import task_names
 from pools.models import Cluster
-from pools.services import ClusterSettings, dispatch, register_cluster
+from pools.services import ClusterSettings, register_cluster
+from portal import dispatch
 from portal.errors import InvalidInput
 from tests.pools.test_operators import KUBECONFIG
 
@@ -34,7 +36,7 @@ def test_adding_a_cluster_in_the_admin_asks_a_worker_to_read_it(
     cluster = Cluster.objects.get(name="gpu-east")
     assert cluster.kubeconfig() == KUBECONFIG
     assert [(c.task, c.args) for c in callbacks if isinstance(c, dispatch.Send)] == [
-        (dispatch.SYNC, (cluster.pk,))
+        (task_names.SYNC, (cluster.pk,))
     ]
 
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from pools import capacity_version
 from pools.models import GpuCapacity, NodeCapacity
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import AllocationFactory, PoolFactory, ProjectFactory, UserFactory
 
 LEGEND_ENTRY = re.compile(
@@ -20,7 +20,7 @@ LEGEND_ENTRY = re.compile(
 
 @pytest.fixture
 def synced(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 

@@ -23,7 +23,7 @@ from pools.drivers.base import (
 from pools.drivers.simulated import SimulatedDriver, seed
 from pools.mig import MigState
 from pools.models import NodeCapacity
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
@@ -215,12 +215,12 @@ def test_a_change_asked_while_another_is_pending_keeps_both(world):
 
 def test_a_failed_change_is_reported_and_the_known_picture_stays(world):
     world.add_gpu_node("gpu-a")
-    sync_cluster(cluster=world.cluster)
+    sync_inventory(cluster=world.cluster)
     world.set_outcome("gpu-a", "failed")
     d = driver(world)
     config = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7})])
     assert settled(d, "gpu-a", config).state == MigState.FAILED
-    sync_cluster(cluster=world.cluster)
+    sync_inventory(cluster=world.cluster)
     node = NodeCapacity.objects.get(name="gpu-a")
     assert node.mig_state == "failed" and "failed to apply" in node.error
     assert not node.gpus.get(index=0).mig_enabled
@@ -228,13 +228,13 @@ def test_a_failed_change_is_reported_and_the_known_picture_stays(world):
 
 def test_the_portal_picture_follows_a_successful_change(world):
     world.add_gpu_node("gpu-a")
-    sync_cluster(cluster=world.cluster)
+    sync_inventory(cluster=world.cluster)
     d = driver(world)
     config = d.apply_mig_layout("gpu-a", [layout(2, **{"2g.35gb": 3, "1g.18gb": 1})])
-    sync_cluster(cluster=world.cluster)  # while pending: GPUs as last known
+    sync_inventory(cluster=world.cluster)  # while pending: GPUs as last known
     assert not NodeCapacity.objects.get(name="gpu-a").gpus.get(index=2).mig_enabled
     assert settled(d, "gpu-a", config).state == MigState.SUCCESS
-    sync_cluster(cluster=world.cluster)
+    sync_inventory(cluster=world.cluster)
     node = NodeCapacity.objects.get(name="gpu-a")
     assert (node.mig_state, node.mig_config, node.error) == ("success", config, "")
     assert [(i["profile"], i["start"]) for i in node.gpus.get(index=2).layout] == [

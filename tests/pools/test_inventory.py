@@ -3,9 +3,11 @@ appeared; the admin asks a worker instead of syncing inside the web request."""
 
 from django.urls import reverse
 
+from pools import task_names
 from pools.models import NodeCapacity
-from pools.services import dispatch, sync_inventory
-from pools.sync import sync_lock
+from pools.services import sync_inventory
+from pools.services.inventory import sync_lock
+from portal import dispatch
 
 
 def sends(callbacks) -> list[tuple[str, tuple]]:
@@ -18,7 +20,7 @@ def test_a_sync_that_finds_capacity_runs_the_queue_and_one_that_does_not_stays_q
     with django_capture_on_commit_callbacks() as first:
         report = sync_inventory(cluster=sim_cluster)
     assert report.changed and NodeCapacity.objects.filter(cluster=sim_cluster).count() == 3
-    assert sends(first) == [(dispatch.ADMIT, ())]
+    assert sends(first) == [(task_names.ADMIT, ())]
     with django_capture_on_commit_callbacks() as again:
         assert not sync_inventory(cluster=sim_cluster).changed
     assert sends(again) == []
@@ -42,5 +44,5 @@ def test_the_admin_has_a_worker_sync(sim_cluster, staff_user, client, django_cap
             follow=True,
         )
     assert "on its way" in response.content.decode()
-    assert sends(callbacks) == [(dispatch.SYNC, (sim_cluster.pk,))]
+    assert sends(callbacks) == [(task_names.SYNC, (sim_cluster.pk,))]
     assert not NodeCapacity.objects.exists()  # nothing synced inside the web request

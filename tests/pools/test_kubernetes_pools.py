@@ -6,8 +6,8 @@ import pytest
 
 from pools.models import Cluster, Pool, PoolState, SpecAndCount
 from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
+from pools.services.inventory import sync_inventory
 from pools.services.provisioning import DONE
-from pools.sync import sync_cluster
 from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
@@ -21,7 +21,7 @@ def kube_cluster(db, tmp_path):
             driver=Cluster.Driver.KUBERNETES,
             kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
         )
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
         yield server, cluster
 
 

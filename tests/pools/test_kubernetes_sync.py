@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 
 from pools.models import Cluster, NodeCapacity
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
@@ -36,7 +36,7 @@ def test_register_and_sync_a_cluster_from_the_command_line(kube, db, capsys):
 def test_a_cluster_that_refuses_our_token_is_marked_unauthorised(kube, cluster, tmp_path):
     cluster.set_kubeconfig(kube.write_kubeconfig(tmp_path / "bad", token="stale").read_text())
     cluster.save()
-    report = sync_cluster(cluster=cluster)
+    report = sync_inventory(cluster=cluster)
     cluster.refresh_from_db()
     assert not report.ok
     assert cluster.status == Cluster.Status.UNAUTHORISED
@@ -46,7 +46,7 @@ def test_a_cluster_that_refuses_our_token_is_marked_unauthorised(kube, cluster, 
 
 def test_a_cluster_that_does_not_answer_is_marked_unreachable(kube, cluster):
     kube.stop()
-    report = sync_cluster(cluster=cluster)
+    report = sync_inventory(cluster=cluster)
     cluster.refresh_from_db()
     assert not report.ok and cluster.status == Cluster.Status.UNREACHABLE
     assert "cannot reach" in cluster.last_error
@@ -55,10 +55,10 @@ def test_a_cluster_that_does_not_answer_is_marked_unreachable(kube, cluster):
 def test_server_errors_are_recorded(kube, cluster):
     kube.add_gpu_node("gpu-1")
     kube.fail_requests(503, count=1)
-    assert not sync_cluster(cluster=cluster).ok
+    assert not sync_inventory(cluster=cluster).ok
     cluster.refresh_from_db()
     assert cluster.status == Cluster.Status.ERROR and "503" in cluster.last_error
-    assert sync_cluster(cluster=cluster).ok  # the next sync recovers
+    assert sync_inventory(cluster=cluster).ok  # the next sync recovers
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_a_node_that_cannot_be_read_is_shown_with_why_and_the_rest_goes_on(
 ):
     kube.add_gpu_node("good", product="NVIDIA-H200")
     kube.add_gpu_node("bad", product=product, labels=labels)
-    report = sync_cluster(cluster=cluster)
+    report = sync_inventory(cluster=cluster)
     assert report.ok
     bad = NodeCapacity.objects.get(name="bad")
     assert message in bad.error and bad.gpus.count() == 0
@@ -101,6 +101,6 @@ def test_a_config_with_a_layout_the_catalogue_rejects_is_shown(kube, cluster):
         ),
     )
     kube.add_gpu_node("gpu-1", labels={"nvidia.com/mig.config": "too-big"})
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     node = NodeCapacity.objects.get(name="gpu-1")
     assert "does not fit" in node.error

@@ -15,9 +15,9 @@ from portal.models import Preferences
 def test_a_decision_is_e_mailed_once_to_who_asked(
     sim_cluster, tenancy, staff_user, django_capture_on_commit_callbacks
 ):
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
     with django_capture_on_commit_callbacks() as callbacks:
         reject_request(request_id=request.pk, approver=staff_user("approver"), reason="no budget left")
@@ -33,9 +33,9 @@ def test_a_decision_is_e_mailed_once_to_who_asked(
 
 
 def test_people_who_opted_out_get_nothing(sim_cluster, tenancy, staff_user, client):
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     client.force_login(tenancy.acme_member)
     assert client.post(reverse("preferences"), {}).status_code == 302  # the box unticked
     assert not Preferences.wants_email(tenancy.acme_member, EMAIL_TOPIC)
@@ -53,18 +53,18 @@ def test_people_who_opted_out_get_nothing(sim_cluster, tenancy, staff_user, clie
 def test_events_nobody_needs_to_hear_about_send_nothing(
     sim_cluster, tenancy, django_capture_on_commit_callbacks
 ):
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     with django_capture_on_commit_callbacks() as callbacks:
         submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
     assert callbacks == []  # one's own submission is no news
 
 
 def test_a_pool_e_mail_is_in_the_askers_language(sim_cluster, tenancy, staff_user):
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     Preferences.objects.create(user=tenancy.acme_member, language="ko")
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1)])
     reject_request(request_id=request.pk, approver=staff_user("approver"), reason="예산 부족")

@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from pools.models import Cluster, GpuCapacity, NodeCapacity
 from pools.services import set_node_group
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal.errors import InvalidInput
 from tests.factories import ClusterFactory, GpuGroupFactory
 
@@ -21,7 +21,7 @@ current-context: ctx
 
 @pytest.fixture
 def synced(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 
@@ -156,7 +156,9 @@ def test_operators_add_clusters_in_the_admin(kubeconfig, created, db, staff_user
 
 
 def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_commit_callbacks):
-    from pools.services import dispatch, set_gpu_drained, set_node_drained
+    from pools import task_names
+    from pools.services import set_gpu_drained, set_node_drained
+    from portal import dispatch
 
     gpu = GpuCapacity.objects.first()
     with django_capture_on_commit_callbacks() as drained:
@@ -166,6 +168,6 @@ def test_undraining_runs_the_queue_draining_does_not(synced, django_capture_on_c
         set_node_drained(node=gpu.node, drained=False)  # already undrained: no change, no run
 
     def queue_runs(callbacks) -> int:
-        return sum(isinstance(c, dispatch.Send) and c.task == dispatch.ADMIT for c in callbacks)
+        return sum(isinstance(c, dispatch.Send) and c.task == task_names.ADMIT for c in callbacks)
 
     assert (queue_runs(drained), queue_runs(undrained)) == (0, 1)

@@ -8,7 +8,6 @@ from pools.drivers.simulated import SimulatedDriver
 from pools.models import Allocation, GpuCapacity, Pool, PoolState, SpecAndCount
 from pools.services import admit_waiting, approve_request, finish_release, provision_step, submit_request
 from pools.services.provisioning import DONE, FAILED, WAITING
-from pools.sync import sync_cluster
 from portal.errors import InvalidInput
 from portal.models import Project
 
@@ -195,13 +194,15 @@ def test_an_integrity_error_mid_provisioning_is_retried_and_the_pool_completes(
     pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1)])
     raised = []
 
-    def sync_meeting_a_concurrent_insert(*, cluster):
+    write = inventory.write_inventory
+
+    def writes_meeting_a_concurrent_insert(*, cluster, **found):
         if not raised:
             raised.append(cluster)
             raise IntegrityError('duplicate key value violates unique constraint "spec_unique_on_node"')
-        return sync_cluster(cluster=cluster)
+        return write(cluster=cluster, **found)
 
-    monkeypatch.setattr(inventory, "sync_cluster", sync_meeting_a_concurrent_insert)
+    monkeypatch.setattr(inventory, "write_inventory", writes_meeting_a_concurrent_insert)
     assert provision_step(pool_id=pool.pk) == WAITING  # the MIG change is asked for
     with pytest.raises(IntegrityError):  # transient: raised for the task to retry
         provision_step(pool_id=pool.pk)

@@ -1,24 +1,14 @@
 """The queue: approved requests are admitted when they fit, with capacity reserved in the same step."""
 
-import threading
 from datetime import timedelta
 
-import pytest
-from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.utils import timezone
 
 from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, RequestState, SpecAndCount
 from pools.services import admit_waiting, approve_request, submit_request
-from pools.sync import sync_cluster
-from tests.factories import (
-    AllocationFactory,
-    ClusterFactory,
-    GpuGroupFactory,
-    MembershipFactory,
-    ProjectFactory,
-    UserFactory,
-)
+from pools.services.inventory import sync_inventory
+from tests.factories import ClusterFactory, GpuGroupFactory
 
 
 def ask(tenancy, items, **kwargs):
@@ -88,19 +78,6 @@ def test_a_new_layout_is_planned_on_a_wholly_free_gpu_and_never_double_booked(fl
     assert len(gpus) == 2 and len(set(gpus)) == 2
 
 
-def test_the_database_refuses_two_live_allocations_of_one_slice(fleet, tenancy, approver):
-    request = ask(tenancy, [("h100-80gb.full", 1)])
-    approve(request, approver)
-    admit_waiting()
-    taken = Allocation.objects.get()
-    with pytest.raises(IntegrityError), transaction.atomic():
-        AllocationFactory(pool=taken.pool, gpu=taken.gpu, profile="full", slices=NumericRange(0, 8))
-    taken.released_at = timezone.now()
-    taken.save()
-    # once released, the slices are free again
-    AllocationFactory(pool=taken.pool, gpu=taken.gpu, profile="full", slices=NumericRange(0, 8))
-
-
 def test_priority_then_approval_time_and_a_starving_request_stops_backfill(
     fleet, tenancy, approver, settings
 ):
@@ -144,7 +121,7 @@ def test_a_starving_request_holds_back_only_what_competes_for_its_gpus(db, tenan
     a = ClusterFactory(name="a", fleet=[("n", 1, "H100-80GB", full)])
     b = ClusterFactory(name="b", fleet=[("train", 1, "H100-80GB", full), ("serve", 1, "H100-80GB", full)])
     for cluster in (a, b):
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
     for name, node in (("training", "train-1"), ("inference", "serve-1")):
         group = GpuGroupFactory(cluster=b, name=name)
         NodeCapacity.objects.filter(cluster=b, name=node).update(group=group)
@@ -189,7 +166,7 @@ def test_requests_for_a_cluster_and_a_group_land_there(db, tenancy, staff_user):
     a = ClusterFactory(name="a", fleet=[("n", 1, "H100-80GB", full)])
     b = ClusterFactory(name="b", fleet=[("train", 1, "H100-80GB", full), ("serve", 1, "H100-80GB", full)])
     for cluster in (a, b):
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
     training = GpuGroupFactory(cluster=b, name="training")
     NodeCapacity.objects.filter(cluster=b, name="train-1").update(group=training)
     approver = staff_user("approver")
@@ -206,46 +183,6 @@ def test_requests_for_a_cluster_and_a_group_land_there(db, tenancy, staff_user):
     assert nodes == {"train-1"}
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_racing_admissions_never_over_commit(tenancy):
-    cluster = ClusterFactory(name="race", fleet=[("n", 1, "H100-80GB", [None] * 8)])
-    sync_cluster(cluster=cluster)
-    approver = UserFactory(username="racer", is_staff=True)
-    from django.contrib.auth.models import Group
-
-    approver.groups.add(Group.objects.get(name="approver"))
-    requests = []
-    for n in range(12):
-        project = ProjectFactory(tenant=tenancy.acme, slug=f"race{n}")
-        MembershipFactory(tenant=tenancy.acme, user=UserFactory(username=f"asker{n}"), role="member")
-        user = tenancy.acme.memberships.get(user__username=f"asker{n}").user
-        requests.append(submit_request(project=project, user=user, items=[("h100-80gb.full", 1)]))
-    errors = []
-
-    def worker(chunk):
-        try:
-            for request in chunk:
-                approve_request(request_id=request.pk, approver=approver)
-                admit_waiting()
-        except Exception as error:  # reported below
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(requests[i::4],)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    admit_waiting()
-    live = Allocation.objects.filter(released_at=None)
-    assert live.count() == 8  # every GPU once, no more
-    assert live.values("gpu").distinct().count() == 8
-    assert PoolRequest.objects.filter(state=RequestState.FULFILLED).count() == 8
-    assert PoolRequest.objects.filter(state=RequestState.QUEUED).count() == 4
-
-
 def test_approvers_see_where_a_request_would_land_before_deciding(fleet, tenancy, client, approver):
     request = ask(tenancy, [("h200-141gb.mig-4g.71gb", 1), ("h100-80gb.full", 1)])
     client.force_login(approver)
@@ -258,78 +195,6 @@ def test_approvers_see_where_a_request_would_land_before_deciding(fleet, tenancy
     admit_waiting()
     page = client.get(f"/admin/pools/poolrequest/{ask_more.pk}/change/").content.decode()
     assert "Does not fit now:" in page
-
-
-OVERLAPS = """
-    SELECT count(*) FROM pools_allocation a JOIN pools_allocation b
-      ON a.gpu_id = b.gpu_id AND a.id < b.id AND a.slices && b.slices
-     WHERE a.released_at IS NULL AND b.released_at IS NULL
-"""
-
-
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_racing_admissions_and_releases_never_over_commit(tenancy):
-    """Threads on their own connections approve, admit and release at once on 8 GPUs."""
-    import random
-
-    from django.contrib.auth.models import Group
-
-    from pools.services import release_pool
-
-    cluster = ClusterFactory(name="race", fleet=[("n", 1, "H100-80GB", [None] * 8)])
-    sync_cluster(cluster=cluster)
-    approver = UserFactory(username="racer", is_staff=True)
-    approver.groups.add(Group.objects.get(name="approver"))
-    requests = [
-        submit_request(
-            project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 1 + n % 2)]
-        )
-        for n in range(16)
-    ]
-    errors, overlaps = [], []
-
-    def approver_thread(chunk):
-        try:
-            for request in chunk:
-                approve_request(request_id=request.pk, approver=approver)
-                admit_waiting()
-        except Exception as error:
-            errors.append(error)
-        finally:
-            connection.close()
-
-    def releaser_thread(seed):
-        rng = random.Random(seed)
-        try:
-            for _ in range(20):
-                live = list(Pool.objects.filter(state="provisioning").values_list("pk", flat=True))
-                if live:
-                    try:
-                        release_pool(pool_id=rng.choice(live), user=tenancy.acme_member)
-                    except Exception as error:  # another thread released it first: a clean refusal
-                        if "cannot become" not in str(error):
-                            errors.append(error)
-                admit_waiting()
-                with connection.cursor() as cursor:
-                    cursor.execute(OVERLAPS)
-                    overlaps.append(cursor.fetchone()[0])
-        except Exception as error:
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=approver_thread, args=(requests[i::3],)) for i in range(3)]
-    threads += [threading.Thread(target=releaser_thread, args=(seed,)) for seed in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    assert set(overlaps) == {0}
-    live = Allocation.objects.filter(released_at=None)
-    assert live.count() <= 8 and live.values("gpu").distinct().count() == live.count()
-    for spec in SpecAndCount.objects.filter(node__cluster=cluster):
-        assert spec.allocated == live.filter(gpu__node=spec.node, resource_name=spec.resource_name).count()
 
 
 def test_an_instance_reported_at_another_start_is_still_seen_as_held(fleet, tenancy, approver):
@@ -377,13 +242,13 @@ def test_a_waiting_request_names_the_closest_cluster_and_fulfilment_clears_it(db
     """Any cluster: the reason comes from the cluster that comes nearest (here the second, which has
     H200s), not from the first one tried (which has none); once admitted, nothing says it waits."""
     from pools.services.provisioning import fail_pool
-    from pools.services.queue import preview
+    from pools.services.verdicts import preview
 
     full = [None] * 8
     ClusterFactory(name="a-busan", fleet=[("h100", 1, "H100-80GB", full)])
     ClusterFactory(name="b-seoul", fleet=[("h200", 1, "H200-141GB", full)])
     for cluster in Cluster.objects.all():
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
     approver = staff_user("approver")
     hog = ask(tenancy, [("h200-141gb.full", 6)])
     approve(hog, approver)

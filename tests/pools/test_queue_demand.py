@@ -9,7 +9,7 @@ from django.utils import timezone
 from pools.models import GpuCapacity, Pool, RequestState
 from pools.selectors.demand import queue_demand
 from pools.services import admit_waiting, approve_request, submit_request
-from pools.services.queue import FITS, verdict
+from pools.services.verdicts import FITS, verdict
 from tests.factories import PoolRequestFactory
 
 WEEK = 7 * 24 * 3600

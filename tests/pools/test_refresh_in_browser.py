@@ -32,7 +32,7 @@ def update(rows, **values) -> None:
 @pytest.fixture
 def browser_page(live_server, client, tenancy, monkeypatch, settings):
     """A browser tab signed in as alice, failing the test on any script error or console error."""
-    monkeypatch.setattr("pools.views.REFRESH_SECONDS", SECONDS)
+    monkeypatch.setattr("pools.views.refresh.REFRESH_SECONDS", SECONDS)
     # The live server serves static files from the apps' folders by their plain names.
     settings.STORAGES = {
         **settings.STORAGES,

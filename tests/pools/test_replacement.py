@@ -5,9 +5,10 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
+from billing.conf import settings as billing_settings
+from pools import conf
 from pools.drivers.simulated import SimulatedDriver
 from pools.models import Allocation, GpuCapacity, Pool, PoolEvent, PoolState, SpecAndCount
 from pools.services import (
@@ -19,10 +20,11 @@ from pools.services import (
     submit_request,
 )
 from pools.services.deadlines import sweep_stuck_pools
-from pools.services.dispatch import SETTLE_MOVE, Send
+from pools.services.inventory import sync_inventory
 from pools.services.provisioning import DONE, FAILED, WAITING
 from pools.services.replacement import replace, replaceable, settle_move
-from pools.sync import sync_cluster
+from pools.task_names import SETTLE_MOVE
+from portal.dispatch import Send
 from portal.errors import Conflict
 from tests.factories import ClusterFactory
 
@@ -168,7 +170,7 @@ def test_an_unhealthy_gpu_as_the_cluster_reports_it_is_left_too(fleet, tenancy, 
     pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [("h100-80gb.full", 1)])
     (before,) = live(pool)
     SimulatedDriver(fleet).set_gpu_health(before.gpu.node.name, before.gpu.index, "failed")
-    sync_cluster(cluster=fleet)
+    sync_inventory(cluster=fleet)
     assert replaceable(pool).fits
 
     replace(pool=pool, actor=approver)
@@ -193,8 +195,8 @@ def test_billing_runs_on_without_gap_or_overlap_across_the_move(fleet, tenancy, 
     release_pool(pool_id=pool.pk, user=tenancy.acme_member)
     pool.refresh_from_db()
 
-    period = settings.METERING_PERIOD_SECONDS
-    meter(now=pool.released_at + timedelta(seconds=period + settings.METERING_DELAY_SECONDS + 1))
+    period = billing_settings.METERING_PERIOD_SECONDS
+    meter(now=pool.released_at + timedelta(seconds=period + billing_settings.METERING_DELAY_SECONDS + 1))
     lifetime = whole_seconds(pool.released_at) - whole_seconds(pool.reserved_at)
     billed = sum(UsageRecord.objects.filter(pool=pool).values_list("seconds", flat=True))
     assert billed == 2 * lifetime  # two GPUs, every second of the pool's life once
@@ -242,7 +244,7 @@ def test_the_sweeper_settles_again_a_move_left_in_flight(
     with django_capture_on_commit_callbacks() as callbacks:
         assert sweep_stuck_pools().redriven == []  # not overdue yet
     assert sent(callbacks) == []
-    long_ago = timezone.now() - timedelta(seconds=settings.POOL_REDRIVE_SECONDS + 1)
+    long_ago = timezone.now() - timedelta(seconds=conf.settings.POOL_REDRIVE_SECONDS + 1)
     Allocation.objects.filter(pool=pool, released_at=None).update(allocated_at=long_ago)
     with django_capture_on_commit_callbacks() as callbacks:
         assert sweep_stuck_pools().redriven == [pool.pk]
@@ -254,7 +256,7 @@ def test_the_sweeper_settles_again_a_move_left_in_flight(
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_real_worker_settles_the_move(celery_worker, tenancy, staff_user):
     cluster = ClusterFactory(name="move", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     approver = staff_user("approver")
     request = submit_request(
         project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.mig-4g.71gb", 1)]

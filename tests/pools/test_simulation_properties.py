@@ -27,7 +27,8 @@ from pools.placement.simulation import (
     release,
     simulate,
 )
-from tests.pools.test_placement import H100, PROPERTY, gpu, gpus_, requests_
+from tests.pools.test_placement import H100, gpu
+from tests.pools.test_placement_properties import PROPERTY, gpus_, requests_
 from tests.pools.test_simulation import HOUR
 
 # --- every answer, as a property -----------------------------------------------------------------------

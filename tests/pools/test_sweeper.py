@@ -6,33 +6,33 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from pools import conf
 from pools.models import Allocation, Pool, PoolState, SpecAndCount
 from pools.services import (
     admit_waiting,
     approve_request,
-    dispatch,
     provision_step,
     release_pool,
     submit_request,
 )
 from pools.services.deadlines import sweep_stuck_pools
+from pools.services.inventory import sync_inventory
 from pools.services.provisioning import DONE
-from pools.sync import sync_cluster
+from portal import shell
 from tests.factories import ClusterFactory
 
 from .conftest import SMALL_FLEET
 
 # The queue's way to Celery, losing every provisioning task it sends: only the sweeper knows the pool.
-LOSING = SimpleNamespace(PROVISION=dispatch.PROVISION, after_commit=lambda task, *args: None)
+LOSING = SimpleNamespace(after_commit=lambda task, *args: None)
 
 
 @pytest.fixture
 def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 
@@ -53,17 +53,18 @@ def later(seconds: float):
 
 
 def past_redrive():
-    return later(django_settings.POOL_REDRIVE_SECONDS + 1)
+    return later(conf.settings.POOL_REDRIVE_SECONDS + 1)
 
 
 def past_stuck():
-    return later(django_settings.POOL_STUCK_SECONDS + 1)
+    return later(conf.settings.POOL_STUCK_SECONDS + 1)
 
 
-def test_the_deadlines_come_after_the_mig_timeout_and_beat_runs_the_sweeper(settings):
-    assert settings.MIG_PENDING_TIMEOUT_SECONDS < settings.POOL_REDRIVE_SECONDS < settings.POOL_STUCK_SECONDS
-    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
-    assert "pools.tasks.sweep_stuck_pools" in tasks
+def test_the_deadlines_come_after_the_mig_timeout_and_beat_runs_the_sweeper():
+    pools = conf.settings
+    assert pools.MIG_PENDING_TIMEOUT_SECONDS < pools.POOL_REDRIVE_SECONDS < pools.POOL_STUCK_SECONDS
+    sweeper = shell.beat_schedule()["sweep-stuck-pools"]
+    assert sweeper == {"task": "pools.tasks.sweep_stuck_pools", "schedule": pools.POOL_SWEEP_SECONDS}
 
 
 def test_pools_within_their_deadline_or_settled_are_left_alone(fleet, tenancy, staff_user):
@@ -141,7 +142,7 @@ def test_two_sweepers_at_once_end_a_stuck_pool_once(tenancy, staff_user, setting
 
     monkeypatch.setattr(queue_service, "dispatch", LOSING)  # lost tasks
     cluster = ClusterFactory(name="sweep", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     approver = staff_user("approver")
     pools = [admitted(tenancy, approver, [("h100-80gb.full", 1)]) for _ in range(6)]
     settings.POOL_STUCK_SECONDS = 0
@@ -177,7 +178,7 @@ def test_a_pool_whose_task_was_lost_is_redriven_by_the_sweeper_and_becomes_activ
     from pools.services import queue as queue_service
 
     cluster = ClusterFactory(name="lost", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     monkeypatch.setattr(queue_service, "dispatch", LOSING)  # the lost message
     pool = admitted(tenancy, staff_user("approver"), [("h200-141gb.mig-4g.71gb", 1)])
     time.sleep(1)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from pools.drivers.simulated import SimulatedDriver
 from pools.models import Cluster, GpuCapacity, NodeCapacity, SpecAndCount, WorkloadProfile
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import ClusterFactory, ProjectFactory
 
 from .conftest import FULL, SMALL_FLEET
@@ -28,7 +28,7 @@ def writes(ctx) -> list[str]:
 
 
 def test_first_sync_builds_the_picture(sim_cluster):
-    report = sync_cluster(cluster=sim_cluster)
+    report = sync_inventory(cluster=sim_cluster)
     assert report.ok
     assert NodeCapacity.objects.filter(cluster=sim_cluster).count() == 3
     gpus = GpuCapacity.objects.filter(node__cluster=sim_cluster)
@@ -48,9 +48,9 @@ def test_first_sync_builds_the_picture(sim_cluster):
 
 
 def test_a_sync_that_finds_nothing_new_writes_nothing(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     with CaptureQueriesContext(connection) as ctx:
-        report = sync_cluster(cluster=sim_cluster)
+        report = sync_inventory(cluster=sim_cluster)
     assert not report.changed
     assert writes(ctx) == []
 
@@ -60,19 +60,19 @@ def test_resync_queries_do_not_grow_with_the_fleet(db):
     large = ClusterFactory(name="large", fleet=[("n", 20, "H100-80GB", FULL)])
     counts = []
     for cluster in (small, large):
-        sync_cluster(cluster=cluster)
+        sync_inventory(cluster=cluster)
         with CaptureQueriesContext(connection) as ctx:
-            sync_cluster(cluster=cluster)
+            sync_inventory(cluster=cluster)
         counts.append(len(ctx))
     assert counts[0] == counts[1]
 
 
 def test_changes_are_written_and_only_they(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     driver = SimulatedDriver(sim_cluster)
     driver.set_gpu_health("h100-1", 3, "failed")
     with CaptureQueriesContext(connection) as ctx:
-        report = sync_cluster(cluster=sim_cluster)
+        report = sync_inventory(cluster=sim_cluster)
     assert report.updated["gpus"] == 1 and report.updated["specs"] == 1 and report.updated["nodes"] == 0
     assert GpuCapacity.objects.get(node__name="h100-1", index=3).health == "failed"
     assert SpecAndCount.objects.get(node__name="h100-1", resource_name="nvidia.com/gpu").allocatable == 7
@@ -80,30 +80,30 @@ def test_changes_are_written_and_only_they(sim_cluster):
 
 
 def test_vanished_nodes_are_marked_not_deleted_and_come_back(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     driver = SimulatedDriver(sim_cluster)
     state = sim_cluster.simulation.state
     kept = state["nodes"]["h100-1"]
     driver.remove_node("h100-1")
-    report = sync_cluster(cluster=sim_cluster)
+    report = sync_inventory(cluster=sim_cluster)
     assert report.vanished == {"nodes": 1, "gpus": 8, "workloads": 0}
     node = NodeCapacity.objects.get(name="h100-1")
     assert not node.present and node.gpus.filter(present=True).count() == 0
     sim_cluster.simulation.refresh_from_db()
     sim_cluster.simulation.state["nodes"]["h100-1"] = kept
     sim_cluster.simulation.save()
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     node.refresh_from_db()
     assert node.present and node.gpus.filter(present=True).count() == 8
 
 
 def test_an_unreachable_cluster_keeps_its_picture_and_backs_off(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     SimulatedDriver(sim_cluster).set_reachable(False)
     before = timezone.now()
     for failures in (1, 2, 3):
         sim_cluster.refresh_from_db()
-        report = sync_cluster(cluster=sim_cluster)
+        report = sync_inventory(cluster=sim_cluster)
         assert not report.ok
         sim_cluster.refresh_from_db()
         assert sim_cluster.status == Cluster.Status.UNREACHABLE
@@ -113,7 +113,7 @@ def test_an_unreachable_cluster_keeps_its_picture_and_backs_off(sim_cluster):
     assert sim_cluster.next_sync_at - before >= timedelta(seconds=240)
     assert GpuCapacity.objects.filter(node__cluster=sim_cluster, present=True).count() == 24
     SimulatedDriver(sim_cluster).set_reachable(True)
-    assert sync_cluster(cluster=sim_cluster).ok
+    assert sync_inventory(cluster=sim_cluster).ok
     sim_cluster.refresh_from_db()
     assert (sim_cluster.status, sim_cluster.failures, sim_cluster.last_error, sim_cluster.next_sync_at) == (
         Cluster.Status.READY,
@@ -134,11 +134,11 @@ def test_one_broken_cluster_does_not_stop_the_others(db, capsys):
 
 
 def test_a_node_with_unreadable_gpus_keeps_its_last_good_picture(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     state = sim_cluster.simulation.state
     state["nodes"]["h200-2"]["model"] = "T4-16GB"  # a model the catalogue does not know
     sim_cluster.simulation.save()
-    report = sync_cluster(cluster=sim_cluster)
+    report = sync_inventory(cluster=sim_cluster)
     assert report.ok
     node = NodeCapacity.objects.get(name="h200-2")
     assert "T4-16GB" in node.error
@@ -150,13 +150,13 @@ def test_workloads_are_tracked_with_their_project(sim_cluster):
     driver = SimulatedDriver(sim_cluster)
     driver.ensure_namespace("acme-vision", {})
     driver.apply_quota("acme-vision", {"nvidia.com/mig-1g.18gb": 2, "nvidia.com/gpu": 1})
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     workloads = WorkloadProfile.objects.filter(cluster=sim_cluster, present=True)
     assert workloads.count() == 3
     assert {w.project_id for w in workloads} == {project.pk}
     assert {w.phase for w in workloads} == {"Running"}
     driver.remove_quota("acme-vision")
-    report = sync_cluster(cluster=sim_cluster)
+    report = sync_inventory(cluster=sim_cluster)
     assert report.vanished["workloads"] == 3
     assert WorkloadProfile.objects.filter(present=False).count() == 3
 
@@ -178,7 +178,10 @@ def _hold_uncommitted_spec(node_id: int, resource: str, inserted, outcome: dict)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not outcome.get("waited"):
                 with connection.cursor() as cursor:  # pg_locks is read live, not per transaction
-                    cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                    cursor.execute(  # of this database's connections: others run tests beside this one
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid IN "
+                        "(SELECT pid FROM pg_stat_activity WHERE datname = current_database())"
+                    )
                     outcome["waited"] = cursor.fetchone()[0] > 0
                 time.sleep(0.05)
     except Exception as error:  # reported by the test
@@ -207,18 +210,18 @@ def test_a_sync_meeting_a_concurrent_insert_of_the_same_spec_row_does_not_raise(
     from pools.drivers.base import GpuLayout, MigInstanceInfo
 
     cluster = ClusterFactory(name="race", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     SimulatedDriver(cluster).apply_mig_layout(
         "h100-1", [GpuLayout(0, True, (MigInstanceInfo("7g.80gb", 0),))]
     )
     node = NodeCapacity.objects.get(cluster=cluster, name="h100-1")
-    outcome = _racing(node.pk, "nvidia.com/mig-7g.80gb", lambda: sync_cluster(cluster=cluster))
+    outcome = _racing(node.pk, "nvidia.com/mig-7g.80gb", lambda: sync_inventory(cluster=cluster))
     assert outcome["waited"] and "error" not in outcome
     assert outcome["result"].ok
     spec = SpecAndCount.objects.get(node=node, resource_name="nvidia.com/mig-7g.80gb")
     assert (spec.profile, spec.capacity, spec.allocatable) == ("7g.80gb", 1, 1)  # what the cluster says
     with CaptureQueriesContext(connection) as ctx:
-        assert not sync_cluster(cluster=cluster).changed
+        assert not sync_inventory(cluster=cluster).changed
     assert writes(ctx) == []
 
 
@@ -229,7 +232,7 @@ def test_admission_meeting_a_concurrent_insert_of_the_same_spec_row_does_not_rai
     from pools.services import admit_waiting, approve_request, submit_request
 
     cluster = ClusterFactory(name="race", fleet=[("h200", 1, "H200-141GB", FULL)])
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     node = NodeCapacity.objects.get(cluster=cluster)
     request = submit_request(
         project=tenancy.vision, user=tenancy.acme_member, items=[("h200-141gb.mig-4g.71gb", 1)]

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from pools.models import NodeCapacity
-from pools.sync import sync_lock
+from pools.services.inventory import sync_lock
 from pools.tasks import sync_all_clusters, sync_cluster_now
 from tests.factories import ClusterFactory
 
@@ -43,10 +43,10 @@ def test_a_cluster_is_never_synced_twice_at_once(sim_cluster):
 def test_the_whole_flow_through_the_api_with_a_real_worker(celery_worker, tenancy, staff_user):
     from rest_framework.test import APIClient
 
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
     cluster = ClusterFactory(name="flow", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     member, approver = APIClient(), APIClient()
     member.force_authenticate(tenancy.acme_member)
     approver.force_authenticate(staff_user("approver"))
@@ -99,21 +99,20 @@ def test_a_worker_killed_half_way_leaves_provisioning_to_the_next_one(
 
     from pools.drivers.simulated import SimulatedDriver
     from pools.models import Pool
-    from pools.services import admit_waiting, approve_request, dispatch, submit_request
+    from pools.services import admit_waiting, approve_request, submit_request
     from pools.services import queue as queue_service
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
     from pools.tasks import provision_pool
     from tests.conftest import running_worker
 
     cluster = ClusterFactory(name="slow", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", 2)])
     approver = staff_user("approver")
     SimulatedDriver(cluster).set_latency(1.5)  # every cluster call takes a while: room to die half-way
     queue = f"death-{uuid.uuid4().hex[:8]}"
     # admission sends the provisioning task to this test's own worker, not to the session's
     to_this_worker = SimpleNamespace(
-        PROVISION=dispatch.PROVISION,
         after_commit=lambda task, pool_id: transaction.on_commit(
             lambda: provision_pool.apply_async(args=[pool_id], queue=queue)
         ),
@@ -153,10 +152,10 @@ def test_a_crash_in_the_worker_ends_provisioning_and_release_cleanly(celery_work
     worker fails the pool being provisioned, and releases the pool being released, saying why."""
     from pools.models import Allocation, Pool, PoolState, SpecAndCount
     from pools.services import admit_waiting, approve_request, release_pool, submit_request
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
     cluster = ClusterFactory(name="crash", fleet=SMALL_FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     approver = staff_user("approver")
 
     def pool_of(items):

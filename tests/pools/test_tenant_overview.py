@@ -14,7 +14,7 @@ from django.utils import timezone
 from pools import selectors
 from pools.models import PoolEvent, PoolRequest
 from pools.services import admit_waiting, approve_request, submit_request
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from portal.models import Role
 from tests.factories import (
     MembershipFactory,
@@ -62,7 +62,7 @@ def refreshing(page: str) -> set[str]:
 
 @pytest.fixture
 def fleet(sim_cluster):
-    sync_cluster(cluster=sim_cluster)
+    sync_inventory(cluster=sim_cluster)
     return sim_cluster
 
 

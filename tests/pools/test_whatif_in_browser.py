@@ -36,7 +36,7 @@ def update(rows, **values) -> None:
 @pytest.fixture
 def phone(live_server, client, operator, monkeypatch, settings, tmp_path):
     """A phone-sized tab signed in as an operator, failing the test on any script, console or load error."""
-    monkeypatch.setattr("pools.views.REFRESH_SECONDS", SECONDS)
+    monkeypatch.setattr("pools.views.refresh.REFRESH_SECONDS", SECONDS)
     settings.STORAGES = {
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

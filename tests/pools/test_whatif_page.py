@@ -19,9 +19,9 @@ from django.utils import translation
 
 from pools.models import WhatIfRun, WhatIfState
 from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
-from pools.services.whatif import run_whatif
-from pools.whatif_charts import MEASURES
-from pools.whatif_views import last_month
+from pools.whatif.charts import MEASURES
+from pools.whatif.forms import last_month
+from pools.whatif.report import run_whatif
 from tests.factories import WhatIfRunFactory
 from tests.pools.whatif_month import CHANGES, LIST
 from tests.portal.test_csp import assert_hardened

@@ -11,15 +11,17 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from pools import conf, task_names
 from pools.models import WhatIfRun, WhatIfState
 from pools.placement.fleet_changes import ADD, REGROUP, REMOVE, FleetChangeError
 from pools.selectors.history import HistoryError
-from pools.services import dispatch, whatif_runs
 from pools.services.deadlines import sweep_stuck_pools
-from pools.services.whatif import TOO_LARGE, run_whatif
-from pools.services.whatif_runs import MAX_CHANGES, execute_whatif_run, start_whatif_run
 from pools.tasks import execute_whatif_run as execute_task
 from pools.tasks import sweep_stuck_pools as sweep_task
+from pools.whatif import runs as whatif_runs
+from pools.whatif.report import TOO_LARGE, run_whatif
+from pools.whatif.runs import MAX_CHANGES, execute_whatif_run, start_whatif_run
+from portal.celery import route_to_own_queue
 from portal.errors import Conflict, InvalidInput, NotAllowed
 from tests.conftest import TASK_QUEUE
 from tests.factories import WhatIfRunFactory
@@ -62,7 +64,7 @@ def test_a_run_is_kept_queued_and_sent_once_committed(march, operator, django_ca
         run = start_whatif_run(
             user=operator, month=" 2026-03 ", cluster="sim", changes=[(ADD, " 8 H100-80GB ")]
         )
-    assert sends(callbacks) == [(dispatch.WHATIF_RUN, (run.pk,))]
+    assert sends(callbacks) == [(task_names.WHATIF_RUN, (run.pk,))]
     run.refresh_from_db()
     assert (run.state, run.month, run.changes, run.report) == (
         WhatIfState.QUEUED,
@@ -363,30 +365,35 @@ def test_approvers_read_runs_but_may_not_start_one(march, approver):
 
 
 def test_what_if_runs_go_to_a_queue_of_their_own(settings):
-    """With the portal's settings the task goes to WHATIF_QUEUE, through the real broker, and the rest to the
-    default queue; the tests send every task, what-if runs too, to this session's queue."""
-    portal = Celery("routes")
-    portal.config_from_object("django.conf:settings", namespace="CELERY")
-    router = portal.amqp.router
-    assert router.route({}, dispatch.WHATIF_RUN)["queue"].name == settings.WHATIF_QUEUE == "whatif"
-    for other in (dispatch.PROVISION, dispatch.ADMIT, dispatch.SYNC, dispatch.EVENT_EMAIL, "pools.tasks.x"):
-        assert router.route({}, other)["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE == "portal"
+    """The app's plugin routes the task to WHATIF_QUEUE, through the real broker, and the rest to the default
+    queue; the tests send every task, what-if runs too, to this session's queue."""
+    assert conf.settings.WHATIF_QUEUE == "whatif"
+    assert route_to_own_queue(task_names.WHATIF_RUN, (), {}, {}) == {"queue": "whatif"}
+    others = (
+        task_names.PROVISION,
+        task_names.ADMIT,
+        task_names.SYNC,
+        task_names.EVENT_EMAIL,
+        "pools.tasks.x",
+    )
+    for other in others:
+        assert route_to_own_queue(other, (), {}, {}) is None
 
     # Through Redis: the route puts the task on its queue's list, and on no other. The queue is one of this
     # test's own, so that no worker of the machine takes the task.
     settings.WHATIF_QUEUE = queue = f"{TASK_QUEUE}-whatif"
-    settings.CELERY_TASK_ROUTES = {dispatch.WHATIF_RUN: {"queue": queue}}
     settings.CELERY_TASK_DEFAULT_QUEUE = default = f"{TASK_QUEUE}-default"
     sender = Celery("sender")
     sender.config_from_object("django.conf:settings", namespace="CELERY")
+    sender.conf.task_routes = (route_to_own_queue,)
     with sender.connection_for_write() as broker:
         redis = broker.default_channel.client
         try:
-            sender.send_task(dispatch.WHATIF_RUN, args=[1], connection=broker)
+            sender.send_task(task_names.WHATIF_RUN, args=[1], connection=broker)
             assert (redis.llen(queue), redis.llen(default)) == (1, 0)
         finally:
             redis.delete(queue, default)
 
     from portal.celery import app
 
-    assert app.amqp.router.route({}, dispatch.WHATIF_RUN)["queue"].name == TASK_QUEUE
+    assert app.amqp.router.route({}, task_names.WHATIF_RUN)["queue"].name == TASK_QUEUE

@@ -5,7 +5,7 @@ from datetime import datetime
 from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
-from pools.services import dispatch
+from portal import dispatch
 
 SEOUL = ZoneInfo("Asia/Seoul")
 LIST = "/capacity/whatif/"
@@ -17,7 +17,7 @@ def kst(day: int, hour: int = 0) -> datetime:
 
 
 # The runs' way to Celery, losing what it sends: a test that commits runs its run itself, not the worker.
-LOSING = SimpleNamespace(WHATIF_RUN=dispatch.WHATIF_RUN, after_commit=lambda task, *args: None)
+LOSING = SimpleNamespace(after_commit=lambda task, *args: None)
 
 
 def sends(callbacks) -> list[tuple[str, tuple]]:

@@ -94,7 +94,7 @@ def assert_hardened(response, status: int = 200) -> PageParts:
 
 @pytest.fixture
 def fleet(settings, db):
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
     cluster = ClusterFactory(
@@ -104,7 +104,7 @@ def fleet(settings, db):
             ("h100", 1, "H100-80GB", [None] * 8),
         ],
     )
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     return cluster
 
 

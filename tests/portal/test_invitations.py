@@ -8,6 +8,7 @@ from django.core import mail
 from django.urls import reverse
 from django.utils import timezone
 
+from portal.dispatch import Send
 from portal.models import Invitation, Membership, Role
 from portal.tasks import send_invitation
 from tests.factories import PASSWORD, InvitationFactory, UserFactory
@@ -22,7 +23,8 @@ def test_invitee_signs_up_and_lands_in_the_tenant(tenancy, client, django_captur
     with django_capture_on_commit_callbacks() as callbacks:
         assert invite(client, role="viewer").status_code == 302
     invitation = Invitation.objects.get(email="newcomer@example.com")
-    assert len(callbacks) == 1  # the e-mail is queued only once the invitation is committed
+    # the e-mail is queued only once the invitation is committed, by the task's name
+    assert callbacks == [Send("portal.tasks.send_invitation", (invitation.pk,))]
 
     send_invitation(invitation.pk)  # what the worker runs; the Celery round trip has its own test
     assert len(mail.outbox) == 1

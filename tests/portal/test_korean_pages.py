@@ -29,7 +29,7 @@ from pools.services import (
     set_priority,
     submit_request,
 )
-from pools.sync import sync_cluster
+from pools.services.inventory import sync_inventory
 from tests.factories import AlertFactory, ClusterFactory, PoolFactory
 from tests.pools.test_placement import H100, ask, gpu, placed
 from tests.pools.test_placement import fleet as gpus
@@ -91,7 +91,7 @@ def english_in(html: str, extra: tuple[str, ...] = ()) -> list[str]:
 def fleet(settings):
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
     cluster = ClusterFactory(name="sim", fleet=FLEET)
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     return cluster
 
 

@@ -75,9 +75,9 @@ def test_every_route_without_a_tenant_is_staff_only_or_said_otherwise():
 def objects(tenancy):
     """One real object for each kind of id the staff routes take, all of tenant acme's or the fleet's."""
     cluster = ClusterFactory(name="staff", fleet=[("n", 1, "H100-80GB", [None] * 8)])
-    from pools.sync import sync_cluster
+    from pools.services.inventory import sync_inventory
 
-    sync_cluster(cluster=cluster)
+    sync_inventory(cluster=cluster)
     pool = PoolFactory(project=tenancy.vision, cluster=cluster)
     allocation = AllocationFactory(pool=pool, gpu=cluster.nodes.get().gpus.first())
     gpu, node = allocation.gpu, allocation.gpu.node

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 from django.core.management.base import BaseCommand, CommandError
 
-from monitoring.agent import DEFAULT_BATCH, DEFAULT_INTERVAL, DEFAULT_TIMEOUT, Agent, Portal
 from monitoring.collectors.base import Collector, CollectorUnavailable
+from monitoring.ingest.agent import DEFAULT_BATCH, DEFAULT_INTERVAL, DEFAULT_TIMEOUT, Agent, Portal
 
 HELP = """Read this host's GPUs (NVML) every interval and push the readings to the portal with an agent
 token (made in the admin, under agent tokens). While the portal is away the readings wait in a bounded
@@ -108,7 +108,7 @@ class Command(BaseCommand):
     @contextmanager
     def _logging(self, *, quiet: bool):
         """The agent's log on standard error with times; with --once, only the one closing line."""
-        logger = logging.getLogger("monitoring.agent")
+        logger = logging.getLogger("monitoring.ingest.agent")
         saved = (logger.handlers[:], logger.level, logger.propagate)
         if quiet:
             handler: logging.Handler = logging.NullHandler()

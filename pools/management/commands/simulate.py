@@ -14,7 +14,7 @@ from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
 from pools.placement.simulation import SimulationResult, simulate
 from pools.placement.timetrace import TraceError, read_simulation_trace, write_outcomes
 from pools.placement.whatif import side_by_side
-from pools.services.whatif import BAD_INPUT, InvalidAnswer, run_whatif
+from pools.whatif.report import BAD_INPUT, InvalidAnswer, run_whatif
 
 HELP = """Run the admission queue over the timed requests of a trace, on its GPUs, from second 0 to the
 horizon, and print when each request was admitted and where it went as JSON (API.md, "Simulation trace");

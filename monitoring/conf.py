@@ -1,0 +1,37 @@
+"""The monitoring app's settings, with their defaults (read as `portal.appsettings` says: Django's setting,
+else the environment variable of that name, else the default here)."""
+
+from portal.appsettings import AppSettings, Setting
+
+settings = AppSettings(
+    # How long each form of GPU figures is kept: raw samples (whole days, dropped as partitions), 5-minute
+    # and 1-hour roll-ups (min / avg / max).
+    MONITORING_RAW_DAYS=Setting.int(3, minimum=1),
+    MONITORING_5M_DAYS=Setting.int(35, minimum=1),
+    MONITORING_1H_DAYS=Setting.int(400, minimum=1),
+    # Samples are refused when older than this (an agent's buffer holds at most about this much) or more
+    # than MONITORING_SAMPLE_MAX_AHEAD_SECONDS in the future (a host's clock gone wrong).
+    MONITORING_SAMPLE_MAX_AGE_SECONDS=Setting.int(6 * 3600, minimum=1),
+    MONITORING_SAMPLE_MAX_AHEAD_SECONDS=Setting.int(300, minimum=0),
+    # The most readings (hosts × instants) and GPUs one batch from an agent may carry.
+    MONITORING_BATCH_MAX_READINGS=Setting.int(1000, minimum=1),
+    MONITORING_BATCH_MAX_GPUS=Setting.int(20000, minimum=1),
+    # How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
+    MONITORING_COLLECT_SECONDS=Setting.int(30, minimum=1),
+    MONITORING_PROMETHEUS_TIMEOUT_SECONDS=Setting.float(5.0, minimum=0.1),
+    # The simulated fleet has an uncorrected ECC error on a GPU with a chance of one in this many per
+    # minute (about one a day on the demo's fleet), which drains that GPU as a real one would be.
+    MONITORING_SIMULATED_ECC_ONE_IN=Setting.int(150000, minimum=1),
+    # Alerts: a threshold holds over a duration when the samples in it are never further apart than
+    # MONITORING_ALERT_SAMPLE_GAP_SECONDS (nor further from its ends). Notifications go by e-mail to the
+    # operators and as a JSON POST to MONITORING_ALERT_WEBHOOK_URL (if set; a rule may name another webhook
+    # as well), each retried after MONITORING_ALERT_RETRY_SECONDS, doubling up to
+    # MONITORING_ALERT_RETRY_MAX_SECONDS, until MONITORING_ALERT_MAX_ATTEMPTS tries have failed. The
+    # e-mails about GPU faults go the same way.
+    MONITORING_ALERT_SAMPLE_GAP_SECONDS=Setting.int(120, minimum=1),
+    MONITORING_ALERT_WEBHOOK_URL=Setting.str(""),
+    MONITORING_ALERT_WEBHOOK_TIMEOUT_SECONDS=Setting.float(5.0, minimum=0.1),
+    MONITORING_ALERT_RETRY_SECONDS=Setting.int(30, minimum=1),
+    MONITORING_ALERT_RETRY_MAX_SECONDS=Setting.int(3600, minimum=1),
+    MONITORING_ALERT_MAX_ATTEMPTS=Setting.int(10, minimum=1),
+)

@@ -1,0 +1,306 @@
+"""The rows of a cluster's inventory made to match what its driver reported: nodes, GPUs, the resources each
+node advertises (SpecAndCount) and the GPU pods running (WorkloadProfile).
+
+Only the inventory service (pools/services/inventory.py) calls `write_inventory`, under the cluster's sync
+lock and inside its transaction; the cluster's own state (status, failures, back-off) is the service's to
+write. What did not change is not written, in a number of queries that does not depend on the size of the
+fleet; rows that left the cluster are marked absent, never deleted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pools.conf import settings
+from pools.drivers.base import NodeInfo, PodInfo
+from pools.mig import profile_from_resource
+from pools.models import Cluster, GpuCapacity, Health, NodeCapacity, SpecAndCount, WorkloadProfile
+from portal.models import Project
+
+NODE_FIELDS = (
+    "gpu_model",
+    "gpu_count",
+    "ready",
+    "mig_strategy",
+    "mig_config",
+    "mig_state",
+    "present",
+    "error",
+)
+GPU_FIELDS = ("uuid", "model", "memory_mib", "mig_capable", "mig_enabled", "layout", "health", "present")
+SPEC_FIELDS = ("profile", "capacity", "allocatable")
+WORKLOAD_FIELDS = ("node_name", "count", "phase", "project_id", "present")
+BATCH = 500
+
+
+@dataclass
+class SyncReport:
+    """What one sync found: whether the cluster could be read (else why not), and how many rows of each kind
+    were new, changed or gone."""
+
+    cluster: str
+    ok: bool = True
+    error: str = ""
+    created: dict[str, int] = field(default_factory=dict)
+    updated: dict[str, int] = field(default_factory=dict)
+    vanished: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return any(self.created.values()) or any(self.updated.values()) or any(self.vanished.values())
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.cluster}: failed: {self.error}"
+        parts = [
+            f"{what} {verb} {count}"
+            for verb, counts in (("new", self.created), ("changed", self.updated), ("gone", self.vanished))
+            for what, count in counts.items()
+            if count
+        ]
+        return f"{self.cluster}: " + (", ".join(parts) if parts else "no change")
+
+
+def write_inventory(
+    *, cluster: Cluster, nodes: list[NodeInfo], pods: list[PodInfo], now: datetime, report: SyncReport
+) -> None:
+    """Write what changed of the cluster's nodes, GPUs, specs and GPU pods, counting it in `report`."""
+    _sync_nodes(cluster, nodes, now, report)
+    _sync_workloads(cluster, pods, now, report)
+
+
+def heartbeat_due(last: datetime | None, now: datetime) -> bool:
+    """Whether a "last seen" time is old enough to be written again although nothing changed."""
+    return last is None or now - last >= timedelta(seconds=settings.SYNC_HEARTBEAT_SECONDS)
+
+
+# --- nodes, GPUs, specs ------------------------------------------------------------------
+
+
+def _apply(
+    model,
+    rows: dict,
+    wanted: dict,
+    fields: tuple[str, ...],
+    now: datetime,
+    make,
+    unique_fields: tuple[str, ...] = (),
+) -> tuple[int, int]:
+    """Create missing rows and update changed ones; returns (created, updated).
+
+    With `unique_fields`, a row that another transaction inserted meanwhile (it committed after
+    this sync read the table) is updated instead of failing on the unique constraint.
+    """
+    to_create, to_update = {}, []
+    for key, values in wanted.items():
+        row = rows.get(key)
+        if row is None:
+            row = make(key, values)
+            to_create[key] = row
+            rows[key] = row
+        elif any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.last_change_at = now
+            to_update.append(row)
+    if unique_fields and to_create:
+        # INSERT … ON CONFLICT DO UPDATE of the synced fields only: what the other writer owns
+        # (the allocated count, recounted under the capacity lock) stays as it wrote it. Rows go
+        # in key order so that two such inserts wait for each other instead of deadlocking.
+        model.objects.bulk_create(
+            [to_create[key] for key in sorted(to_create)],
+            batch_size=BATCH,
+            update_conflicts=True,
+            unique_fields=unique_fields,
+            update_fields=[*fields, "last_change_at"],
+        )
+    else:
+        model.objects.bulk_create(to_create.values(), batch_size=BATCH)
+    if to_update:
+        model.objects.bulk_update(to_update, [*fields, "last_change_at"], batch_size=BATCH)
+    return len(to_create), len(to_update)
+
+
+def _mark_absent(model, rows: Iterable, now: datetime) -> int:
+    gone = [row for row in rows if row.present]
+    for row in gone:
+        row.present = False
+        row.last_change_at = now
+    if gone:
+        model.objects.bulk_update(gone, ["present", "last_change_at"], batch_size=BATCH)
+    return len(gone)
+
+
+def _clear_reached_plans(gpus: dict, wanted: dict) -> None:
+    """A layout the queue planned is forgotten once the cluster reports it (same MIG mode and profiles)."""
+    reached = [
+        gpu.pk
+        for key, gpu in gpus.items()
+        if gpu.planned_layout is not None
+        and key in wanted
+        and wanted[key]["mig_enabled"] == gpu.planned_layout["mig"]
+        and sorted(i["profile"] for i in wanted[key]["layout"])
+        == sorted(i["profile"] for i in gpu.planned_layout["instances"])
+    ]
+    if reached:
+        GpuCapacity.objects.filter(pk__in=reached).update(planned_layout=None)
+
+
+def _node_values(info: NodeInfo, previous: NodeCapacity | None, now: datetime) -> dict:
+    """The node row as the cluster reports it; what it cannot tell now is kept as last known."""
+    readable = info.gpus_known and not info.error
+    return {
+        "gpu_model": info.gpu_model or (previous.gpu_model if previous else ""),
+        "gpu_count": len(info.gpus) if readable or previous is None else previous.gpu_count,
+        "ready": info.ready,
+        "mig_strategy": info.mig_strategy,
+        "mig_config": info.mig_config,
+        "mig_state": info.mig_state,
+        "mig_state_since": (
+            previous.mig_state_since if previous and previous.mig_state == info.mig_state else now
+        ),
+        "present": True,
+        "error": info.error,
+    }
+
+
+def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: SyncReport) -> None:
+    nodes = {n.name: n for n in NodeCapacity.objects.filter(cluster=cluster)}
+    wanted = {info.name: _node_values(info, nodes.get(info.name), now) for info in infos}
+    created, updated = _apply(
+        NodeCapacity,
+        nodes,
+        wanted,
+        NODE_FIELDS,
+        now,
+        lambda name, values: NodeCapacity(cluster=cluster, name=name, **values),
+    )
+    report.created["nodes"], report.updated["nodes"] = created, updated
+    gone = [node for name, node in nodes.items() if name not in wanted]
+    report.vanished["nodes"] = _mark_absent(NodeCapacity, gone, now)
+
+    gpus = {(g.node_id, g.index): g for g in GpuCapacity.objects.filter(node__cluster=cluster)}
+    specs = {(s.node_id, s.resource_name): s for s in SpecAndCount.objects.filter(node__cluster=cluster)}
+    specs_by_node = defaultdict(list)
+    for key, spec in specs.items():
+        specs_by_node[key[0]].append((key, spec))
+    wanted_gpus, wanted_specs = {}, {}
+    readable = set()
+    for info in infos:
+        if info.error:
+            continue  # keep the node's last good picture; the error is shown on the node
+        node_id = nodes[info.name].pk
+        if info.gpus_known:  # else a MIG change is under way: keep the GPUs as last known
+            readable.add(node_id)
+        for gpu in info.gpus if info.gpus_known else ():
+            wanted_gpus[(node_id, gpu.index)] = {
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "memory_mib": gpu.memory_mib,
+                "mig_capable": gpu.mig_capable,
+                "mig_enabled": gpu.mig_enabled,
+                "layout": [{"profile": i.profile, "start": i.start, "uuid": i.uuid} for i in gpu.instances],
+                "health": gpu.health if gpu.health in Health.values else Health.UNKNOWN,
+                "present": True,
+            }
+        for resource, count in info.resources.items():
+            wanted_specs[(node_id, resource)] = {
+                "profile": profile_from_resource(resource) or resource,
+                "capacity": count.capacity,
+                "allocatable": count.allocatable,
+            }
+        for key, spec in specs_by_node[node_id]:  # resources the node no longer advertises
+            if key not in wanted_specs and (spec.capacity or spec.allocatable):
+                wanted_specs[key] = {"profile": spec.profile, "capacity": 0, "allocatable": 0}
+
+    _clear_reached_plans(gpus, wanted_gpus)
+    created, updated = _apply(
+        GpuCapacity,
+        gpus,
+        wanted_gpus,
+        GPU_FIELDS,
+        now,
+        lambda key, values: GpuCapacity(node_id=key[0], index=key[1], **values),
+    )
+    report.created["gpus"], report.updated["gpus"] = created, updated
+    gone_nodes = {node.pk for node in gone}
+    report.vanished["gpus"] = _mark_absent(
+        GpuCapacity,
+        (
+            g
+            for key, g in gpus.items()
+            if key not in wanted_gpus and (key[0] in readable or key[0] in gone_nodes)
+        ),
+        now,
+    )
+    created, updated = _apply(
+        SpecAndCount,
+        specs,
+        wanted_specs,
+        SPEC_FIELDS,
+        now,
+        lambda key, values: SpecAndCount(node_id=key[0], resource_name=key[1], **values),
+        # Provisioning syncs too, and admission may insert a row for a profile not advertised yet.
+        unique_fields=("node", "resource_name"),
+    )
+    report.created["specs"], report.updated["specs"] = created, updated
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+def _sync_workloads(cluster: Cluster, pods: list[PodInfo], now: datetime, report: SyncReport) -> None:
+    rows = {
+        (w.namespace, w.pod_name, w.resource_name): w for w in WorkloadProfile.objects.filter(cluster=cluster)
+    }
+    namespaces = {pod.namespace for pod in pods}
+    projects = dict(Project.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
+    wanted = {
+        (pod.namespace, pod.name, resource): {
+            "node_name": pod.node,
+            "count": count,
+            "phase": pod.phase,
+            "project_id": projects.get(pod.namespace),
+            "present": True,
+        }
+        for pod in pods
+        for resource, count in pod.resources.items()
+    }
+    to_create, to_update = [], []
+    for key, values in wanted.items():
+        row = rows.get(key)
+        if row is None:
+            namespace, pod_name, resource = key
+            to_create.append(
+                WorkloadProfile(
+                    cluster=cluster,
+                    namespace=namespace,
+                    pod_name=pod_name,
+                    resource_name=resource,
+                    last_seen_at=now,
+                    **values,
+                )
+            )
+        elif any(getattr(row, name) != value for name, value in values.items()) or heartbeat_due(
+            row.last_seen_at, now
+        ):
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.last_seen_at = now
+            to_update.append(row)
+    WorkloadProfile.objects.bulk_create(to_create, batch_size=BATCH)
+    if to_update:
+        WorkloadProfile.objects.bulk_update(to_update, [*WORKLOAD_FIELDS, "last_seen_at"], batch_size=BATCH)
+    gone = [row for key, row in rows.items() if key not in wanted and row.present]
+    for row in gone:
+        row.present = False
+    if gone:
+        WorkloadProfile.objects.bulk_update(gone, ["present"], batch_size=BATCH)
+    report.created["workloads"], report.updated["workloads"], report.vanished["workloads"] = (
+        len(to_create),
+        len(to_update),
+        len(gone),
+    )

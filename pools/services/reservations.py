@@ -1,0 +1,86 @@
+"""Reserved capacity: the allocations of a placed plan, the per-node counts recounted from them, and the one
+lock every change of reserved capacity takes (admission, re-placing, release, failure).
+
+The lock is a database advisory lock held until the transaction ends, so that counts are always recounted
+from a settled picture; the allocation exclusion constraint (pools/models/pools.py) makes over-commit
+impossible even if two portals disagreed about the lock.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.backends.postgresql.psycopg_any import NumericRange
+from django.db.models import Count
+
+from pools import capacity_version, mig, placement
+from pools.models import Allocation, GpuCapacity, Pool, SpecAndCount
+
+QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of reserved capacity (the admission queue's)
+
+
+def lock_capacity() -> None:
+    """Serialise every change of reserved capacity (admissions, releases, failures) until the
+    transaction ends, so that allocation counts are always recounted from a settled picture."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_LOCK])
+    capacity_version.changed()
+
+
+def reserve_plan(pool: Pool, plan: placement.Placement) -> set[int]:
+    """The allocations of a placed plan for `pool`, and the planned layouts of the GPUs it re-partitions
+    (admission and re-placing share this); returns the ids of the nodes whose counts changed."""
+    gpus = {g.pk: g for g in GpuCapacity.objects.filter(pk__in=[int(a.gpu) for a in plan.assignments])}
+    for change in plan.reconfigure:
+        GpuCapacity.objects.filter(pk=int(change.gpu)).update(
+            planned_layout={
+                "mig": change.mig,
+                "instances": [{"profile": p, "start": s} for p, s in change.instances],
+            }
+        )
+    Allocation.objects.bulk_create(
+        Allocation(
+            pool=pool,
+            gpu_id=int(a.gpu),
+            profile=a.profile,
+            slices=NumericRange(0, mig.MEMORY_SLICES)
+            if a.profile == mig.FULL_GPU
+            else NumericRange(
+                a.start, a.start + mig.gpu_model(gpus[int(a.gpu)].model).profile(a.profile).memory_slices
+            ),
+            resource_name=mig.resource_name(a.profile),
+        )
+        for a in plan.assignments
+    )
+    return {g.node_id for g in gpus.values()}
+
+
+def recount_allocated(node_ids: set[int]) -> None:
+    """SpecAndCount.allocated of these nodes, from their live allocations."""
+    counts = (
+        Allocation.objects.filter(released_at__isnull=True, gpu__node_id__in=node_ids)
+        .values("gpu__node_id", "resource_name")
+        .annotate(n=Count("id"))
+    )
+    wanted = {(row["gpu__node_id"], row["resource_name"]): row["n"] for row in counts}
+    # Key order, as the sync writes them: two writers of the same rows wait instead of deadlocking.
+    for spec in SpecAndCount.objects.filter(node_id__in=node_ids).order_by("node_id", "resource_name"):
+        n = wanted.pop((spec.node_id, spec.resource_name), 0)
+        if spec.allocated != n:
+            spec.allocated = n
+            spec.save(update_fields=["allocated", "last_change_at"])
+    # A profile the cluster does not advertise yet. A sync (it runs outside the capacity lock) may
+    # insert the same row meanwhile: then only the count is ours to set, the rest is what it saw.
+    SpecAndCount.objects.bulk_create(
+        [
+            SpecAndCount(
+                node_id=node_id,
+                resource_name=resource,
+                profile=mig.profile_from_resource(resource) or resource,
+                allocated=n,
+            )
+            for (node_id, resource), n in sorted(wanted.items())
+        ],
+        update_conflicts=True,
+        unique_fields=["node", "resource_name"],
+        update_fields=["allocated", "last_change_at"],
+    )

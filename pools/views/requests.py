@@ -1,0 +1,194 @@
+"""The tenants' pages of requests and pools: the request form, a request and a pool with their buttons
+(cancel, release), and a tenant's lists of each, filtered and paged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods, require_POST
+
+from pools import selectors, services
+from pools.forms import ListFilterForm, PoolRequestForm, copied_request, rows_for
+from pools.manifest import pods
+from pools.models import PoolState, RequestState
+from pools.pricing import hourly_price
+from pools.views.refresh import refresh_while
+from portal import selectors as tenancy
+from portal import shell
+from portal.errors import PortalError
+from portal.permissions import can_request_pools, require_pool_requester
+
+LIST_PAGE_SIZE = 50
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpResponse:
+    project = tenancy.visible_project(user=request.user, tenant_slug=tenant_slug, slug=slug)
+    try:
+        require_pool_requester(user=request.user, tenant_id=project.tenant_id)
+    except PortalError as error:
+        context = {"project": project, "tenant": project.tenant, "reason": error.message}
+        return render(request, "pools/request_forbidden.html", context, status=error.status_code)
+    offered = selectors.spec_offers()
+    specs = [o.spec for o in offered]
+    if request.method == "GET":
+        initial = _copy_of(request, tenant_slug)
+        form = PoolRequestForm(specs=specs, initial=initial, rows=rows_for(initial))
+    elif "add_row" in request.POST:  # "Add a line": the same form again, one empty line longer, unsent
+        kept = request.POST.dict()
+        form = PoolRequestForm(specs=specs, initial=kept, rows=rows_for(kept, more=1))
+    else:
+        form = PoolRequestForm(request.POST, specs=specs, rows=rows_for(request.POST))
+    status = 200
+    if request.method == "POST" and "add_row" not in request.POST:
+        status = 400
+        if form.is_valid():
+            try:
+                created = services.submit_request(
+                    project=project,
+                    user=request.user,
+                    items=form.items(),
+                    cluster=form.cleaned_data["cluster"],
+                    purpose=form.cleaned_data["purpose"],
+                    justification=form.cleaned_data["justification"],
+                )
+            except PortalError as error:
+                form.add_error(None, error.message)
+                status = error.status_code
+            else:
+                messages.success(
+                    request, _("Request #%(id)s submitted; an approver decides next.") % {"id": created.pk}
+                )
+                return redirect("pool-request", tenant_slug=tenant_slug, pk=created.pk)
+    rows = [(offer, hourly_price(offer.spec)) for offer in offered]
+    context = {"project": project, "tenant": project.tenant, "form": form, "specs": rows}
+    return render(request, "pools/request_new.html", context, status=status)
+
+
+def _copy_of(request: HttpRequest, tenant_slug: str) -> dict | None:
+    """`?copy=<id>`: a request of this tenant that the user sees, to ask for the same again; any
+    other id (another tenant's, a made-up one, not a number) is not found."""
+    copy = request.GET.get("copy")
+    if copy is None:
+        return None
+    if not (copy.isascii() and copy.isdigit()):
+        raise Http404
+    found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=int(copy))
+    return copied_request(found)
+
+
+@login_required
+def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    context = {
+        "req": found,
+        "project": found.project,
+        "tenant": found.project.tenant,
+        "position": selectors.queue_positions().get(found.pk),
+        "pool": getattr(found, "pool", None),
+        "can_request": can_request_pools(user=request.user, tenant_id=found.project.tenant_id),
+        "refresh": refresh_while(found.state in selectors.WAITING_REQUEST_STATES),
+    }
+    return render(request, "pools/request_detail.html", context)
+
+
+def _act(request: HttpRequest, change, done: str, back: HttpResponse) -> HttpResponse:
+    """Run one service call from a button; its refusal, or `done`, is shown on the page it goes back to."""
+    try:
+        change()
+    except PortalError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, done)
+    return back
+
+
+@login_required
+@require_POST
+def request_cancel(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    found = selectors.visible_request(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    return _act(
+        request,
+        lambda: services.cancel_request(request_id=found.pk, user=request.user),
+        _("Request #%(id)s cancelled.") % {"id": found.pk},
+        redirect("pool-request", tenant_slug=tenant_slug, pk=found.pk),
+    )
+
+
+@login_required
+def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    live = [a for a in pool.allocations.all() if a.released_at is None]
+    context = {
+        "pool": pool,
+        "project": pool.project,
+        "tenant": pool.project.tenant,
+        "allocations": pool.allocations.all(),
+        "pods": pods((a.gpu.node.name, a.resource_name) for a in live),
+        "sections": shell.pool_sections(request, pool),
+        "refresh": refresh_while(pool.state in selectors.MOVING_POOL_STATES),
+    }
+    return render(request, "pools/pool_detail.html", context)
+
+
+@login_required
+@require_POST
+def pool_release(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    return _act(
+        request,
+        lambda: services.release_pool(pool_id=pool.pk, user=request.user),
+        _("Pool #%(id)s is being released.") % {"id": pool.pk},
+        redirect("pool", tenant_slug=tenant_slug, pk=pool.pk),
+    )
+
+
+def _tenant_list(
+    request: HttpRequest, tenant_slug: str, *, rows: Callable[..., QuerySet], states: list[tuple[str, str]]
+) -> tuple[dict, int]:
+    """The context of a tenant's list of requests or pools, filtered by the address and paged, and
+    its status: filters that do not hold (an unknown state, a project that is not the tenant's)
+    answer 400, the form saying why, and no rows."""
+    tenant = tenancy.visible_tenant(user=request.user, slug=tenant_slug)
+    form = ListFilterForm(request.GET, projects=tenancy.tenant_projects(tenant=tenant), states=states)
+    context = {"tenant": tenant, "form": form, "page": None, "filtered": False}
+    if not form.is_valid():
+        return context, 400
+    filters = form.filters()
+    found = rows(user=request.user, tenant=tenant, **filters)
+    context["page"] = Paginator(found, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    context["filtered"] = any(filters.values())
+    return context, 200
+
+
+@login_required
+def tenant_requests(request: HttpRequest, tenant_slug: str) -> HttpResponse:
+    context, status = _tenant_list(
+        request, tenant_slug, rows=selectors.tenant_requests, states=RequestState.choices
+    )
+    page = context["page"]
+    context["positions"] = selectors.queue_positions() if page is not None else {}
+    context["refresh"] = refresh_while(
+        page is not None and any(r.state in selectors.WAITING_REQUEST_STATES for r in page)
+    )
+    return render(request, "pools/tenant_requests.html", context, status=status)
+
+
+@login_required
+def tenant_pools(request: HttpRequest, tenant_slug: str) -> HttpResponse:
+    context, status = _tenant_list(
+        request, tenant_slug, rows=selectors.tenant_pools, states=PoolState.choices
+    )
+    page = context["page"]
+    context["refresh"] = refresh_while(
+        page is not None and any(p.state in selectors.MOVING_POOL_STATES for p in page)
+    )
+    return render(request, "pools/tenant_pools.html", context, status=status)

@@ -1,0 +1,160 @@
+"""What a test needs beyond its own process, found from its code: a browser, the API fuzzer, a real Celery
+worker, or another process (a manage.py command, gunicorn, Prometheus, promtool, a script).
+
+tests/conftest.py marks each collected test with what it needs (`browser`, `fuzz`, `celery`, `process`),
+so that `./scripts/test --fast` leaves those out. No test is marked by hand: a test needs what the code it
+runs reaches, and that is read from the bytecode of the test, of every fixture it uses and, transitively,
+of every function and class of the tests' own modules they name (`tests.*`). A name is followed where it
+is loaded as a global (`subprocess`, `running_worker(...)`, `restored.run(...)`), so a helper that starts a
+process marks every test that calls it, however many helpers away.
+"""
+
+from __future__ import annotations
+
+import dis
+import importlib
+import inspect
+import os
+import subprocess
+from collections.abc import Iterable
+from types import CodeType, FunctionType, ModuleType
+
+MARKERS = {
+    "browser": "drives Chromium through playwright",
+    "fuzz": "fuzzes the API with schemathesis",
+    "celery": "runs a real Celery worker",
+    "process": "starts another process (a command, a server, a script)",
+}
+# A module a test reaches, by the first part of its name, and what that means it needs.
+MODULES = {
+    "playwright": "browser",
+    "schemathesis": "fuzz",
+    "subprocess": "process",
+    "multiprocessing": "process",
+}
+PROCESS_CALLS = {os.fork, os.system, subprocess.Popen}
+LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF"}
+ATTRIBUTES = {"LOAD_ATTR", "LOAD_METHOD"}
+
+
+def codes(code: CodeType) -> Iterable[CodeType]:
+    """`code` and the code of every function, lambda and comprehension written inside it."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from codes(const)
+
+
+def named(code: CodeType, namespace: dict) -> Iterable[object]:
+    """The objects `code` loads by a global name (and `module.attribute` when that is a module) or imports,
+    at the top of its module or inside a function."""
+    instructions = list(dis.get_instructions(code))
+    imported: object = None
+    for at, instruction in enumerate(instructions):
+        if instruction.opname == "IMPORT_NAME" and isinstance(instruction.argval, str):
+            imported = _module(instruction.argval)
+            value = imported
+        elif instruction.opname == "IMPORT_FROM":
+            value = getattr(imported, str(instruction.argval), None)
+        elif instruction.opname in LOADS and isinstance(instruction.argval, str):
+            value = namespace.get(instruction.argval)
+            following = instructions[at + 1] if at + 1 < len(instructions) else None
+            if isinstance(value, ModuleType) and following is not None and following.opname in ATTRIBUTES:
+                yield getattr(value, str(following.argval), None)
+        else:
+            continue
+        yield value
+
+
+def _module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except (ImportError, ValueError):  # a relative import names no module alone
+        return None
+
+
+def _lookup(table: dict | set, value: object) -> object:
+    """`table[value]` (a set: whether it holds `value`), or None; unhashable values are in no table."""
+    try:
+        return table.get(value) if isinstance(table, dict) else (value in table or None)
+    except TypeError:
+        return None
+
+
+class Reach:
+    """What a piece of the tests' code needs, each function read once however often it is reached.
+    `special` maps objects to what reaching them means (tests.conftest's `running_worker`: a worker)."""
+
+    def __init__(self, special: dict[object, str]):
+        self.special = special
+        self.seen: dict[int, tuple[object, set[str]]] = {}  # by id, each object kept so that its id stays its
+
+    def of(self, value: object) -> set[str]:
+        if id(value) in self.seen:
+            return self.seen[id(value)][1]
+        found: set[str] = set()
+        self.seen[id(value)] = (value, found)  # a function reached again while being read adds nothing new
+        found |= self._of(value)
+        return found
+
+    def _of(self, value: object) -> set[str]:
+        if isinstance(value, ModuleType):
+            need = MODULES.get(value.__name__.partition(".")[0])
+            return {need} if need else set()
+        special = _lookup(self.special, value)
+        if special:
+            return {special} | self._body(value)
+        if _lookup(PROCESS_CALLS, value):
+            return {"process"}
+        module = (getattr(value, "__module__", None) or "").partition(".")[0]
+        if module in MODULES:
+            return {MODULES[module]}
+        return self._body(value) if module == "tests" else set()
+
+    def _body(self, value: object) -> set[str]:
+        if isinstance(value, type):
+            return set().union(*(self.of(member) for member in vars(value).values() if _callable(member)))
+        function = _function(value)
+        if function is None:
+            return set()
+        needs: set[str] = set()
+        for code in codes(function.__code__):
+            for reached in named(code, {**_closure(function), **function.__globals__}):
+                if reached is not None:
+                    needs |= self.of(reached)
+        return needs
+
+
+def _callable(member: object) -> bool:
+    return isinstance(member, FunctionType | staticmethod | classmethod | property)
+
+
+def _function(value: object) -> FunctionType | None:
+    """The plain function behind a test, a fixture, a method or a hypothesis-wrapped test."""
+    if isinstance(value, staticmethod | classmethod):
+        value = value.__func__
+    if isinstance(value, property):
+        value = value.fget
+    value = getattr(getattr(value, "hypothesis", None), "inner_test", value)
+    if callable(value):
+        value = inspect.unwrap(value)
+    return value if isinstance(value, FunctionType) else None
+
+
+def _closure(function: FunctionType) -> dict[str, object]:
+    """The names a function closes over (a fixture's helper defined inside it, a local import)."""
+    cells = function.__closure__ or ()
+    out = {}
+    for name, cell in zip(function.__code__.co_freevars, cells, strict=True):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # not yet filled
+            continue
+    return out
+
+
+def needs_of(item, reach: Reach) -> set[str]:
+    """What a collected test needs: what its own code, every fixture it uses and the kind of test it is (a
+    schemathesis case) reach."""
+    fixtures = [each.func for defs in item._fixtureinfo.name2fixturedefs.values() for each in defs]
+    return set().union(reach.of(type(item)), reach.of(item.function), *(reach.of(each) for each in fixtures))
