@@ -1,7 +1,7 @@
 """Seeded placement traces for bench/placement.py: a fleet in some state of use and a queue of requests.
 
 Words used here:
-- trace: a fleet and a queue of requests, as in the "Placement trace" of /work/shared/API.md.
+- trace: a fleet and a queue of requests, as in the "Placement trace" of docs/traces.md.
 - wholly free GPU: a GPU with nothing allocated on it (MIG off and free, or MIG on with every instance
   free). Only such a GPU may change its layout; any other GPU keeps its instances, and only the free ones
   among them can be given out.

@@ -1,6 +1,7 @@
 """The MIG catalogue as plain data: profiles per GPU model, layout rules, placement and stranded capacity.
 
-Words used here (facts from /work/shared/reference/gpu.md, sections 1 and 2):
+Words used here (facts from NVIDIA's MIG User Guide, "Supported MIG Profiles", and the GPU Operator's
+documentation of its MIG manager and device plugin):
 - memory slice, compute slice: a GPU has 8 of the one and 7 of the other. A MIG instance takes consecutive
   memory slices from an allowed start, and some compute slices.
 - profile: a kind of instance, such as "3g.40gb"; "+me" adds the GPU's one media extension.
@@ -42,10 +43,11 @@ MIG_CHANGING = (MigState.PENDING, MigState.REBOOTING)
 
 _MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _MEDIA_EXTENSION = "+me"
-# The device plugin's mixed strategy writes "+" as "." (gpu.md section 2).
+# The device plugin's mixed strategy writes "+" as "." (NVIDIA k8s-device-plugin, MIG strategies).
 _MIG_RESOURCE = re.compile(re.escape(_MIG_RESOURCE_PREFIX) + r"(\d+g\.\d+gb)(\.me)?")
 
-# gpu.md section 1, row by row. A100-80GB and H100-80GB share a column: the same profile names.
+# The MIG User Guide's profile tables and the placements `nvidia-smi mig -lgipp` lists, one row per class.
+# A100-80GB and H100-80GB share a column: the same profile names.
 # mem, cmp: memory and compute slices an instance takes; max: instances of the profile a GPU can hold.
 # fmt: off
 _PROFILE_CLASSES: tuple[tuple[str, tuple[str, str, str, str], int, int, int, tuple[int, ...]], ...] = (
@@ -67,8 +69,8 @@ _MODELS: tuple[tuple[str, int, int], ...] = (
     ("B200-180GB", 180, 3),
 )
 # fmt: on
-# GiB per class from the `nvidia-smi mig -lgip` captures quoted in gpu.md. Only these were captured; the
-# A100-80GB shares the H100's names but not its captures, so everything else stays None.
+# GiB per class as `nvidia-smi mig -lgip` reports it on an H100-80GB and an H200-141GB. Only these were
+# recorded; the A100-80GB shares the H100's names but not its listing, so everything else stays None.
 _USABLE_MEMORY_GIB: dict[str, dict[str, float]] = {
     "H100-80GB": {"1g": 9.75, "2g": 19.62, "3g": 39.50, "4g": 39.50, "7g": 79.25},
     "H200-141GB": {"1g": 16.00, "2g": 32.50, "7g": 140.00},

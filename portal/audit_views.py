@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
@@ -16,17 +16,13 @@ from django.views.decorators.http import require_GET
 from portal import audit, selectors
 from portal.errors import bad_input
 from portal.forms import AuditFilterForm
-from portal.permissions import staff_may
+from portal.permissions import require_staff
 from portal.spreadsheets import CsvWriter
 
 PERMISSION = "portal.view_auditentry"
 PER_PAGE = 50
 CSV_HEADER = ["at", "action", "actor", "tenant", "subject_kind", "subject_id", "summary", "details"]
 CSV_CHUNK = 2000
-
-
-def may_read_audit(user) -> bool:
-    return staff_may(user=user, permission=PERMISSION)
 
 
 class _Echo:
@@ -65,8 +61,7 @@ def _first_error(form: AuditFilterForm) -> str:
 @require_GET
 def audit_log(request: HttpRequest) -> HttpResponse:
     """`?format=csv` streams exactly the rows the filters select, in the page's order, English summaries."""
-    if not may_read_audit(request.user):
-        raise Http404  # tenants do not learn that the page exists
+    require_staff(user=request.user, permission=PERMISSION)
     kind = request.GET.get("format", "")
     if kind not in ("", "csv"):
         return bad_input(request, _("Unknown format %(format)r; use csv.") % {"format": kind[:20]})

@@ -71,6 +71,17 @@ def tenant_admins(*, tenant_id: int) -> QuerySet:
     )
 
 
+def platform_staff(*, role: str) -> QuerySet:
+    """The active platform staff in the platform group `role` (`portal.roles.PlatformRole`), by id: those an
+    app tells of what their role watches (operators of alerts, approvers of faults)."""
+    return (
+        get_user_model()
+        .objects.filter(is_active=True, is_staff=True, groups__name=role)
+        .distinct()
+        .order_by("pk")
+    )
+
+
 def staff_may(*, user: AbstractBaseUser, permission: str) -> bool:
     """Platform staff holding the permission (through their group), e.g. `pools.view_gpucapacity`."""
     return bool(
@@ -81,6 +92,13 @@ def staff_may(*, user: AbstractBaseUser, permission: str) -> bool:
 def require_staff(*, user: AbstractBaseUser, permission: str) -> None:
     """Platform staff's pages do not exist for anyone else: a 404, as tenants are to learn nothing."""
     if not staff_may(user=user, permission=permission):
+        raise Http404
+
+
+def require_any_staff(*, user: AbstractBaseUser, permissions: tuple[str, ...]) -> None:
+    """Pages shared by several kinds of staff (approvers and operators, say): a 404 for anyone holding none
+    of `permissions`."""
+    if not any(staff_may(user=user, permission=permission) for permission in permissions):
         raise Http404
 
 

@@ -7,7 +7,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -19,15 +19,9 @@ from monitoring.models import Alert, AlertRule
 from monitoring.models.alerts import Severity
 from monitoring.selectors.alerts import listed
 from portal import redirects
-from portal.permissions import staff_may
+from portal.permissions import require_staff, staff_may
 
 ALERTS_PER_PAGE = 50
-
-
-def _require(request: HttpRequest, permission: str) -> None:
-    """These pages do not exist for anyone but operators (tenants learn nothing from a 403)."""
-    if not staff_may(user=request.user, permission=permission):
-        raise Http404
 
 
 class AlertFilterForm(forms.Form):
@@ -42,7 +36,7 @@ class AlertFilterForm(forms.Form):
 @login_required
 def alert_list(request: HttpRequest) -> HttpResponse:
     """Newest first; an unknown filter value answers 400 with the form saying why, and no rows."""
-    _require(request, "monitoring.view_alert")
+    require_staff(user=request.user, permission="monitoring.view_alert")
     form = AlertFilterForm(request.GET)
     context = {"form": form, "page": None, "filtered": False}
     if not form.is_valid():
@@ -56,7 +50,7 @@ def alert_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def alert_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    _require(request, "monitoring.view_alert")
+    require_staff(user=request.user, permission="monitoring.view_alert")
     alert = get_object_or_404(listed(), pk=pk)
     context = {
         "alert": alert,
@@ -71,7 +65,7 @@ def alert_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def alert_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
     """A resolved alert is refused (409, said in words by the refusal middleware). Back to the alert's page,
     or to the page the button was on (`next`, a capacity page) when it is of this site."""
-    _require(request, "monitoring.change_alert")
+    require_staff(user=request.user, permission="monitoring.change_alert")
     alert = alerts.acknowledge(alert=get_object_or_404(Alert, pk=pk), user=request.user)
     messages.success(request, _("Alert #%(pk)s acknowledged.") % {"pk": alert.pk})
     return redirect(redirects.back_to(request, reverse("monitoring-alert", kwargs={"pk": alert.pk})))
@@ -80,13 +74,13 @@ def alert_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def rule_list(request: HttpRequest) -> HttpResponse:
     """The rules and how many alerts each has open; they are changed in the admin."""
-    _require(request, "monitoring.view_alert")
+    require_staff(user=request.user, permission="monitoring.view_alert")
     rules = AlertRule.objects.order_by("name")
     open_counts = {
         row["rule_id"]: row["n"]
         for row in Alert.objects.open().order_by().values("rule_id").annotate(n=Count("pk"))
     }
-    may_edit = request.user.has_perm("monitoring.change_alertrule")
+    may_edit = staff_may(user=request.user, permission="monitoring.change_alertrule")
     context = {
         "rules": [(rule, open_counts.get(rule.pk, 0)) for rule in rules],
         "admin_url": reverse("admin:monitoring_alertrule_changelist") if may_edit else "",

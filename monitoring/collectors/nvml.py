@@ -1,7 +1,7 @@
 """The NVML collector: reads this host's GPUs and MIG instances through the NVIDIA driver (`pynvml`,
 package nvidia-ml-py). It only reads: it never changes MIG mode, layout or any setting.
 
-What NVML gives (../shared/reference/gpu.md, "What can be measured"):
+What NVML gives (NVIDIA's NVML API reference: device queries, MIG and GPM; `pynvml` keeps its names):
 - per GPU: power (mW, shown in W), temperature, utilisation (NotSupported once MIG is on), memory,
   volatile corrected / uncorrected ECC counts, XID events (through an event set);
 - per MIG instance: memory and its GPU instance's placement; power, temperature and ECC exist only

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
 from monitoring.apps import FAULT_EMAIL_TOPIC
 from monitoring.models import FaultNotice, GpuEvent, GpuFault
-from portal.models import Preferences, Role
+from portal import permissions
+from portal.models import Preferences
 from portal.roles import PlatformRole
 
 
@@ -38,7 +38,6 @@ def audience(fault: GpuFault) -> dict[str, Told]:
     pools = sorted((notice.pool for notice in notices), key=lambda pool: pool.pk)
     if not pools:
         return {}
-    users = get_user_model().objects.filter(is_active=True).exclude(email="")
     wanted: dict[int, bool] = {}
 
     def wants(user) -> bool:
@@ -49,8 +48,7 @@ def audience(fault: GpuFault) -> dict[str, Told]:
     told: dict[str, Told] = {}
     for pool in pools:
         people = {
-            u.pk: u
-            for u in users.filter(memberships__tenant_id=pool.project.tenant_id, memberships__role=Role.ADMIN)
+            u.pk: u for u in permissions.tenant_admins(tenant_id=pool.project.tenant_id).exclude(email="")
         }
         asker = pool.request.submitted_by
         if asker.is_active and asker.email:
@@ -59,7 +57,7 @@ def audience(fault: GpuFault) -> dict[str, Told]:
             if wants(user):
                 told.setdefault(user.email, Told(approver=False, pools=[])).pools.append(pool.pk)
     every = [pool.pk for pool in pools]
-    for user in users.filter(is_staff=True, groups__name=PlatformRole.APPROVER).distinct().order_by("pk"):
+    for user in permissions.platform_staff(role=PlatformRole.APPROVER).exclude(email=""):
         if wants(user):
             told[user.email] = Told(approver=True, pools=every)
     return told

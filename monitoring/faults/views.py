@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
@@ -19,7 +19,7 @@ from monitoring.selectors.faults import open_faults, pool_faults
 from pools.models import Pool
 from pools.services import replacement
 from portal.errors import PortalError
-from portal.permissions import staff_may
+from portal.permissions import require_any_staff, require_staff, staff_may
 
 FAULTS_PER_PAGE = 20
 
@@ -32,15 +32,10 @@ def _may_operate(request: HttpRequest) -> bool:
     return staff_may(user=request.user, permission=faults.OPERATOR_PERMISSION)
 
 
-def _require(allowed: bool) -> None:
-    if not allowed:
-        raise Http404  # tenants do not learn that the page exists
-
-
 @login_required
 def fault_list(request: HttpRequest) -> HttpResponse:
+    require_any_staff(user=request.user, permissions=(faults.APPROVER_PERMISSION, faults.OPERATOR_PERMISSION))
     may_approve, may_operate = _may_approve(request), _may_operate(request)
-    _require(may_approve or may_operate)
     page = Paginator(
         GpuFault.objects.open().select_related("gpu__node__cluster", "cleared_by"), FAULTS_PER_PAGE
     ).get_page(request.GET.get("page"))
@@ -56,7 +51,7 @@ def fault_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def pool_replace(request: HttpRequest, pk: int) -> HttpResponse:
-    _require(_may_approve(request))
+    require_staff(user=request.user, permission=faults.APPROVER_PERMISSION)
     pool = get_object_or_404(Pool, pk=pk)
     try:
         replacement.replace(pool=pool, actor=request.user)
@@ -73,7 +68,7 @@ def pool_replace(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def fault_clear(request: HttpRequest, pk: int) -> HttpResponse:
-    _require(_may_operate(request))
+    require_staff(user=request.user, permission=faults.OPERATOR_PERMISSION)
     fault = get_object_or_404(GpuFault, pk=pk)
     try:
         fault = faults.clear_fault(fault=fault, user=request.user)

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.contrib.auth import get_user_model
-
 from monitoring.apps import EMAIL_TOPIC
 from monitoring.conf import settings
 from monitoring.faults.audience import Told, audience
 from monitoring.models import Alert, Delivery, GpuFault
 from monitoring.models.alerts import RuleKind
+from portal import permissions
 from portal.models import Preferences
 from portal.roles import PlatformRole
 
@@ -38,13 +37,7 @@ EVENT_RULES = (RuleKind.XID, RuleKind.ECC)
 
 def operator_addresses() -> list[str]:
     """The operators who want alert e-mails, by address."""
-    operators = (
-        get_user_model()
-        .objects.filter(groups__name=PlatformRole.OPERATOR, is_active=True)
-        .exclude(email="")
-        .order_by("pk")
-        .distinct()
-    )
+    operators = permissions.platform_staff(role=PlatformRole.OPERATOR).exclude(email="")
     return [user.email for user in operators if Preferences.wants_email(user, EMAIL_TOPIC)]
 
 

@@ -19,7 +19,7 @@ from monitoring.pages import charts
 from pools.models import Cluster, GpuCapacity
 from portal.charts import CHART_POLICY
 from portal.errors import InvalidInput, bad_input
-from portal.permissions import staff_may
+from portal.permissions import require_staff
 
 PERMISSION = "monitoring.view_latest"
 GPUS_PER_PAGE = 50
@@ -28,11 +28,6 @@ TENANTS_PER_PAGE = 25
 # The fleet page pages three lists at once: each has its own parameter.
 EVENTS_PAGE = "events_page"
 TENANTS_PAGE = "tenants_page"
-
-
-def _require_operator(request: HttpRequest) -> None:
-    if not staff_may(user=request.user, permission=PERMISSION):
-        raise Http404  # tenants do not learn that the page exists
 
 
 def _paged(request: HttpRequest, rows, per_page: int, parameter: str) -> dict:
@@ -109,7 +104,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """Allocated against used per cluster, the hottest and idlest, recent errors, each tenant's
     efficiency, and every GPU (filtered, sorted, paged). Filters that do not hold answer 400 with the
     form saying why, and no GPU table."""
-    _require_operator(request)
+    require_staff(user=request.user, permission=PERMISSION)
     now = timezone.now()
     form = FleetForm(request.GET)
     valid = form.is_valid()
@@ -162,7 +157,7 @@ def _range_or_400(request: HttpRequest) -> str | HttpResponse:
 @require_GET
 def gpu(request: HttpRequest, pk: int) -> HttpResponse:
     """One GPU: its figures and its instances', who holds each, its events, and its charts."""
-    _require_operator(request)
+    require_staff(user=request.user, permission=PERMISSION)
     chosen = _range_or_400(request)
     if isinstance(chosen, HttpResponse):
         return chosen
@@ -193,7 +188,7 @@ def _chart_range(request: HttpRequest, metric: str, measures) -> str | HttpRespo
 @csp_replace(CHART_POLICY)
 def gpu_chart(request: HttpRequest, pk: int, metric: str) -> HttpResponse:
     """A GPU's metric over the range: the whole GPU, and each MIG instance for SM activity and memory."""
-    _require_operator(request)
+    require_staff(user=request.user, permission=PERMISSION)
     chosen = _chart_range(request, metric, charts.MEASURES)
     if isinstance(chosen, HttpResponse):
         return chosen
@@ -204,7 +199,7 @@ def gpu_chart(request: HttpRequest, pk: int, metric: str) -> HttpResponse:
 @require_GET
 def pool(request: HttpRequest, pk: int) -> HttpResponse:
     """Any tenant's pool, for operators: its allocations with their newest figures, and its charts."""
-    _require_operator(request)
+    require_staff(user=request.user, permission=PERMISSION)
     chosen = _range_or_400(request)
     if isinstance(chosen, HttpResponse):
         return chosen
@@ -223,7 +218,7 @@ def pool(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @csp_replace(CHART_POLICY)
 def pool_chart(request: HttpRequest, pk: int, metric: str) -> HttpResponse:
-    _require_operator(request)
+    require_staff(user=request.user, permission=PERMISSION)
     chosen = _chart_range(request, metric, charts.TENANT_MEASURES)
     if isinstance(chosen, HttpResponse):
         return chosen

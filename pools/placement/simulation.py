@@ -164,8 +164,8 @@ def simulate(
 
 def release(fleet: Fleet, placement: Placement) -> Fleet:
     """The fleet once a placement's pool is released: each instance (or whole GPU) it was assigned is free
-    again; layouts, MIG modes and the marks of nodes being re-partitioned stay as they are (API.md). The
-    inverse of engine.apply for what apply allocates. Raises ValueError for anything it names not held."""
+    again; layouts, MIG modes and the marks of nodes being re-partitioned stay as they are (docs/traces.md).
+    The inverse of engine.apply for what apply allocates. Raises ValueError for anything it names not held."""
     if not placement.placed:
         return fleet
     index = fleet_index(fleet)

@@ -1,5 +1,5 @@
-"""The JSON trace of `manage.py simulate` (API.md, "Simulation trace"): fleet and timed requests in, when each
-request was admitted and where it went out.
+"""The JSON trace of `manage.py simulate` (docs/traces.md, "Simulation trace"): fleet and timed requests in,
+when each request was admitted and where it went out.
 
 The GPUs and each request's id, items and group are read as the placement trace reads them
 (pools/placement/trace.py), with the same messages; on top of that a request has `arrive` and `hold` (whole
@@ -82,7 +82,7 @@ def _whole(raw: dict, key: str, where: str, *, least: int, wanted: str) -> int:
 
 
 def write_outcomes(outcomes: Sequence[Outcome]) -> dict:
-    """The answer of API.md: per request its admission time and, when admitted, its reconfigure and
+    """The answer of docs/traces.md: per request its admission time and, when admitted, its reconfigure and
     assignments as the placement trace writes them; a request never admitted has only id and null."""
     return {"results": [_result(outcome) for outcome in outcomes]}
 

@@ -1,4 +1,5 @@
-"""The JSON trace of `manage.py place` (API.md, "Placement trace"): fleet and requests in, placements out.
+"""The JSON trace of `manage.py place` (docs/traces.md, "Placement trace"): fleet and requests in, placements
+out.
 
 Reading checks everything the engine relies on and says where the input is wrong ("gpus[2] ('n1/2'): ..."):
 known models and profiles, layouts the catalogue accepts, positive counts, unique GPU and request ids.
@@ -17,8 +18,8 @@ from pools.placement.types import Fleet, Gpu, Item, Placement, Request, Slot
 
 
 class TraceError(ValueError):
-    """A trace (the input of `manage.py place` or `simulate`) that is not what API.md describes; the message
-    says where."""
+    """A trace (the input of `manage.py place` or `simulate`) that is not what docs/traces.md describes; the
+    message says where."""
 
 
 _MISSING = object()

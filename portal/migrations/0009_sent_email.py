@@ -5,24 +5,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('portal', '0008_names_are_one_line'),
+        ("portal", "0008_names_are_one_line"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SentEmail',
+            name="SentEmail",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200)),
-                ('address', models.CharField(max_length=254)),
-                ('sent_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                ("address", models.CharField(max_length=254)),
+                ("sent_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'verbose_name': 'sent e-mail',
-                'verbose_name_plural': 'sent e-mails',
-                'constraints': [models.UniqueConstraint(fields=('key', 'address'), name='sent_email_once')],
+                "verbose_name": "sent e-mail",
+                "verbose_name_plural": "sent e-mails",
+                "constraints": [models.UniqueConstraint(fields=("key", "address"), name="sent_email_once")],
             },
         ),
     ]

@@ -1,6 +1,6 @@
 """Emulation of the GPU Operator's MIG manager for the test API server: config label in, node capacity out.
 
-Words used here (see /work/shared/reference/gpu.md, section 2):
+Words used here (as the GPU Operator's MIG manager and mig-parted documentation use them):
 - config: a key of `mig-configs` in the mig-parted YAML held by a ConfigMap; a node asks for one with the
   label `nvidia.com/mig.config` and the manager reports progress in `nvidia.com/mig.config.state`;
 - layout: per GPU index, whether MIG is on and how many instances of each profile it holds;

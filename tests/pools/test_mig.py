@@ -17,7 +17,8 @@ from pools.mig import (
     resource_name,
 )
 
-# Copied from /work/shared/reference/gpu.md section 1, not from pools/mig.py, so that a typo in either shows.
+# Typed from the published profile tables (NVIDIA's MIG User Guide, "Supported MIG Profiles") and the
+# placements `nvidia-smi mig -lgipp` lists, not from pools/mig.py, so that a typo in either shows.
 # Columns: class, A100-40GB, A100-80GB and H100-80GB, H200-141GB, B200-180GB, memory slices, compute,
 # max count, starts.
 REFERENCE_TABLE = """

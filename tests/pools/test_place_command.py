@@ -1,4 +1,5 @@
-"""`manage.py place`: the API.md trace in, valid placements out as JSON, bad input refused, no database."""
+"""`manage.py place`: a placement trace (docs/traces.md) in, valid placements out as JSON, bad input refused,
+no database."""
 
 import io
 import json
@@ -13,7 +14,7 @@ from pools.placement.trace import read_trace
 from tests.pools.test_placement import check_placement
 from tests.pools.trace_commands import manage_command, run_command, write
 
-# API.md, "Placement trace", verbatim.
+# A MIG-disabled GPU, free, and a MIG GPU partly in use; one request for instances and a whole GPU together.
 EXAMPLE = {
     "gpus": [
         {"id": "node-1/0", "node": "node-1", "model": "H100-80GB", "mig": False, "allocated": False},
@@ -26,7 +27,7 @@ EXAMPLE = {
                                {"model": "H100-80GB", "profile": "full", "count": 1}]},
     ],
 }  # fmt: skip
-# The GPU the API.md output example re-partitions, and a request that cannot fit after r1.
+# A wholly free MIG GPU for r1 to re-partition, and a request that cannot fit after r1.
 ROOMY = {
     "gpus": [*EXAMPLE["gpus"], {"id": "node-1/2", "node": "node-1", "model": "H100-80GB", "mig": True}],
     "requests": [
@@ -41,7 +42,8 @@ def run(*args: str, stdin: str | None = None) -> tuple[str, str]:
 
 
 def check_output(trace: dict, output: str) -> list[dict]:
-    """The API.md output shape exactly, and placements that keep every rule on the trace's fleet."""
+    """The answer's shape exactly as docs/traces.md gives it, and placements that keep every rule on the
+    trace's fleet."""
     results = json.loads(output)["results"]
     fleet, requests = read_trace(trace)
     assert [r["id"] for r in results] == [r.id for r in requests]
@@ -73,7 +75,7 @@ def check_output(trace: dict, output: str) -> list[dict]:
     return results
 
 
-def test_the_api_example_is_answered_in_the_api_shape(tmp_path):
+def test_the_example_is_answered_in_the_documented_shape(tmp_path):
     out, _ = run("--input", str(write(tmp_path, EXAMPLE)))
     (result,) = check_output(EXAMPLE, out)
     # The one free MIG-disabled GPU is the full GPU, and the other holds a single free 1g.10gb.

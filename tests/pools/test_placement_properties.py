@@ -131,7 +131,7 @@ def test_a_single_item_fits_exactly_when_the_capacity_it_sees_holds_it(f, reques
             continue
         in_use = [s for g in gpus if g.mig and has_allocation(g) for s in g.instances]
         free = sum(s.profile == item.profile and not s.allocated for s in in_use)
-        most = gpu_model(item.model).profile(item.profile).max_count  # on an empty GPU, per gpu.md
+        most = gpu_model(item.model).profile(item.profile).max_count  # on an empty GPU (MIG User Guide)
         fits |= free + len(blank) * most >= item.count
         free_enough |= free >= item.count
     assert result.placed == fits, result.reason

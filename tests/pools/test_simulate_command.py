@@ -1,5 +1,5 @@
-"""`manage.py simulate`: the API.md simulation trace in, admissions out as JSON, a summary on standard error,
-bad input refused with a message and nothing on standard output, no database."""
+"""`manage.py simulate`: a simulation trace (docs/traces.md) in, admissions out as JSON, a summary on standard
+error, bad input refused with a message and nothing on standard output, no database."""
 
 import io
 import json
@@ -20,8 +20,8 @@ def _inference(gpu: dict) -> dict:
     return {**gpu, "group": "inference"}
 
 
-# The placement trace's GPUs and the GPU the API.md answer re-partitions, in the group of API.md's request,
-# which comes first as API.md writes it; r2 waits for r1's day to end, and no A100 exists for r3.
+# The placement tests' GPUs and a wholly free MIG GPU, all in r1's group; r1 comes first and gets the free
+# GPU re-partitioned, r2 waits for r1's day to end, and no A100 exists for r3.
 TRACE = {
     "gpus": [
         _inference(gpu)
@@ -51,7 +51,8 @@ def run(*args: str, stdin: str | None = None) -> tuple[str, str]:
 
 
 def check_output(trace: dict, output: str) -> list[dict]:
-    """The API.md answer's shape exactly, and admissions that keep every rule when replayed on the trace."""
+    """The answer's shape exactly as docs/traces.md gives it, and admissions that keep every rule when
+    replayed on the trace."""
     results = json.loads(output)["results"]
     simulation = read_simulation_trace(trace)
     assert [r["id"] for r in results] == [r.id for r in simulation.requests]
@@ -83,10 +84,10 @@ def check_output(trace: dict, output: str) -> list[dict]:
     return results
 
 
-def test_the_trace_is_answered_in_the_api_shape_with_a_summary(tmp_path):
+def test_the_trace_is_answered_in_the_documented_shape_with_a_summary(tmp_path):
     out, err = run("--input", str(write(tmp_path, TRACE)))
     r1, r2, r3 = check_output(TRACE, out)
-    # As API.md's answer: the wholly free GPU cut into two 3g.40gb, both given to r1.
+    # The wholly free GPU cut into two 3g.40gb, both given to r1.
     assert r1 == {
         "id": "r1",
         "admitted_at": 120,

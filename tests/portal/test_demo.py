@@ -1,4 +1,4 @@
-"""`manage.py demo`: the people of the public contract, created once however often it runs."""
+"""`manage.py demo`: the people the README lists, created once however often it runs."""
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command

@@ -10,7 +10,7 @@ from pools.placement import place_all
 from pools.placement.trace import TraceError, read_trace, write_results
 
 HELP = """Place the requests of a trace on its GPUs, in order, each whole or not at all, and print the
-placements as JSON (API.md, "Placement trace"). Reads no database row and writes none.
+placements as JSON (docs/traces.md, "Placement trace"). Reads no database row and writes none.
 
 Each GPU: id, node, model (A100-40GB, A100-80GB, H100-80GB, H200-141GB, B200-180GB), mig (true/false),
 allocated (a MIG-disabled GPU in use), instances [{profile, start, allocated}], and optionally group,

@@ -17,8 +17,8 @@ from pools.placement.whatif import side_by_side
 from pools.whatif.report import BAD_INPUT, InvalidAnswer, run_whatif
 
 HELP = """Run the admission queue over the timed requests of a trace, on its GPUs, from second 0 to the
-horizon, and print when each request was admitted and where it went as JSON (API.md, "Simulation trace");
-a summary goes to standard error. --input is required unless --history is given; --input reads no
+horizon, and print when each request was admitted and where it went as JSON (docs/traces.md, "Simulation
+trace"); a summary goes to standard error. --input is required unless --history is given; --input reads no
 database row, and neither writes any.
 
 The GPUs are those of a placement trace (see `manage.py place --help`). The trace also has "horizon"
