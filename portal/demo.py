@@ -1,4 +1,4 @@
-"""Demo data of the portal app: the tenants, projects and people the README lists under *Use it*."""
+"""Demo data of the portal app: the tenants, projects and people the README lists under *Run it*."""
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
