@@ -307,15 +307,52 @@ def _worker_idle_before_flush(request, django_db_blocker):
     samples' table, partitioned by day in SQL, is no model's table, so the flush does not empty it:
     it is emptied here, so that no sample a test committed shows in a later one."""
     yield
-    marker = request.node.get_closest_marker("django_db")
-    committing = "transactional_db" in request.fixturenames
-    if committing or (marker is not None and marker.kwargs.get("transaction")):
+    if commits(request.node):
         if RUNNING:
             wait_until_idle(RUNNING[0])
         from django.db import connection
 
         with django_db_blocker.unblock(), connection.cursor() as cursor:
             cursor.execute("DELETE FROM monitoring_sample")
+        MIGRATED["emptied"] = True
+
+
+def commits(item: pytest.Item) -> bool:
+    """Whether a test commits (a transactional test): pytest-django empties the database after it."""
+    marker = item.get_closest_marker("django_db")
+    transaction = marker is not None and bool(marker.kwargs.get("transaction"))
+    return transaction or "transactional_db" in getattr(item, "fixturenames", ())
+
+
+# What the migrations wrote (the platform's groups and their permissions, the default alert rules),
+# serialized once the test database is made, and whether a test that committed has emptied it since.
+MIGRATED: dict = {"blocker": None, "emptied": False}
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database, what the migrations wrote in it serialized as for `serialized_rollback`."""
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if not hasattr(connection, "_test_serialized_contents"):
+            connection._test_serialized_contents = connection.creation.serialize_db_to_string()
+    MIGRATED["blocker"] = django_db_blocker
+    yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A test that does not commit starts from the database as the migrations left it. In one process
+    every test that commits runs after all the others (pytest-django orders them so); in parallel any
+    test may follow one, so what it emptied is put back first, as a `serialized_rollback` test does."""
+    if MIGRATED["emptied"] and not commits(item):
+        from django.db import connection
+
+        with MIGRATED["blocker"].unblock():
+            connection.creation.deserialize_db_from_string(connection._test_serialized_contents)
+        MIGRATED["emptied"] = False
+    return (yield)
 
 
 @pytest.fixture

@@ -21,14 +21,12 @@ NONE = "—"
 EVERY = "*"
 
 
-def project_modules(
-    root: Path = ROOT, apps: tuple[str, ...] = APPS, migrations: bool = False
-) -> dict[str, Path]:
-    """Dotted name -> source file of every module of `apps` under `root` (migrations only if asked)."""
+def project_modules(root: Path = ROOT, apps: tuple[str, ...] = APPS) -> dict[str, Path]:
+    """Dotted name -> source file of every module of `apps` under `root`, but their migrations."""
     found = {}
     for app in apps:
         for path in sorted((root / app).rglob("*.py")):
-            if "migrations" in path.relative_to(root).parts and not migrations:
+            if "migrations" in path.relative_to(root).parts:
                 continue
             name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
             found[name] = path

@@ -3,19 +3,18 @@ worker, or another process (a manage.py command, gunicorn, Prometheus, promtool,
 
 tests/conftest.py marks each collected test with what it needs (`browser`, `fuzz`, `celery`, `process`),
 so that `./scripts/test --fast` leaves those out. No test is marked by hand: a test needs what the code it
-runs reaches, and that is read from the bytecode of the test, of every fixture it uses and, transitively,
-of every function and class of the tests' own modules they name (`tests.*`). A name is followed where it
-is loaded as a global (`subprocess`, `running_worker(...)`, `restored.run(...)`), so a helper that starts a
-process marks every test that calls it, however many helpers away.
+runs reaches, and that is read from the code of the test, of every fixture it uses and, transitively, of
+every function and class of the tests' own modules they name (`tests.*`). A name is followed to what the
+module's globals or an import give it (`subprocess`, `running_worker(...)`, `restored.run(...)`), so a
+helper that starts a process marks every test that calls it, however many helpers away.
 """
 
 from __future__ import annotations
 
-import dis
-import importlib
 import inspect
 import os
 import subprocess
+import sys
 from collections.abc import Iterable
 from types import CodeType, FunctionType, ModuleType
 
@@ -33,8 +32,7 @@ MODULES = {
     "multiprocessing": "process",
 }
 PROCESS_CALLS = {os.fork, os.system, subprocess.Popen}
-LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF"}
-ATTRIBUTES = {"LOAD_ATTR", "LOAD_METHOD"}
+PROBED = {"tests", "os"}  # modules whose attributes a test reaches through them (`restored.run`, `os.fork`)
 
 
 def codes(code: CodeType) -> Iterable[CodeType]:
@@ -46,31 +44,22 @@ def codes(code: CodeType) -> Iterable[CodeType]:
 
 
 def named(code: CodeType, namespace: dict) -> Iterable[object]:
-    """The objects `code` loads by a global name (and `module.attribute` when that is a module) or imports,
-    at the top of its module or inside a function."""
-    instructions = list(dis.get_instructions(code))
-    imported: object = None
-    for at, instruction in enumerate(instructions):
-        if instruction.opname == "IMPORT_NAME" and isinstance(instruction.argval, str):
-            imported = _module(instruction.argval)
-            value = imported
-        elif instruction.opname == "IMPORT_FROM":
-            value = getattr(imported, str(instruction.argval), None)
-        elif instruction.opname in LOADS and isinstance(instruction.argval, str):
-            value = namespace.get(instruction.argval)
-            following = instructions[at + 1] if at + 1 < len(instructions) else None
-            if isinstance(value, ModuleType) and following is not None and following.opname in ATTRIBUTES:
-                yield getattr(value, str(following.argval), None)
-        else:
+    """The objects `code` names: each name it reads that `namespace` (the module's globals) or an import
+    (`import a.b`, `from a import b`) gives, and `module.attribute` for the modules among them whose
+    attributes matter (the tests' own, and `os`). Read from the names the code uses, not from its
+    instructions: an attribute named like one of the module's globals counts too, which only ever marks a
+    test with more than it needs."""
+    names = code.co_names
+    for name in names:
+        value = namespace.get(name)
+        if value is None:
+            value = sys.modules.get(name)  # a dotted name the code imports
+        if value is None:
             continue
         yield value
-
-
-def _module(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(name)
-    except (ImportError, ValueError):  # a relative import names no module alone
-        return None
+        if isinstance(value, ModuleType) and value.__name__.partition(".")[0] in PROBED:
+            for attribute in names:
+                yield getattr(value, attribute, None)
 
 
 def _lookup(table: dict | set, value: object) -> object:

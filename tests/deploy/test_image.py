@@ -5,8 +5,8 @@ import gettext
 import re
 
 import pytest
-from django.conf import settings
 
+from billing.conf import settings as billing_settings
 from tests.deploy.dockerfile import (
     apt_packages,
     ignore_patterns,
@@ -73,7 +73,7 @@ def test_the_runtime_installs_the_cjk_font_and_no_compiler(runtime):
     assert not packages & COMPILERS
     assert "gettext" not in packages
     # The font the invoices are printed with is where the package puts it, and the build checks it.
-    font = settings.BILLING_PDF_FONT
+    font = billing_settings.BILLING_PDF_FONT
     assert font == "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
     assert any(["test", "-f", font] == c for run in runtime.of("RUN") for c in shell_commands(run))
 

@@ -9,8 +9,10 @@ import yaml
 from django.conf import settings
 
 from pools import task_names
+from pools.conf import settings as pools_settings
 from pools.models import Cluster
 from pools.tasks import execute_whatif_run
+from portal import shell
 from tests.deploy.manifests import (
     DEPLOY,
     KUBERNETES,
@@ -220,20 +222,21 @@ def consumed_queues(command: list[str]) -> set[str]:
 
 def test_some_worker_consumes_every_queue_the_portal_sends_to_and_what_if_runs_have_their_own():
     consumed = {component: consumed_queues(container_of(component)["command"]) for component in WORKERS}
-    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    routes = shell.task_routes()
+    routed = {route["queue"] for route in routes.values()}
     default = settings.CELERY_TASK_DEFAULT_QUEUE
 
     assert container_of("whatif-worker")["command"][:3] == ["celery", "--app=portal", "worker"]
     assert set().union(*consumed.values()) == {default, *routed}
-    assert settings.CELERY_TASK_ROUTES[task_names.WHATIF_RUN] == {"queue": settings.WHATIF_QUEUE}
-    assert consumed == {"worker": {default}, "whatif-worker": {settings.WHATIF_QUEUE}}
+    assert routes[task_names.WHATIF_RUN] == {"queue": pools_settings.WHATIF_QUEUE}
+    assert consumed == {"worker": {default}, "whatif-worker": {pools_settings.WHATIF_QUEUE}}
 
 
 def test_the_what_if_workers_run_as_many_runs_at_once_as_the_portal_lets_go():
     command = container_of("whatif-worker")["command"]
     (concurrency,) = [int(word.partition("=")[2]) for word in command if word.startswith("--concurrency=")]
 
-    assert deployment("whatif-worker")["spec"]["replicas"] * concurrency >= settings.WHATIF_MAX_RUNNING
+    assert deployment("whatif-worker")["spec"]["replicas"] * concurrency >= pools_settings.WHATIF_MAX_RUNNING
 
 
 def gunicorn_graceful_timeout() -> int:
@@ -260,7 +263,7 @@ def test_workers_have_time_to_finish_their_tasks():
 
     assert grace >= 120
     # A rollout lets a what-if run finish: the grace outlasts the task's hard time limit.
-    assert whatif_grace > execute_whatif_run.time_limit > settings.WHATIF_RUN_SECONDS
+    assert whatif_grace > execute_whatif_run.time_limit > pools_settings.WHATIF_RUN_SECONDS
     assert (
         settings.CELERY_TASK_ACKS_LATE and settings.CELERY_TASK_REJECT_ON_WORKER_LOST
     )  # the rest comes back

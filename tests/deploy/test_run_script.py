@@ -1,8 +1,12 @@
 """./scripts/run, read as text: the Celery workers it starts consume every queue the portal sends tasks to,
 what-if runs on a worker of their own, as the Kubernetes manifests have it."""
 
+import contextlib
+import io
+import re
 import shlex
 
+from pools.conf import settings
 from tests.deploy.manifests import ROOT
 
 
@@ -28,6 +32,15 @@ def test_one_worker_takes_every_queue_but_what_if_runs_and_another_only_those():
     assert option(general, "--exclude-queues") == '"$whatif_queue"'
     assert option(whatif, "--queues") == '"$whatif_queue"'
     assert option(whatif, "--concurrency") == '"$whatif_runs"'
-    # Both as the portal reads them, from the environment or .env.
-    assert "print(settings.WHATIF_QUEUE, settings.WHATIF_MAX_RUNNING)" in text
     assert "read -r whatif_queue whatif_runs" in text
+
+
+def test_the_what_if_queue_and_runs_are_those_the_portal_reads():
+    """The code the script gives `manage.py shell -c`, run here: it prints the queue and how many runs at
+    once, as the portal reads them (from the environment or .env)."""
+    text = (ROOT / "scripts" / "run").read_text().replace("\\\n", " ")
+    (code,) = re.findall(r"manage\.py shell --no-imports\s+-c '([^']*)'", text)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code, {})
+    assert printed.getvalue().split() == [settings.WHATIF_QUEUE, str(settings.WHATIF_MAX_RUNNING)]

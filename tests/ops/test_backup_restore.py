@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
 
+from billing.conf import settings as billing_settings
 from billing.invoices import close_month, issue
 from billing.models import Invoice, InvoiceLine, PriceList, UsageRecord
 from billing.services import add_price, meter, save_price_list
@@ -78,7 +79,7 @@ OTHER_KEY = "another-key-than-the-one-the-kubeconfig-was-sealed-with"
 
 def previous_month() -> tuple[str, datetime]:
     """The month before this one in the billing time zone ("YYYY-MM") and the moment it ended."""
-    local = timezone.localtime(timezone.now(), ZoneInfo(settings.BILLING_TIME_ZONE))
+    local = timezone.localtime(timezone.now(), ZoneInfo(billing_settings.BILLING_TIME_ZONE))
     ended = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return f"{ended - timedelta(days=1):%Y-%m}", ended
 
@@ -131,7 +132,7 @@ def build_state(tenancy, approver, staff_user, synced) -> dict:
     admit_waiting()
 
     # In the first minute of a month its last period is not due yet; metering it early changes nothing here.
-    meter(now=max(timezone.now(), month_end + timedelta(seconds=settings.METERING_DELAY_SECONDS)))
+    meter(now=max(timezone.now(), month_end + timedelta(seconds=billing_settings.METERING_DELAY_SECONDS)))
     close_month(month, by=finance)
     issued = issue(invoice_id=Invoice.objects.get(tenant=tenancy.acme).pk, by=finance)
     register_cluster(ClusterSettings(name="east", kubeconfig=KUBECONFIG))

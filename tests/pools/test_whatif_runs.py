@@ -383,7 +383,7 @@ def test_what_if_runs_go_to_a_queue_of_their_own(settings):
     # test's own, so that no worker of the machine takes the task.
     settings.WHATIF_QUEUE = queue = f"{TASK_QUEUE}-whatif"
     settings.CELERY_TASK_DEFAULT_QUEUE = default = f"{TASK_QUEUE}-default"
-    sender = Celery("sender")
+    sender = Celery("sender", set_as_current=False)  # the portal's app stays the current one
     sender.config_from_object("django.conf:settings", namespace="CELERY")
     sender.conf.task_routes = (route_to_own_queue,)
     with sender.connection_for_write() as broker:
