@@ -18,6 +18,8 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.core.management import call_command
@@ -25,9 +27,10 @@ from django.test.signals import setting_changed
 from django.utils import translation
 from rest_framework.test import APIClient
 
-from portal.models import Project, Role, Tenant
-from tests.factories import MembershipFactory, ProjectFactory, TenantFactory, UserFactory
-from tests.needs import MARKERS, Reach, needs_of
+from portal.models import Membership, Project, Role, Tenant
+from tests.factories import ProjectFactory, UserFactory
+from tests.factories.tenancy import PASSWORD
+from tests.needs import MARKERS, Reach, needs, needs_of
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
@@ -61,20 +64,58 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {what}")
 
 
+# Modules whose every test fuzzes, and whose cases the fuzzer builds while they are collected (seconds in
+# each process): not collected at all where the tests to run leave the fuzzer out.
+FUZZ_MODULES = {ROOT / "tests/api/test_schema_fuzz.py"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path in FUZZ_MODULES and not _selected(config, "fuzz"):
+        return True
+    return None
+
+
+def _selected(config, marker: str) -> bool:
+    """Whether `-m` runs a test whose only marker is `marker`."""
+    from _pytest.mark.expression import Expression
+
+    expression = config.getoption("markexpr")
+    return not expression or Expression.compile(expression).evaluate(lambda name, **_: name == marker)
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks each test with what it needs beyond this process (tests/needs.py), for `-m "not ..."`."""
-    reach = Reach({running_worker: "celery"})
+    reach = Reach()
     for item in items:
         if isinstance(item, pytest.Function):
             for need in sorted(needs_of(item, reach)):
                 item.add_marker(need)
+            if item.path in FUZZ_MODULES and item.get_closest_marker("fuzz") is None:
+                raise pytest.UsageError(f"{item.nodeid} does not fuzz: it belongs outside {item.path.name}")
+
+
+def session_folder(tmp_path_factory) -> Path:
+    """The temporary folder every process of the test session shares (each has its own inside it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def session_lock(shared: Path):
+    """One process of the session at a time, for what the first to get here makes for all."""
+    import fcntl
+
+    with (shared / "session.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _test_settings(tmp_path_factory, django_test_environment):
-    """Fast password hashing; TOTP codes valid across a period boundary; tasks sent to a queue of
-    this session only, those routed to a queue of their own too (what-if runs); static files collected
-    once, as production does, so that templates resolve them through the manifest."""
+    """Fast password hashing; TOTP codes valid across a period boundary; tasks sent to a queue of this
+    session only, those routed to a queue of their own too (what-if runs); static files collected once, as
+    production does, so that templates resolve them through the manifest, and looked up as each is asked
+    for."""
     from django.conf import settings
 
     from portal import shell
@@ -89,12 +130,19 @@ def _test_settings(tmp_path_factory, django_test_environment):
     # Tests change capacity behind the services' backs; each read sees the database as it is
     # (tests/pools/test_capacity_picture.py turns the reuse on and checks what bumps it).
     settings.CAPACITY_PICTURE_SECONDS = 0
-    # A folder of this process's own: the static files storage, set up already if collecting the tests
-    # touched it, is set up again on it (as override_settings would), so that no two processes write one
-    # folder, nor the repository's staticfiles/.
-    settings.STATIC_ROOT = tmp_path_factory.mktemp("static")
+    # A folder of the session's, which the first process to get here fills, never the repository's
+    # staticfiles/: the static files storage, set up already if collecting the tests touched it, is set up
+    # again on it (as override_settings would).
+    shared = session_folder(tmp_path_factory)
+    settings.STATIC_ROOT = shared / "static"
     setting_changed.send(sender=type(settings), setting="STATIC_ROOT", value=settings.STATIC_ROOT, enter=True)
-    call_command("collectstatic", interactive=False, verbosity=0)
+    with session_lock(shared):
+        if not (shared / "static" / "staticfiles.json").exists():
+            call_command("collectstatic", interactive=False, verbosity=0)
+    # WhiteNoise lists every static file when its middleware is made: once per web process in production,
+    # but once per test client here (a fifth of the suite's time). Looked up as each is asked for instead;
+    # tests/portal/test_pages.py serves them as production does.
+    settings.WHITENOISE_AUTOREFRESH = True
     # What the processes the tests start keep at run time (gunicorn's control socket) is theirs too.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("run")))
@@ -133,19 +181,38 @@ class Tenancy:
 
 @pytest.fixture
 def tenancy(db) -> Tenancy:
-    acme = TenantFactory(slug="acme", name="Acme")
-    globex = TenantFactory(slug="globex", name="Globex")
+    """Written through the models (most tests start with it, and the factories' get-or-create costs three
+    more queries a row); a tenant or person a test's other fixtures made first is taken as it is."""
+    acme, globex = _tenant("acme"), _tenant("globex")
     return Tenancy(
         acme=acme,
         globex=globex,
         vision=ProjectFactory(tenant=acme, slug="vision"),
         recsys=ProjectFactory(tenant=globex, slug="recsys"),
-        acme_admin=MembershipFactory(tenant=acme, role=Role.ADMIN, user__username="bob").user,
-        acme_member=MembershipFactory(tenant=acme, role=Role.MEMBER, user__username="alice").user,
-        acme_viewer=MembershipFactory(tenant=acme, role=Role.VIEWER, user__username="victor").user,
-        globex_member=MembershipFactory(tenant=globex, role=Role.MEMBER, user__username="mallory").user,
-        outsider=UserFactory(username="olivia"),
+        acme_admin=_person("bob", acme, Role.ADMIN),
+        acme_member=_person("alice", acme, Role.MEMBER),
+        acme_viewer=_person("victor", acme, Role.VIEWER),
+        globex_member=_person("mallory", globex, Role.MEMBER),
+        outsider=_person("olivia"),
     )
+
+
+def _tenant(slug: str) -> Tenant:
+    return Tenant.objects.filter(slug=slug).first() or Tenant.objects.create(slug=slug, name=slug.title())
+
+
+def _person(username: str, tenant: Tenant | None = None, role: str = ""):
+    """A person as `UserFactory` makes one, with a membership of `tenant` in `role`."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        user = get_user_model().objects.create(
+            username=username, email=f"{username}@example.com", password=make_password(PASSWORD)
+        )
+        if tenant is not None:
+            Membership.objects.create(user=user, tenant=tenant, role=role)
+    elif tenant is not None:
+        Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
+    return user
 
 
 @pytest.fixture
@@ -243,6 +310,7 @@ def database_address(name: str | None = None) -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name or db['NAME']}"
 
 
+@needs("celery")
 @contextmanager
 def running_worker(
     queue: str, workdir: Path, *, pool: str = "solo", hostname: str = "", env: dict[str, str] | None = None
@@ -324,21 +392,95 @@ def commits(item: pytest.Item) -> bool:
     return transaction or "transactional_db" in getattr(item, "fixturenames", ())
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request, django_test_environment, django_db_modify_db_settings, django_db_blocker, tmp_path_factory
+):
+    """The test database, what the migrations wrote in it serialized as for `serialized_rollback`.
+
+    In parallel runs each process's database is a copy of one migrated database (migrations take seconds of
+    every process's time otherwise): the first process to get here migrates it, or, where the run may reuse
+    it (TEST_REUSE_MIGRATED=1, as `./scripts/test --fast` sets), finds it from an earlier run of the same
+    migrations. Run in one process, the database is made as pytest-django makes it."""
+    from django.db import connection
+    from django.test.utils import setup_databases, teardown_databases
+
+    parallel = hasattr(request.config, "workerinput")
+    with django_db_blocker.unblock():
+        if parallel:
+            shared = session_folder(tmp_path_factory)
+            with session_lock(shared):
+                built = (shared / "migrated").exists() or os.environ.get("TEST_REUSE_MIGRATED") == "1"
+                _copy_migrated_database(reuse=built)
+                (shared / "migrated").touch()
+        else:
+            databases = setup_databases(
+                verbosity=0, interactive=False, aliases={"default"}, serialized_aliases=set()
+            )
+        connection._test_serialized_contents = connection.creation.serialize_db_to_string()
+    MIGRATED["blocker"] = django_db_blocker
+    yield
+    with django_db_blocker.unblock():
+        if parallel:
+            _drop_copied_database()
+        else:
+            teardown_databases(databases, verbosity=0)
+
+
+def _migrated_name() -> str:
+    """The migrated database's name: the test database's, and a digest of every migration and of the
+    installed apps, so that a changed migration is never copied from an old one."""
+    import hashlib
+
+    from django.apps import apps
+    from django.db import connection
+
+    digest = hashlib.sha256()
+    for app in apps.get_app_configs():
+        digest.update(app.name.encode())
+        for migration in sorted(Path(app.path).glob("migrations/*.py")):
+            digest.update(migration.read_bytes())
+    prefix = connection.settings_dict["TEST"]["NAME"].rpartition("_")[0]  # test_portal_gw0: test_portal
+    return f"{prefix}_migrated_{digest.hexdigest()[:12]}"
+
+
+def _copy_migrated_database(*, reuse: bool) -> None:
+    """This process's test database, copied from the migrated one; that one is built first (migrated into
+    this process's own, then copied), in place of any older one, unless it may be reused and exists."""
+    from django.conf import settings
+    from django.db import connection
+
+    name, migrated = connection.settings_dict["TEST"]["NAME"], _migrated_name()
+    with connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [migrated[:-12] + "%"])
+        found = {datname for (datname,) in cursor.fetchall()}
+    if reuse and migrated in found:
+        with connection._nodb_cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cursor.execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated}"')
+        # Where Django's own test set-up points the connection at the database it made.
+        settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = name
+        connection.close()
+        return
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    connection.close()
+    with connection._nodb_cursor() as cursor:
+        for old in found:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
+        cursor.execute(f'CREATE DATABASE "{migrated}" TEMPLATE "{name}"')
+
+
+def _drop_copied_database() -> None:
+    from django.db import connection
+
+    connection.close()
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{connection.settings_dict["NAME"]}" WITH (FORCE)')
+
+
 # What the migrations wrote (the platform's groups and their permissions, the default alert rules),
 # serialized once the test database is made, and whether a test that committed has emptied it since.
 MIGRATED: dict = {"blocker": None, "emptied": False}
-
-
-@pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
-    """The test database, what the migrations wrote in it serialized as for `serialized_rollback`."""
-    from django.db import connection
-
-    with django_db_blocker.unblock():
-        if not hasattr(connection, "_test_serialized_contents"):
-            connection._test_serialized_contents = connection.creation.serialize_db_to_string()
-    MIGRATED["blocker"] = django_db_blocker
-    yield
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,12 +1,14 @@
-"""What a test needs beyond its own process, found from its code: a browser, the API fuzzer, a real Celery
-worker, or another process (a manage.py command, gunicorn, Prometheus, promtool, a script).
+"""What a test needs beyond its own process, found from its code: a browser, a fuzzer (the API's, or the walk
+of the whole site with bad input), a real Celery worker, or another process (a manage.py command, gunicorn,
+Prometheus, promtool, a script).
 
 tests/conftest.py marks each collected test with what it needs (`browser`, `fuzz`, `celery`, `process`),
 so that `./scripts/test --fast` leaves those out. No test is marked by hand: a test needs what the code it
 runs reaches, and that is read from the code of the test, of every fixture it uses and, transitively, of
 every function and class of the tests' own modules they name (`tests.*`). A name is followed to what the
 module's globals or an import give it (`subprocess`, `running_worker(...)`, `restored.run(...)`), so a
-helper that starts a process marks every test that calls it, however many helpers away.
+helper that starts a process marks every test that calls it, however many helpers away. The few helpers
+that are themselves a worker or a fuzzer say so once (`@needs(...)`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from types import CodeType, FunctionType, ModuleType
 
 MARKERS = {
     "browser": "drives Chromium through playwright",
-    "fuzz": "fuzzes the API with schemathesis",
+    "fuzz": "fuzzes the API with schemathesis, or the whole site with bad input",
     "celery": "runs a real Celery worker",
     "process": "starts another process (a command, a server, a script)",
 }
@@ -32,7 +34,21 @@ MODULES = {
     "multiprocessing": "process",
 }
 PROCESS_CALLS = {os.fork, os.system, subprocess.Popen}
+NAMED: dict[object, str] = {}  # helpers that say what they are (`@needs`)
 PROBED = {"tests", "os"}  # modules whose attributes a test reaches through them (`restored.run`, `os.fork`)
+
+
+def needs(what: str):
+    """Says that a helper of the tests is itself what `what` names (the session's worker, a walk of the whole
+    site with bad input): every test that reaches it needs that."""
+    if what not in MARKERS:
+        raise ValueError(f"{what!r} is none of {sorted(MARKERS)}")
+
+    def name(function):
+        NAMED[function] = what
+        return function
+
+    return name
 
 
 def codes(code: CodeType) -> Iterable[CodeType]:
@@ -71,11 +87,9 @@ def _lookup(table: dict | set, value: object) -> object:
 
 
 class Reach:
-    """What a piece of the tests' code needs, each function read once however often it is reached.
-    `special` maps objects to what reaching them means (tests.conftest's `running_worker`: a worker)."""
+    """What a piece of the tests' code needs, each function read once however often it is reached."""
 
-    def __init__(self, special: dict[object, str]):
-        self.special = special
+    def __init__(self):
         self.seen: dict[int, tuple[object, set[str]]] = {}  # by id, each object kept so that its id stays its
 
     def of(self, value: object) -> set[str]:
@@ -90,9 +104,9 @@ class Reach:
         if isinstance(value, ModuleType):
             need = MODULES.get(value.__name__.partition(".")[0])
             return {need} if need else set()
-        special = _lookup(self.special, value)
-        if special:
-            return {special} | self._body(value)
+        named_need = _lookup(NAMED, value)
+        if named_need:
+            return {named_need} | self._body(value)
         if _lookup(PROCESS_CALLS, value):
             return {"process"}
         module = (getattr(value, "__module__", None) or "").partition(".")[0]

@@ -1,6 +1,7 @@
 """What the schema fuzzer found, each kept fixed by a focused test: the answers that were 500s, and the
 schema's account of the API where it did not match what the API answers."""
 
+import json
 import re
 
 import pytest
@@ -14,6 +15,13 @@ from tests.factories import GpuGroupFactory
 @pytest.fixture(scope="module")
 def schema() -> dict:
     return served_schema()
+
+
+def test_the_fuzzed_schema_is_the_served_one(db, api_client):
+    """The fuzzer (test_schema_fuzz.py) reads the schema before any database exists: it is the one served."""
+    response = api_client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    assert json.loads(response.content) == served_schema()
 
 
 @pytest.mark.parametrize("month", ["0000-01", "0001-01", "9999-12", "1999-12", "3000-01"])

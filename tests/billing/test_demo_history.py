@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.apps import apps
-from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -24,6 +23,7 @@ from pools.demo import load as load_pools
 from pools.models import Allocation, Pool, PoolState, RequestState, SpecAndCount
 from pools.selectors.capacity import capacity_summary, spec_offers
 from portal.demo import load as load_portal
+from tests.billing.demo import load_demo
 
 SEOUL = ZoneInfo("Asia/Seoul")
 HOUR = timedelta(hours=1)
@@ -49,7 +49,7 @@ def clock(monkeypatch, settings):
 def demo(db, clock):
     """The demo, loaded now; returns the moment it ran."""
     now = timezone.now()
-    call_command("demo", stdout=StringIO())
+    load_demo()
     return now
 
 
@@ -210,8 +210,7 @@ def test_a_second_run_changes_nothing(demo):
     stamps = list(
         Invoice.objects.order_by("pk").values_list("state", "number", "total", "issued_at", "paid_at")
     )
-    out = StringIO()
-    call_command("demo", stdout=out)
+    out = load_demo()
     assert table_counts() == before
     assert (
         list(Invoice.objects.order_by("pk").values_list("state", "number", "total", "issued_at", "paid_at"))
@@ -243,7 +242,7 @@ def check_metering_carries_on(demo: datetime) -> None:
 def test_on_the_first_of_a_month_in_seoul_the_history_is_the_two_months_before(db, clock):
     """Half an hour into June 1st in Seoul (still May 31st in UTC): April and May, complete."""
     clock(FIRST_OF_JUNE)
-    call_command("demo", stdout=StringIO())
+    load_demo()
     assert [m for m, _start, _end in months_of(FIRST_OF_JUNE)] == [date(2026, 4, 1), date(2026, 5, 1)]
     assert past_pools(FIRST_OF_JUNE).count() == len(PAST_POOLS)
     check_usage(FIRST_OF_JUNE)
@@ -257,7 +256,7 @@ def test_minute_periods_meter_the_two_months_in_bounded_transactions(db, clock, 
     a bounded size, each second once, and the month closes and invoices as with hourly periods."""
     settings.METERING_PERIOD_SECONDS = 60
     clock(FIRST_OF_JUNE)
-    call_command("demo", stdout=StringIO())
+    load_demo()
     with connection.cursor() as cursor:  # rows written by one transaction share its id, their xmin
         cursor.execute("SELECT count(*) FROM billing_meteredperiod GROUP BY xmin::text")
         parts = [count for (count,) in cursor.fetchall()]

@@ -2,17 +2,16 @@
 
 from decimal import Decimal
 
-from django.core.management import call_command
-
 from billing.demo import FULL_GPU_HOURLY, share_price
 from billing.models import Price
 from pools import mig
 from pools.specs import specs_of
+from tests.billing.demo import load_demo
 
 
 def test_the_demo_prices_every_spec_once_by_its_share_of_the_gpu(db):
-    call_command("demo", verbosity=0)
-    call_command("demo", verbosity=0)
+    load_demo()
+    load_demo()
     specs = specs_of(list(FULL_GPU_HOURLY))
     prices = {(p.gpu_model, p.profile): p.hourly_price for p in Price.objects.all()}
     assert len(prices) == Price.objects.count() == len(specs)

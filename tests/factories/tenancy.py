@@ -3,6 +3,7 @@
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 
 from portal.models import Invitation, Membership, Project, Role, Tenant
 
@@ -17,12 +18,8 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
-    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
-
-    @factory.post_generation
-    def save_password(obj, create, extracted, **kwargs):
-        if create:
-            obj.save()
+    # Hashed before the row is written, so that it is written once (`password="..."` is hashed too).
+    password = factory.Transformer(PASSWORD, transform=make_password)
 
     @factory.post_generation
     def verified_email(obj, create, extracted, **kwargs):

@@ -12,6 +12,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from portal import tokens
 from portal.models import Project
 from tests.factories import AlertFactory, UserFactory
+from tests.needs import needs
 from tests.portal.test_isolation import acme_objects
 
 LISTS = [
@@ -250,33 +251,54 @@ def _path_mutations(url, arguments):
         yield head + long_value + tail
 
 
-def test_no_url_of_the_site_answers_5xx_to_bad_input(tenancy, root):
-    """GET every pattern with each bad query and each bad path argument, and POST a form with a NUL
-    to it and to its bad paths: as a superuser everywhere, as a tenant admin outside the admin
-    (which only sends them to sign in), and signed out with bad paths."""
-    objects = acme_objects(tenancy)
+ROLES = ("superuser", "tenant admin", "nobody")
+SHARDS = 4  # each role's walk in parts, so that parallel test processes share it
+
+
+def _sorted_urls(t, objects):
+    return sorted(_urls(t, objects), key=lambda url: (url[0], url[1]))
+
+
+def test_the_walk_covers_every_part_of_the_site(tenancy):
+    urls = [url for _name, url, _arguments in _sorted_urls(tenancy, acme_objects(tenancy))]
+    assert len(urls) > 100
+    for part in ("/admin/", "/api/v1/", "/accounts/", "/capacity/", "/billing/", "/monitoring/"):
+        assert any(url.startswith(part) for url in urls), part
+
+
+@needs("fuzz")
+def walk(client: Client, user, who: str, urls) -> tuple[int, list[str]]:
+    """GET each URL with each bad query and each bad path argument, and POST a form with a NUL to it and
+    to its bad paths (signed out: only the bad paths, GET); returns how many requests were sent and the
+    answers of 5xx."""
     failures = []
     walked = 0
-    urls = list(_urls(tenancy, objects))
-    assert len(urls) > 100  # the walk covers the admin, the API and the accounts pages too
-    for who, user in {"superuser": root, "tenant admin": tenancy.acme_admin, "nobody": None}.items():
-        client = Client(raise_request_exception=False)
-        for name, url, arguments in urls:
-            if who == "tenant admin" and url.startswith("/admin/"):
-                continue
-            if user is not None:
-                client.force_login(user)  # a sign-out page met before must not end the walk
-            paths = [url, *_path_mutations(url, arguments)]
-            requests = [("get", path, None) for path in paths]
-            if user is not None:
-                requests += [("get", f"{url}?{query}", None) for query in QUERIES]
-                requests += [("post", path, {"name": "x\x00", "reason": "y"}) for path in paths]
-            for method, candidate, data in requests:
-                response = getattr(client, method)(candidate, data)
-                walked += 1
-                if response.status_code >= 500:
-                    failures.append(
-                        f"{who} {method.upper()} {candidate[:100]} ({name}): {response.status_code}"
-                    )
-    assert walked > 3000
+    for name, url, arguments in urls:
+        if user is not None:
+            client.force_login(user)  # a sign-out page met before must not end the walk
+        paths = [url, *_path_mutations(url, arguments)]
+        requests = [("get", path, None) for path in paths]
+        if user is not None:
+            requests += [("get", f"{url}?{query}", None) for query in QUERIES]
+            requests += [("post", path, {"name": "x\x00", "reason": "y"}) for path in paths]
+        for method, candidate, data in requests:
+            response = getattr(client, method)(candidate, data)
+            walked += 1
+            if response.status_code >= 500:
+                failures.append(f"{who} {method.upper()} {candidate[:100]} ({name}): {response.status_code}")
+    return walked, failures
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+@pytest.mark.parametrize("who", ROLES)
+def test_no_url_of_the_site_answers_5xx_to_bad_input(tenancy, root, who, shard):
+    """Every pattern of the site walked with bad input: as a superuser everywhere, as a tenant admin
+    outside the admin (which only sends them to sign in), and signed out with bad paths."""
+    user = {"superuser": root, "tenant admin": tenancy.acme_admin, "nobody": None}[who]
+    urls = _sorted_urls(tenancy, acme_objects(tenancy))[shard::SHARDS]
+    if who == "tenant admin":
+        urls = [url for url in urls if not url[1].startswith("/admin/")]
+    walked, failures = walk(Client(raise_request_exception=False), user, who, urls)
+    each = 1 if user is None else 2 + len(QUERIES)  # the URL; signed in, each bad query and a POST too
+    assert walked >= each * len(urls)
     assert failures == []

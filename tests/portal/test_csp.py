@@ -308,7 +308,7 @@ def test_a_browser_asking_the_api_for_html_gets_json(tenancy, api_for):
 @pytest.mark.parametrize("name", STATIC_FILES)
 def test_the_portal_s_static_files_are_in_the_manifest(name, db, client):
     # `storage.staticfiles_storage` is looked up only now: imported by name, pytest's collection
-    # would set it up before the test session points STATIC_ROOT at a folder of its own.
+    # would set it up before the test session points STATIC_ROOT at its own folder.
     stored = storage.staticfiles_storage.stored_name(name)  # ValueError for a file the manifest lacks
     assert stored != name  # hashed, so that browsers never keep an old copy
     response = client.get(storage.staticfiles_storage.url(name))

@@ -15,7 +15,9 @@ def counts():
     )
 
 
-def test_demo_is_idempotent_and_keeps_tenants_apart(db, client):
+def test_demo_is_idempotent_keeps_tenants_apart_and_leaves_work_for_each_workspace(db, client):
+    from pools.models import Pool, PoolRequest
+
     call_command("demo", verbosity=0)
     first = counts()
     call_command("demo", verbosity=0)
@@ -35,12 +37,6 @@ def test_demo_is_idempotent_and_keeps_tenants_apart(db, client):
     assert staff == {"carol": {"approver"}, "dave": {"finance"}, "erin": {"operator"}, "admin": set()}
     assert get_user_model().objects.get(username="admin").is_superuser
 
-
-def test_demo_leaves_requests_for_approvers_and_pools_for_tenants(db):
-    from pools.models import Pool, PoolRequest
-
-    call_command("demo", verbosity=0)
-    call_command("demo", verbosity=0)
     assert PoolRequest.objects.filter(state="submitted").count() == 1  # for carol to decide
     # admitted now (the worker provisions them); the billing history's pools were all released
     assert Pool.objects.filter(released_at=None).count() == 2
