@@ -140,8 +140,8 @@ def _test_settings(tmp_path_factory, django_test_environment):
         if not (shared / "static" / "staticfiles.json").exists():
             call_command("collectstatic", interactive=False, verbosity=0)
     # WhiteNoise lists every static file when its middleware is made: once per web process in production,
-    # but once per test client here (a fifth of the suite's time). Looked up as each is asked for instead;
-    # tests/portal/test_pages.py serves them as production does.
+    # but once per test client here (a third of the time of the modules profiled). Looked up as each is
+    # asked for instead; tests/portal/test_pages.py serves them as production does.
     settings.WHITENOISE_AUTOREFRESH = True
     # What the processes the tests start keep at run time (gunicorn's control socket) is theirs too.
     with pytest.MonkeyPatch.context() as patch:
@@ -427,9 +427,10 @@ def django_db_setup(
             teardown_databases(databases, verbosity=0)
 
 
-def _migrated_name() -> str:
-    """The migrated database's name: the test database's, and a digest of every migration and of the
-    installed apps, so that a changed migration is never copied from an old one."""
+def _migrated_name() -> tuple[str, str]:
+    """The migrated database's name, and the prefix of every name it has had: the test database's, and a
+    digest of every migration and of the installed apps, so that a changed migration is never copied from
+    an old one."""
     import hashlib
 
     from django.apps import apps
@@ -440,8 +441,8 @@ def _migrated_name() -> str:
         digest.update(app.name.encode())
         for migration in sorted(Path(app.path).glob("migrations/*.py")):
             digest.update(migration.read_bytes())
-    prefix = connection.settings_dict["TEST"]["NAME"].rpartition("_")[0]  # test_portal_gw0: test_portal
-    return f"{prefix}_migrated_{digest.hexdigest()[:12]}"
+    prefix = connection.settings_dict["TEST"]["NAME"].rpartition("_")[0] + "_migrated_"  # of test_portal_gw0
+    return prefix + digest.hexdigest()[:12], prefix
 
 
 def _copy_migrated_database(*, reuse: bool) -> None:
@@ -450,13 +451,13 @@ def _copy_migrated_database(*, reuse: bool) -> None:
     from django.conf import settings
     from django.db import connection
 
-    name, migrated = connection.settings_dict["TEST"]["NAME"], _migrated_name()
+    name, (migrated, prefix) = connection.settings_dict["TEST"]["NAME"], _migrated_name()
     with connection._nodb_cursor() as cursor:
-        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [migrated[:-12] + "%"])
+        cursor.execute("SELECT datname FROM pg_database WHERE starts_with(datname, %s)", [prefix])
         found = {datname for (datname,) in cursor.fetchall()}
     if reuse and migrated in found:
         with connection._nodb_cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            _drop_database(cursor, name)
             cursor.execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated}"')
         # Where Django's own test set-up points the connection at the database it made.
         settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"] = name
@@ -466,7 +467,7 @@ def _copy_migrated_database(*, reuse: bool) -> None:
     connection.close()
     with connection._nodb_cursor() as cursor:
         for old in found:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
+            _drop_database(cursor, old)
         cursor.execute(f'CREATE DATABASE "{migrated}" TEMPLATE "{name}"')
 
 
@@ -475,7 +476,11 @@ def _drop_copied_database() -> None:
 
     connection.close()
     with connection._nodb_cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{connection.settings_dict["NAME"]}" WITH (FORCE)')
+        _drop_database(cursor, connection.settings_dict["NAME"])
+
+
+def _drop_database(cursor, name: str) -> None:
+    cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # What the migrations wrote (the platform's groups and their permissions, the default alert rules),
