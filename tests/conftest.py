@@ -34,6 +34,7 @@ from tests.needs import MARKERS, Reach, needs, needs_of
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
+HELD_QUEUE = f"{TASK_QUEUE}-held"  # what a test sends that does not use the worker: see _sends_held_back
 # Redis databases 0 and 1 are left to a portal running beside the tests; xdist worker N takes two of the rest.
 FIRST_TEST_REDIS_DATABASE = 2
 REDIS_DATABASES = 16
@@ -354,30 +355,46 @@ def running_worker(
             worker.process.kill()
 
 
-RUNNING: list[Worker] = []  # the session's worker, once a test has started it
-
-
 @pytest.fixture(scope="session")
 def _session_worker(django_db_setup, tmp_path_factory):
     from portal.celery import app
 
     app.control.purge()  # tasks that earlier tests queued belong to databases that are gone
     with running_worker(TASK_QUEUE, tmp_path_factory.mktemp("worker")) as worker:
-        RUNNING.append(worker)
         yield worker
-        RUNNING.clear()
 
 
 @pytest.fixture(autouse=True)
-def _worker_idle_before_flush(request, django_db_blocker):
-    """A transactional test commits, so the tasks it queues reach the session's worker (once started)
-    even when the test does not use it: the database is emptied only once the worker is idle. The
-    samples' table, partitioned by day in SQL, is no model's table, so the flush does not empty it:
-    it is emptied here, so that no sample a test committed shows in a later one."""
+def _sends_held_back(request, monkeypatch):
+    """Only a test that asks for the session's worker has its tasks reach it. What any other test sends
+    (a sync's queue run, an approval's e-mail) waits on a queue of its own that nobody consumes, emptied
+    after the test: a worker that an earlier test of the process started never acts on a test's database
+    under it. A task sent to a queue named in the call (a test's own workers) goes there."""
+    if "celery_worker" in request.fixturenames:
+        yield
+        return
+    from portal.celery import app
+
+    send, sent = app.send_task, []
+
+    def held(name, *args, **options):
+        sent.append(name)
+        return send(name, *args, **{"queue": HELD_QUEUE, **options})
+
+    monkeypatch.setattr(app, "send_task", held)
+    yield
+    if sent:
+        with app.connection_for_write() as broker:
+            broker.default_channel.client.delete(HELD_QUEUE)
+
+
+@pytest.fixture(autouse=True)
+def _samples_emptied(request, django_db_blocker):
+    """The samples' table, partitioned by day in SQL, is no model's table, so pytest-django's flush after
+    a transactional test does not empty it: it is emptied here, so that no sample a test committed shows
+    in a later one."""
     yield
     if commits(request.node):
-        if RUNNING:
-            wait_until_idle(RUNNING[0])
         from django.db import connection
 
         with django_db_blocker.unblock(), connection.cursor() as cursor:
