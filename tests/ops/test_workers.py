@@ -149,10 +149,12 @@ def test_two_queue_runs_at_once_admit_each_request_once(tenancy, tmp_path):
         # The workers provision what they admitted (the provisioning goes to their own queue).
         wait_for(
             lambda: (
-                not pools.filter(state=PoolState.PROVISIONING).exists()
-                and len(finished(both, provision_pool.name)) >= pools.count()
-            )
-            or failures(both),
+                (
+                    not pools.filter(state=PoolState.PROVISIONING).exists()
+                    and len(finished(both, provision_pool.name)) >= pools.count()
+                )
+                or failures(both)
+            ),
             "the admitted pools are provisioned",
         )
     admitted = [int(outcome.strip("'").split()[0]) for outcome in outcomes]
