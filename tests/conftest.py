@@ -369,7 +369,8 @@ def _sends_held_back(request, monkeypatch):
     """Only a test that asks for the session's worker has its tasks reach it. What any other test sends
     (a sync's queue run, an approval's e-mail) waits on a queue of its own that nobody consumes, emptied
     after the test: a worker that an earlier test of the process started never acts on a test's database
-    under it. A task sent to a queue named in the call (a test's own workers) goes there."""
+    under it. A task sent to another queue (a test's own workers', named in the call or made the default)
+    goes there."""
     if "celery_worker" in request.fixturenames:
         yield
         return
@@ -378,8 +379,10 @@ def _sends_held_back(request, monkeypatch):
     send, sent = app.send_task, []
 
     def held(name, *args, **options):
+        if options.get("queue") or app.amqp.router.route({}, name)["queue"].name != TASK_QUEUE:
+            return send(name, *args, **options)
         sent.append(name)
-        return send(name, *args, **{"queue": HELD_QUEUE, **options})
+        return send(name, *args, **{**options, "queue": HELD_QUEUE})
 
     monkeypatch.setattr(app, "send_task", held)
     yield

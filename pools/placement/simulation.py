@@ -1,18 +1,15 @@
 """What-if simulation of the admission queue over time, on plain data: requests arrive, wait, are admitted by
-a placer under the queue's policy (pools/services/queue.py), hold what they were given, and give it back.
+a placer under the admission policy (pools/placement/admission.py), hold what they were given, and give it back.
 
 Words used here (placement words are pools/placement/engine.py's):
 - timed request: a request with an arrival time and a hold, how long its pool keeps what it was given.
 - event time: a second at which a request arrives or a pool is released, up to the horizon. The queue runs
   once per event time, after that time's releases and arrivals. A pool admitted with a hold of 0 gives its
   instances back right after the run that admitted it (its release falls in that same second).
-- waiting: arrived and not admitted. A run takes the waiting requests in arrival order, each placed whole or
-  not at all, and admits one that fits at once even behind one that does not (backfill).
-- starving: a waiting request that could not be admitted in this run and has waited the backfill grace or
-  longer (None: never starving). For the rest of the run a later request that competes with it is admitted
-  only where it lands out of its way (pools/placement/backfill.py), so that freed capacity collects for it.
-- compete: two requests ask for a common GPU model, and one of them names no group or both name the same
-  one (the queue's Claim.held_back without priorities and clusters, which a trace does not have).
+- waiting: arrived and not admitted. Each run is a run of the admission policy (pools/placement/admission.py),
+  as the queue runs it: in arrival order where the trace gives no priorities or quotas, each placed whole or
+  not at all, one that fits admitted at once even behind one that does not (backfill), except where an older
+  request starves (the policy's words: starving, compete). A request's place is any cluster, in its group.
 - re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
   as in the queue; by the next run its MIG manager is done. The trace's own marks count for the first run.
   Each run reads the fleet afresh, as the queue reads its snapshot from the database.
@@ -32,12 +29,8 @@ from functools import cached_property, lru_cache
 from typing import Protocol
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
-from pools.placement.backfill import (
-    may_keep_out_of_the_way,
-    out_of_the_way,
-    room_out_of_the_way,
-    wanted_pairs,
-)
+from pools.placement.admission import Admitted, Claim, Ledger, Waiting, Waits, run_queue
+from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.engine import apply, fleet_index, place
 from pools.placement.plan import QUEUE_WINDOW
@@ -57,7 +50,6 @@ __all__ = [
     "stranded_slices",
 ]
 
-BEHIND_OLDER = "waiting behind an older request that needs the capacity first"
 PROGRESS_STEP = 0.01  # of the horizon: a hundred reports at most, whatever the number of event times
 AFTER_HORIZON = "arrives after the horizon"
 
@@ -227,18 +219,6 @@ def _stranded(model: str, layout: tuple[tuple[int, str], ...]) -> int:
     return stranded_compute_slices(gpu_model(model), [Instance(start, profile) for start, profile in layout])
 
 
-@dataclass(frozen=True)
-class _Claim:
-    models: frozenset[str]
-    group: str | None
-    wanted: frozenset[tuple[str, str]]  # (model, profile) of its items
-
-    def competes(self, other: _Claim) -> bool:
-        if not self.models & other.models:
-            return False
-        return self.group is None or other.group is None or self.group == other.group
-
-
 @dataclass
 class _Queue:
     """The state between event times: the fleet, who waits, who holds what until when."""
@@ -265,11 +245,12 @@ class _Queue:
         self.fleet = self.trace.fleet
         self.keys = {gpu.id: (gpu.cluster, gpu.model, gpu.group) for gpu in self.fleet.gpus}
         buckets = set(self.keys.values())
-        self.claims: list[_Claim] = []
+        self.claims: list[Claim] = []
         self.buckets: list[tuple[tuple[str, str, str | None], ...]] = []
+        self.ledger = Ledger()
         for timed in self.trace.requests:
             models = frozenset(item.model for item in timed.items)
-            self.claims.append(_Claim(models, timed.group, wanted_pairs(timed.items)))
+            self.claims.append(Claim.of(timed.items, [(None, timed.group)]))
             self.buckets.append(tuple(b for b in buckets if b[1] in models and timed.group in (None, b[2])))
         self.arrived: list[int] = []  # arrival times so far, for the demand window
         self.arrivals: list[tuple[int, tuple[Item, ...]]] = []
@@ -297,42 +278,58 @@ class _Queue:
             self._touched(placement)
 
     def run(self, now: int) -> None:
-        grace = self.trace.backfill_grace_seconds
-        starving: list[_Claim] = []
+        """One queue run under the admission policy (pools/placement/admission.py), this queue its room."""
         self._demand = None  # counted once per run, and only if something is placed
-        still: list[int] = []
-        for number, position in enumerate(self.waiting):
-            timed, claim = self.trace.requests[position], self.claims[position]
-            blockers = [blocked for blocked in starving if blocked.competes(claim)]
-            wanted = frozenset().union(*(blocked.wanted for blocked in blockers))
-            may_try = not blockers or (
-                may_keep_out_of_the_way(claim.wanted, wanted) and room_out_of_the_way(self.fleet, timed.items)
-            )
-            if may_try and self._worth_trying(position):
-                placement = self._place(number, position, now)
-                if placement.placed and (not blockers or out_of_the_way(self.fleet, placement, wanted)):
-                    self._admit(position, placement, now)
-                    continue
-                if not placement.placed:
-                    self.failed[position] = (self.changes, placement.reason)
-            if blockers:
-                # Held back: it waits behind the older request, and is not starving itself.
-                self.reasons[position] = BEHIND_OLDER
-                still.append(position)
-                continue
-            self.reasons[position] = self.failed[position][1]
-            if grace is not None and now - timed.arrive >= grace:
-                starving.append(claim)
-            still.append(position)
-        self.waiting = still
+        self._now = now
+        waiting = [self._waiting(position, now) for position in self.waiting]
+        decisions = run_queue(
+            waiting, self.ledger, self, grace_seconds=self.trace.backfill_grace_seconds, window=QUEUE_WINDOW
+        )
+        for decision in decisions:
+            if isinstance(decision, Waits):
+                self.reasons[decision.request.id] = decision.reason
+        admitted = {d.request.id for d in decisions if isinstance(d, Admitted)}
+        self.waiting = [position for position in self.waiting if position not in admitted]
 
-    def _place(self, number: int, position: int, now: int) -> Placement:
+    def _waiting(self, position: int, now: int) -> Waiting:
+        timed = self.trace.requests[position]
+        return Waiting(
+            id=position,
+            tenant=None,
+            project=None,
+            priority=0,
+            arrival=(position,),
+            waited=now - timed.arrive,
+            items=timed.items,
+            claim=self.claims[position],
+            asked={},
+        )
+
+    # The room the admission policy places in: this queue's fleet.
+
+    def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> Placement:
+        position = request.id
+        if not self._worth_trying(position):
+            return Placement(self.trace.requests[position].id, False, reason=self.failed[position][1])
+        placement = self._place(position, [self.trace.requests[w.id].request for w in upcoming], self._now)
+        if not placement.placed:
+            self.failed[position] = (self.changes, placement.reason)
+        return placement
+
+    def room_out_of_the_way(self, request: Waiting) -> bool:
+        return room_out_of_the_way(self.fleet, request.items)
+
+    def out_of_the_way(self, placement: Placement, wanted: frozenset[tuple[str, str]]) -> bool:
+        return out_of_the_way(self.fleet, placement, wanted)
+
+    def admit(self, request: Waiting, placement: Placement) -> None:
+        self._admit(request.id, placement, self._now)
+
+    def _place(self, position: int, upcoming: list[Request], now: int) -> Placement:
         if self._demand is None:
             # The arrivals of the window, its oldest second left out, as pools/selectors/demand.py reads them.
             start = bisect_right(self.arrived, now - self.window)
             self._demand = recent_demand(self.arrivals[start:], now=now, window_seconds=self.window)
-        behind = self.waiting[number + 1 : number + 1 + QUEUE_WINDOW]
-        upcoming = [self.trace.requests[p].request for p in behind]
         request = self.trace.requests[position].request
         # No demand at all is told as None, as the queue tells it: the engine then counts the request itself.
         return self.placer(self.fleet, request, upcoming=upcoming, demand=self._demand or None)

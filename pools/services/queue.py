@@ -1,19 +1,11 @@
 """The queue: admit approved requests when placement finds room, reserving capacity as it admits.
 
-Policy. Waiting requests (approved or queued) are taken by priority, then approval
-time. Each is placed whole or not at all, on one cluster, by the placement engine,
-which sees the rest of the queue. A request that fits is admitted at once, even
-behind one that does not (backfill), with one exception that keeps a large request
-from starving: once a blocked request has waited QUEUE_BACKFILL_GRACE_SECONDS, no
-request of the same or lower priority behind it that competes for what it waits for
-is admitted until it is, so freed capacity collects for it. Two requests compete
-when they could land on the same GPUs: they ask for a common GPU model, on a
-common cluster, in the same GPU group there (a request without a purpose, or a
-cluster without groups, reaches every group). A request that competes for nothing
-the blocked one needs is still admitted: holding it back would free nothing for it.
-Nor is one held back whose placement keeps out of the blocked one's way: only free
-instances of GPUs that already hold work, of profiles the blocked one does not ask
-for (pools/placement/backfill.py): instances that could never serve it.
+The policy is the admission policy's (pools/placement/admission.py), the one the what-if simulator runs
+too: waiting requests (approved or queued) by priority, then fair share, then approval time, each placed
+whole or not at all on one cluster by the placement engine, which sees the rest of the queue; backfill,
+except where an older request starves (QUEUE_BACKFILL_GRACE_SECONDS); the tenants' quota limits. This
+module reads the waiting requests and the ready clusters' fleets from the database, gives the policy the
+clusters as its room, and writes what it decided.
 
 Admission and reservation are one transaction, run one at a time under the capacity lock
 (pools/services/reservations.py); the allocation exclusion constraint makes over-commit
@@ -25,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -34,12 +26,8 @@ from django.utils.translation import gettext_noop
 from pools import placement, task_names
 from pools.conf import settings
 from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestState
-from pools.placement.backfill import (
-    may_keep_out_of_the_way,
-    out_of_the_way,
-    room_out_of_the_way,
-    wanted_pairs,
-)
+from pools.placement.admission import Claim, Ledger, Waiting, Waits, asked_slices, run_queue
+from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters
@@ -49,46 +37,65 @@ from pools.services.reservations import lock_capacity, recount_allocated, reserv
 from pools.services.transitions import record_event, transition
 from portal import dispatch
 
-BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
 NO_CLUSTER = gettext_noop("no cluster is ready")
 CLOSEST = gettext_noop("closest on cluster %(cluster)s: %(reason)s")
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What a starving request waits for: GPU models, on some clusters, in a group there."""
+def waiting_entry(
+    request: PoolRequest, clusters: list[Cluster], grouped: dict[int, bool], now: datetime
+) -> Waiting:
+    """A waiting request as the admission policy sees it: its places are the clusters it may land on, each
+    with its purpose as the group where the cluster places work by group (else any group there)."""
+    items = engine_request(request, grouped=False).items
+    places = [
+        (c.name, (request.purpose or None) if grouped[c.pk] else None)
+        for c in clusters
+        if request.cluster_id in (None, c.pk)
+    ]
+    approved = request.approved_at
+    return Waiting(
+        id=request.pk,
+        tenant=request.project.tenant_id,
+        project=request.project_id,
+        priority=request.priority,
+        arrival=(approved or now, request.pk),
+        waited=(now - approved).total_seconds() if approved else -1.0,
+        items=items,
+        claim=Claim.of(items, places, request.priority),
+        asked=asked_slices(items, request.purpose),
+    )
 
-    priority: int
-    cluster_ids: frozenset[int]
-    models: frozenset[str]
-    purpose: str
-    wanted: frozenset[tuple[str, str]]  # (GPU model, profile) of its items
 
-    @classmethod
-    def of(cls, request: PoolRequest, clusters: list[Cluster]) -> Claim:
-        items = request.items.all()
-        return cls(
-            priority=request.priority,
-            cluster_ids=frozenset(_candidate_ids(request, clusters)),
-            models=frozenset(item.gpu_model for item in items),
-            purpose=request.purpose,
-            wanted=wanted_pairs(engine_request(request, grouped=False).items),
+class _Clusters:
+    """The room a queue run places in: the ready clusters' fleets, taken from as the run admits."""
+
+    def __init__(self, requests, clusters, grouped, fleets, demand) -> None:
+        self.requests: dict[int, PoolRequest] = requests
+        self.clusters, self.grouped, self.fleets, self.demand = clusters, grouped, fleets, demand
+        self.where: dict[int, Cluster] = {}
+
+    def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> placement.Placement:
+        behind = [self.requests[w.id] for w in upcoming]
+        plan, cluster = place_request(
+            self.requests[request.id], behind, self.clusters, self.grouped, self.fleets, self.demand
         )
+        if plan is None:
+            return placement.Placement(str(request.id), False, reason=Reason(NO_CLUSTER))
+        self.where[request.id] = cluster
+        return plan if plan.placed else replace(plan, reason=as_reason(plan.reason))
 
-    def held_back(self, request: PoolRequest, clusters: list[Cluster], grouped: dict[int, bool]) -> bool:
-        """Whether admitting `request` could take capacity this claim waits for."""
-        if request.priority > self.priority:
-            return False
-        if not self.models & {item.gpu_model for item in request.items.all()}:
-            return False
-        shared = self.cluster_ids & _candidate_ids(request, clusters)
-        if not request.purpose or not self.purpose or request.purpose == self.purpose:
-            return bool(shared)
-        return any(not grouped[cluster_id] for cluster_id in shared)  # groups only part them where they exist
+    def room_out_of_the_way(self, request: Waiting) -> bool:
+        """Only where a candidate cluster has the free instances for it (pools/placement/backfill.py)."""
+        cluster_id = self.requests[request.id].cluster_id
+        candidates = [self.fleets.get(c.name) for c in self.clusters if cluster_id in (None, c.pk)]
+        return any(fleet is not None and room_out_of_the_way(fleet, request.items) for fleet in candidates)
 
+    def out_of_the_way(self, plan: placement.Placement, wanted: frozenset[tuple[str, str]]) -> bool:
+        return out_of_the_way(self.fleets[self.where[int(plan.request)].name], plan, wanted)
 
-def _candidate_ids(request: PoolRequest, clusters: list[Cluster]) -> set[int]:
-    return {c.pk for c in clusters if request.cluster_id in (None, c.pk)}
+    def admit(self, request: Waiting, plan: placement.Placement) -> None:
+        name = self.where[request.id].name
+        self.fleets[name] = placement.apply(self.fleets[name], plan)
 
 
 @dataclass
@@ -115,7 +122,8 @@ def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, 
 
 
 def admit_waiting() -> list[Admission]:
-    """Run the queue once; returns what happened to each waiting request."""
+    """Run the queue once under the admission policy (pools/placement/admission.py); returns what happened
+    to each waiting request."""
     with transaction.atomic():
         lock_capacity()
         waiting = list(
@@ -127,52 +135,31 @@ def admit_waiting() -> list[Admission]:
         if not waiting:
             return []
         clusters, grouped = ready_clusters()
-        fleets = fleet_snapshot(clusters, grouped)
         now = timezone.now()
-        demand = queue_demand(now=now)
-        grace = timedelta(seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS)
-        starving: list[Claim] = []
+        requests = {request.pk: request for request in waiting}
+        room = _Clusters(
+            requests, clusters, grouped, fleet_snapshot(clusters, grouped), queue_demand(now=now)
+        )
+        decisions = run_queue(
+            [waiting_entry(request, clusters, grouped, now) for request in waiting],
+            Ledger(),
+            room,
+            grace_seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS,
+            window=QUEUE_WINDOW,
+        )
         results = []
-        for position, request in enumerate(waiting):
-            blockers = [claim for claim in starving if claim.held_back(request, clusters, grouped)]
-            wanted = frozenset().union(*(claim.wanted for claim in blockers))
-            if blockers and not _may_keep_out_of_their_way(request, wanted, clusters, fleets):
-                results.append(_wait(request, Reason(BEHIND_OLDER)))  # held back: not starving itself
+        for decision in decisions:
+            request = requests[decision.request.id]
+            if isinstance(decision, Waits):
+                results.append(_wait(request, as_reason(decision.reason)))
                 continue
-            plan, cluster = place_request(request, waiting[position + 1 :], clusters, grouped, fleets, demand)
-            placed = plan is not None and plan.placed
-            if blockers and not (placed and out_of_the_way(fleets[cluster.name], plan, wanted)):
-                results.append(_wait(request, Reason(BEHIND_OLDER)))
-                continue
-            if placed:
-                fleets[cluster.name] = placement.apply(fleets[cluster.name], plan)
-                transition(request, RequestState.FULFILLED)
-                request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
-                request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
-                pool = _reserve(request, cluster, plan, now)
-                dispatch.after_commit(task_names.PROVISION, pool.pk)
-                results.append(Admission(request.pk, True, pool.pk))
-                continue
-            reason = as_reason(plan.reason) if plan is not None else Reason(NO_CLUSTER)
-            results.append(_wait(request, reason))
-            if request.approved_at and now - request.approved_at >= grace:
-                starving.append(Claim.of(request, clusters))
+            transition(request, RequestState.FULFILLED)
+            request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
+            request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
+            pool = _reserve(request, room.where[request.pk], decision.placement, now)
+            dispatch.after_commit(task_names.PROVISION, pool.pk)
+            results.append(Admission(request.pk, True, pool.pk))
         return results
-
-
-def _may_keep_out_of_their_way(
-    request: PoolRequest,
-    wanted: frozenset[tuple[str, str]],
-    clusters: list[Cluster],
-    fleets: dict[str, placement.Fleet],
-) -> bool:
-    """Whether a held-back request is worth placing: only one that may keep out of the starving requests'
-    way, where a candidate cluster has the free instances for it (pools/placement/backfill.py)."""
-    items = engine_request(request, grouped=False).items
-    if not may_keep_out_of_the_way(wanted_pairs(items), wanted):
-        return False
-    candidates = [fleets.get(c.name) for c in clusters if request.cluster_id in (None, c.pk)]
-    return any(fleet is not None and room_out_of_the_way(fleet, items) for fleet in candidates)
 
 
 def place_request(

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from pools.mig import FULL_GPU
 from pools.placement import Assignment, Fleet, Item, Placement, Reconfigure, apply, place
+from pools.placement.admission import BEHIND_OLDER
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.replay import check
 from pools.placement.simulation import (
     AFTER_HORIZON,
-    BEHIND_OLDER,
     SimulationTrace,
     TimedRequest,
     compute_slices,

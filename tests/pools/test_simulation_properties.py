@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from pools.mig import FULL_GPU, Instance, gpu_model, layout_errors
 from pools.placement import Fleet, Item, Placement, apply, place
+from pools.placement.admission import BEHIND_OLDER
 from pools.placement.backfill import out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.replay import check
 from pools.placement.simulation import (
     AFTER_HORIZON,
-    BEHIND_OLDER,
     Outcome,
     SimulationTrace,
     TimedRequest,

@@ -1,0 +1,305 @@
+"""The admission policy, pure: in what order a queue run takes waiting requests, what a starving request holds
+back, and what a tenant's quotas allow. The queue (pools/services/queue.py), the approvers' verdicts and the
+what-if simulator (pools/placement/simulation.py) run `run_queue` on their own plain data and keep no rule of
+their own.
+
+Words used here (placement words are pools/placement/engine.py's):
+- quota key: a GPU group (the workload type a request names as its purpose, "" for none) and a GPU model.
+- slices: compute slices. A MIG instance counts its profile's, a whole GPU all of them (pools/mig.py).
+- quota: a tenant's, in one key: `guaranteed`, the slices it is promised, and `limit`, the most it may hold,
+  borrowing included (None: no limit). A tenant with no quota in a key has no guarantee there and the
+  ledger's default limit. A project may have a limit of its own inside its tenant's.
+- held: the slices of a tenant's (or project's) live pools, per key.
+- verdict of a request: `within` when what it asks fits in what its tenant's guarantee leaves in every key,
+  `borrowed` when some of it goes beyond the guarantee but no limit, `beyond_limit` when it would take its
+  tenant or project past a limit (refused at submit; at a queue run it waits, and never starves others).
+- share: a tenant's dominant share, the largest held / guaranteed over the keys where it has a guarantee;
+  infinite where it has none. Among equal priorities the tenant with the lowest share goes first, then the
+  earliest arrival. Where no tenant has a guarantee, that is priority, then arrival.
+- place: where a request may land, as (cluster, group), None for any. Two requests compete when they ask
+  for a common GPU model and some place of one overlaps some place of the other.
+- starving: a waiting request that does not fit in this run and has waited the backfill grace (None: never
+  starving). For the rest of the run, a request of the same or lower priority that competes with it is
+  admitted only where it lands out of its way (pools/placement/backfill.py), so that freed capacity
+  collects for it. One held back waits behind it and is not starving itself.
+
+Pure: no Django, no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pools.mig import COMPUTE_SLICES, FULL_GPU, gpu_model
+from pools.placement.backfill import may_keep_out_of_the_way, wanted_pairs
+from pools.placement.reasons import Reason, gettext_noop
+from pools.placement.types import Item, Placement
+
+__all__ = [
+    "BEHIND_OLDER",
+    "BEYOND_LIMIT",
+    "BORROWED",
+    "WITHIN",
+    "Admitted",
+    "Claim",
+    "Ledger",
+    "Quota",
+    "QuotaVerdict",
+    "Room",
+    "Waiting",
+    "Waits",
+    "asked_slices",
+    "item_slices",
+    "run_queue",
+]
+
+Key = tuple[str, str]  # (GPU group, "" for none; GPU model)
+Place = tuple[str | None, str | None]  # (cluster, group); None: any
+
+WITHIN, BORROWED, BEYOND_LIMIT = "within", "borrowed", "beyond_limit"
+
+BEHIND_OLDER = gettext_noop("waiting behind an older request that needs the capacity first")
+OVER_LIMIT = gettext_noop(
+    "%(owner)s would hold %(held)s of its limit of %(limit)s compute slices of %(model)s%(group)s; "
+    "it holds %(holding)s now"
+)
+IN_GROUP = gettext_noop(" in group %(group)s")
+
+
+def item_slices(item: Item) -> int:
+    """Compute slices an item asks for: each instance its profile's, a whole GPU all of them."""
+    each = (
+        COMPUTE_SLICES
+        if item.profile == FULL_GPU
+        else gpu_model(item.model).profile(item.profile).compute_slices
+    )
+    return each * item.count
+
+
+def asked_slices(items: Iterable[Item], group: str | None) -> dict[Key, int]:
+    """Per quota key, the compute slices that items asked for under `group` (None or "": no group) take."""
+    asked: Counter = Counter()
+    for item in items:
+        asked[(group or "", item.model)] += item_slices(item)
+    return dict(asked)
+
+
+@dataclass(frozen=True)
+class Quota:
+    guaranteed: int = 0
+    limit: int | None = None  # None: no limit
+
+
+@dataclass(frozen=True)
+class QuotaVerdict:
+    """`kind` is WITHIN, BORROWED or BEYOND_LIMIT. For BEYOND_LIMIT, `key` is the first key that goes past a
+    limit and `project` says whether the limit is the project's; for BORROWED, `borrowed` is how many of
+    the asked slices go beyond the guarantee, over all keys."""
+
+    kind: str
+    key: Key | None = None
+    asked: int = 0
+    held: int = 0
+    limit: int | None = None
+    project: bool = False
+    borrowed: int = 0
+
+    def reason(self, owner: str) -> Reason | None:
+        """Why a request beyond a limit may not be admitted, naming the quota; None for the other kinds."""
+        if self.kind != BEYOND_LIMIT or self.key is None:
+            return None
+        group, model = self.key
+        return Reason(
+            OVER_LIMIT,
+            owner=owner,
+            held=self.held + self.asked,
+            limit=self.limit,
+            model=model,
+            group=Reason(IN_GROUP, group=group) if group else "",
+            holding=self.held,
+        )
+
+
+@dataclass
+class Ledger:
+    """Quotas and what each tenant and project holds, per key. `take` and `give` keep `held` as pools are
+    admitted and released within a run (or over a simulation)."""
+
+    quotas: Mapping[Hashable, Mapping[Key, Quota]] = field(default_factory=dict)  # tenant -> key -> quota
+    project_limits: Mapping[Hashable, Mapping[Key, int]] = field(
+        default_factory=dict
+    )  # project -> key -> limit
+    held: dict[Hashable, Counter] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )  # tenant -> key -> slices
+    project_held: dict[Hashable, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    default_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        self.held = defaultdict(Counter, {t: Counter(h) for t, h in self.held.items()})
+        self.project_held = defaultdict(Counter, {p: Counter(h) for p, h in self.project_held.items()})
+        self.guarantees = any(q.guaranteed for quotas in self.quotas.values() for q in quotas.values())
+
+    def quota(self, tenant: Hashable, key: Key) -> Quota:
+        found = self.quotas.get(tenant, {}).get(key)
+        return found if found is not None else Quota(0, self.default_limit)
+
+    def verdict(self, tenant: Hashable, project: Hashable, asked: Mapping[Key, int]) -> QuotaVerdict:
+        borrowed = 0
+        for key, slices in sorted(asked.items()):
+            quota, held = self.quota(tenant, key), self.held[tenant][key]
+            if quota.limit is not None and held + slices > quota.limit:
+                return QuotaVerdict(BEYOND_LIMIT, key, slices, held, quota.limit)
+            limit = self.project_limits.get(project, {}).get(key)
+            if limit is not None and self.project_held[project][key] + slices > limit:
+                return QuotaVerdict(BEYOND_LIMIT, key, slices, self.project_held[project][key], limit, True)
+            borrowed += min(slices, max(0, held + slices - quota.guaranteed))
+        return QuotaVerdict(BORROWED if borrowed else WITHIN, borrowed=borrowed)
+
+    def share(self, tenant: Hashable) -> float:
+        """The tenant's dominant share of its guarantees; infinite where it has none."""
+        shares = [
+            self.held[tenant][key] / quota.guaranteed
+            for key, quota in self.quotas.get(tenant, {}).items()
+            if quota.guaranteed
+        ]
+        return max(shares) if shares else math.inf
+
+    def take(self, tenant: Hashable, project: Hashable, slices: Mapping[Key, int]) -> None:
+        self.held[tenant].update(slices)
+        self.project_held[project].update(slices)
+
+    def give(self, tenant: Hashable, project: Hashable, slices: Mapping[Key, int]) -> None:
+        self.held[tenant].subtract(slices)
+        self.project_held[project].subtract(slices)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a request may take: GPU models of its items, at its places, with its priority."""
+
+    priority: int
+    places: frozenset[Place]
+    wanted: frozenset[tuple[str, str]]  # (GPU model, profile) of its items
+
+    @classmethod
+    def of(cls, items: Iterable[Item], places: Iterable[Place], priority: int = 0) -> Claim:
+        return cls(priority, frozenset(places), wanted_pairs(items))
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(model for model, _profile in self.wanted)
+
+    def holds_back(self, other: Claim) -> bool:
+        """Whether, this claim starving, admitting `other` could take capacity it waits for."""
+        if other.priority > self.priority or not self.models & other.models:
+            return False
+        return any(_overlap(mine, theirs) for mine in self.places for theirs in other.places)
+
+
+def _overlap(one: Place, other: Place) -> bool:
+    return all(a is None or b is None or a == b for a, b in zip(one, other, strict=True))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A request waiting in the queue, as the policy sees it. `arrival` orders equal priorities and shares
+    (the queue's approval time and id, the simulator's position); `waited` is how long it has waited, in
+    seconds; `asked` its slices per quota key."""
+
+    id: Hashable
+    tenant: Hashable
+    project: Hashable
+    priority: int
+    arrival: tuple
+    waited: float
+    items: tuple[Item, ...]
+    claim: Claim
+    asked: Mapping[Key, int]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    request: Waiting
+    placement: Placement
+    verdict: QuotaVerdict
+
+
+@dataclass(frozen=True)
+class Waits:
+    request: Waiting
+    reason: str  # a Reason where the room gave one
+
+
+class Room(Protocol):
+    """Where requests are placed: the queue's clusters, or the simulator's fleet."""
+
+    def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> Placement:
+        """Where the request goes now (unplaced, with its reason, where it does not fit)."""
+
+    def room_out_of_the_way(self, request: Waiting) -> bool:
+        """Whether free instances of GPUs that hold work are there for all its items."""
+
+    def out_of_the_way(self, placement: Placement, wanted: frozenset[tuple[str, str]]) -> bool:
+        """Whether a placement keeps out of the way of starving requests that want `wanted`."""
+
+    def admit(self, request: Waiting, placement: Placement) -> None:
+        """Take what the placement assigns, so that the rest of the run sees it taken."""
+
+
+def queue_order(waiting: Iterable[Waiting], ledger: Ledger) -> list[Waiting]:
+    """Priority first; then, among equal priorities, the tenant with the lowest share; then arrival."""
+    return sorted(waiting, key=lambda w: (-w.priority, ledger.share(w.tenant), w.arrival))
+
+
+def run_queue(
+    waiting: Iterable[Waiting],
+    ledger: Ledger,
+    room: Room,
+    *,
+    grace_seconds: float | None,
+    window: int,
+    owner_names: Mapping[Hashable, str] | None = None,
+) -> list[Admitted | Waits]:
+    """One queue run: each waiting request in queue order, placed whole or not at all; a request that fits
+    is admitted at once, even behind one that does not (backfill), except where an older one starves.
+    `window` is how many of the requests behind one the room is shown as upcoming. After each admission the
+    order of the rest is taken again, since the admitted tenant's share has grown. `owner_names` names the
+    tenants and projects in a limit's reason (their keys by default)."""
+    names = owner_names or {}
+    rest = queue_order(waiting, ledger)
+    starving: list[Claim] = []
+    decisions: list[Admitted | Waits] = []
+    while rest:
+        request, rest = rest[0], rest[1:]
+        verdict = ledger.verdict(request.tenant, request.project, request.asked)
+        if verdict.kind == BEYOND_LIMIT:
+            owner = request.project if verdict.project else request.tenant
+            decisions.append(Waits(request, verdict.reason(str(names.get(owner, owner)))))
+            continue
+        blockers = [claim for claim in starving if claim.holds_back(request.claim)]
+        wanted = frozenset().union(*(claim.wanted for claim in blockers))
+        if blockers and not (
+            may_keep_out_of_the_way(request.claim.wanted, wanted) and room.room_out_of_the_way(request)
+        ):
+            decisions.append(Waits(request, Reason(BEHIND_OLDER)))
+            continue
+        found = room.place(request, rest[:window])
+        if found.placed and (not blockers or room.out_of_the_way(found, wanted)):
+            room.admit(request, found)
+            ledger.take(request.tenant, request.project, request.asked)
+            decisions.append(Admitted(request, found, verdict))
+            if ledger.guarantees:
+                rest = queue_order(rest, ledger)
+            continue
+        if blockers:
+            decisions.append(Waits(request, Reason(BEHIND_OLDER)))
+            continue
+        decisions.append(Waits(request, found.reason))
+        if grace_seconds is not None and request.waited >= grace_seconds:
+            starving.append(request.claim)
+    return decisions
