@@ -14,6 +14,7 @@ VIEW_CAPACITY = "pools.view_gpucapacity"  # approvers and operators: the capacit
 START_WHATIF = "pools.add_whatifrun"  # operators: ask for what-if runs
 DRAIN_GPU = "pools.change_gpucapacity"  # operators: drain a GPU
 DRAIN_NODE = "pools.change_nodecapacity"  # operators: drain a node
+SET_QUOTAS = "pools.change_quota"  # operators and approvers: quotas and the tenants' admission policy
 
 
 class PoolsConfig(AppConfig):

@@ -35,6 +35,12 @@ settings = AppSettings(
     POOL_SWEEP_SECONDS=Setting.int(60, minimum=1),
     # The simulated GPU Operator's delay between a layout change and its success.
     SIMULATED_MIG_APPLY_SECONDS=Setting.float(8.0, minimum=0),
+    # --- Quotas (pools/models/quotas.py) ------------------------------------------------------------------
+    # The limit, in compute slices, of a tenant in a GPU group and model where it has no quota (none: none).
+    QUOTA_DEFAULT_LIMIT=Setting.optional_int(None, minimum=0),
+    # The notice a borrowed pool is given, once chosen to make room for a request within a guarantee, before
+    # it is released.
+    RECLAIM_NOTICE_SECONDS=Setting.int(900, minimum=0),
     # --- The queue -------------------------------------------------------------------------------------
     # How often beat runs the queue (it runs after each approval and release too: capacity may have freed up).
     QUEUE_RUN_SECONDS=Setting.int(60, minimum=1),

@@ -44,6 +44,11 @@ class Setting:
         return cls(env.int, default, minimum)
 
     @classmethod
+    def optional_int(cls, default, *, minimum: float | None = None) -> Setting:
+        """A whole number, or none: the variable empty or `none`."""
+        return cls(_optional_int, default, minimum)
+
+    @classmethod
     def float(cls, default, *, minimum: float | None = None) -> Setting:
         return cls(env.float, default, minimum)
 
@@ -62,6 +67,10 @@ class Setting:
     @classmethod
     def list(cls, default) -> Setting:
         return cls(env.list, default)
+
+
+def _optional_int(name: str) -> int | None:
+    return None if env.str(name).strip().lower() in ("", "none") else env.int(name)
 
 
 def _decimal(name: str) -> Decimal:
@@ -98,7 +107,7 @@ class AppSettings:
                 value = setting.read(name)
             except (ValueError, ImproperlyConfigured) as error:
                 raise ImproperlyConfigured(f"{name}: {error}") from None
-            if setting.minimum is not None and value < setting.minimum:
+            if setting.minimum is not None and value is not None and value < setting.minimum:
                 raise ImproperlyConfigured(f"{name} must be at least {setting.minimum}, not {value}.")
             return value
         return setting.default(self) if callable(setting.default) else setting.default

@@ -90,7 +90,8 @@ def test_a_pool_is_billed_from_its_reservation_to_its_release(state):
         assert pool.released_at >= pool.reserved_at
     else:
         assert pool.released_at is None
-    assert (pool.active_at is not None) == (state in ("active", "releasing", "released"))
+    assert (pool.active_at is not None) == (state in ("active", "reclaiming", "releasing", "released"))
+    assert (pool.reclaim_at is not None) == (state == "reclaiming")
 
 
 def test_a_pool_takes_the_times_and_project_it_is_given():

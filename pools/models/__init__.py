@@ -1,5 +1,5 @@
-"""Models of the pools app: capacity (what clusters have), pools (what tenants get), the simulated fleet,
-kept what-if runs."""
+"""Models of the pools app: capacity (what clusters have), pools (what tenants get), quotas, the simulated
+fleet, kept what-if runs."""
 
 from pools.models.capacity import (
     Cluster,
@@ -11,6 +11,7 @@ from pools.models.capacity import (
     WorkloadProfile,
 )
 from pools.models.pools import (
+    IN_USE_STATES,
     POOL_TRANSITIONS,
     REQUEST_TRANSITIONS,
     Allocation,
@@ -18,13 +19,16 @@ from pools.models.pools import (
     PoolEvent,
     PoolRequest,
     PoolState,
+    QuotaVerdict,
     RequestItem,
     RequestState,
 )
+from pools.models.quotas import Quota, TenantPolicy
 from pools.models.simulated import SimulatedClusterState
 from pools.models.whatif import WHATIF_IN_BETWEEN, WHATIF_TRANSITIONS, WhatIfRun, WhatIfState
 
 __all__ = [
+    "IN_USE_STATES",
     "POOL_TRANSITIONS",
     "REQUEST_TRANSITIONS",
     "WHATIF_IN_BETWEEN",
@@ -39,10 +43,13 @@ __all__ = [
     "PoolEvent",
     "PoolRequest",
     "PoolState",
+    "Quota",
+    "QuotaVerdict",
     "RequestItem",
     "RequestState",
     "SimulatedClusterState",
     "SpecAndCount",
+    "TenantPolicy",
     "WhatIfRun",
     "WhatIfState",
     "WorkloadProfile",

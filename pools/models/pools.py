@@ -37,10 +37,14 @@ class RequestState(models.TextChoices):
 class PoolState(models.TextChoices):
     PROVISIONING = "provisioning", _("provisioning")
     ACTIVE = "active", _("active")
+    RECLAIMING = "reclaiming", _("reclaiming")
     RELEASING = "releasing", _("releasing")
     RELEASED = "released", _("released")
     FAILED = "failed", _("failed")
 
+
+# A pool whose capacity its project uses: active, or reclaiming (still usable until its notice ends).
+IN_USE_STATES = (PoolState.ACTIVE, PoolState.RECLAIMING)
 
 REQUEST_TRANSITIONS: dict[str, set[str]] = {
     RequestState.SUBMITTED: {RequestState.APPROVED, RequestState.REJECTED, RequestState.CANCELLED},
@@ -52,7 +56,9 @@ REQUEST_TRANSITIONS: dict[str, set[str]] = {
 }
 POOL_TRANSITIONS: dict[str, set[str]] = {
     PoolState.PROVISIONING: {PoolState.ACTIVE, PoolState.FAILED, PoolState.RELEASING},
-    PoolState.ACTIVE: {PoolState.RELEASING},
+    PoolState.ACTIVE: {PoolState.RECLAIMING, PoolState.RELEASING},
+    # A borrowed pool under notice: usable until its reclaim_at, then released; back to active if called off.
+    PoolState.RECLAIMING: {PoolState.ACTIVE, PoolState.RELEASING},
     PoolState.RELEASING: {PoolState.RELEASED},
     PoolState.RELEASED: set(),
     PoolState.FAILED: set(),
@@ -73,6 +79,14 @@ class PoolRequestQuerySet(ProjectRowsQuerySet):
         return self.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED]).order_by(
             "-priority", "approved_at", "pk"
         )
+
+
+class QuotaVerdict(models.TextChoices):
+    """What a request is against its tenant's quotas (pools/placement/admission.py)."""
+
+    WITHIN = "within", _("within the guarantee")
+    BORROWED = "borrowed", _("borrowed")
+    BEYOND_LIMIT = "beyond_limit", _("beyond the limit")
 
 
 class PoolRequest(models.Model):
@@ -113,6 +127,13 @@ class PoolRequest(models.Model):
     decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
     approved_at = models.DateTimeField(_("approved"), null=True, blank=True)
     decision_reason = models.TextField(_("reason of the decision"), max_length=2000, blank=True)
+    quota_verdict = models.CharField(
+        _("against the quotas"),
+        max_length=16,
+        choices=QuotaVerdict.choices,
+        blank=True,
+        help_text=_("As judged at submission, and again when admitted."),
+    )
     waiting_reason = models.CharField(_("why it waits"), max_length=500, blank=True)
     # The same reason as its template and values, to show it in the reader's language.
     waiting_reason_data = models.JSONField(null=True, blank=True, editable=False)
@@ -173,6 +194,16 @@ class Pool(models.Model):
     active_at = models.DateTimeField(_("active since"), null=True, blank=True)
     released_at = models.DateTimeField(_("released"), null=True, blank=True)
     failure_reason = models.TextField(_("why it failed"), blank=True)
+    # A borrowed pool chosen to make room for a request within its tenant's guarantee: released at reclaim_at.
+    reclaim_at = models.DateTimeField(_("reclaimed at"), null=True, blank=True)
+    reclaimed_for = models.ForeignKey(
+        PoolRequest,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="reclaims",
+        verbose_name=_("reclaimed for"),
+    )
     # Per node, the MIG config provisioning asked the GPU Operator for: {"node-name": "portal-node-…"}.
     mig_configs = models.JSONField(_("MIG configs asked for"), default=dict, blank=True)
 

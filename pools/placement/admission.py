@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,6 +46,7 @@ __all__ = [
     "WITHIN",
     "Admitted",
     "Claim",
+    "Holding",
     "Ledger",
     "Quota",
     "QuotaVerdict",
@@ -143,6 +144,9 @@ class Ledger:
         self.held = defaultdict(Counter, {t: Counter(h) for t, h in self.held.items()})
         self.project_held = defaultdict(Counter, {p: Counter(h) for p, h in self.project_held.items()})
         self.guarantees = any(q.guaranteed for quotas in self.quotas.values() for q in quotas.values())
+        # Where no tenant has a quota, no project a limit, and there is no default limit, quotas say nothing:
+        # every request is judged as borrowed, and nothing is told of it.
+        self.in_force = bool(self.quotas or self.project_limits or self.default_limit is not None)
 
     def quota(self, tenant: Hashable, key: Key) -> Quota:
         found = self.quotas.get(tenant, {}).get(key)
@@ -169,6 +173,21 @@ class Ledger:
         ]
         return max(shares) if shares else math.inf
 
+    def borrowed(self, holdings: Iterable[Holding]) -> dict[Hashable, dict[Key, int]]:
+        """Per pool, its borrowed slices by key: each tenant's pools taken in admission order, a pool's slices
+        in a key count within the guarantee until the tenant's earlier pools and this one pass it."""
+        counted: dict[tuple[Hashable, Key], int] = defaultdict(int)
+        found: dict[Hashable, dict[Key, int]] = {}
+        for holding in sorted(holdings, key=lambda h: h.admitted):
+            beyond: dict[Key, int] = {}
+            for key, slices in holding.slices.items():
+                before = counted[(holding.tenant, key)]
+                counted[(holding.tenant, key)] = before + slices
+                guaranteed = self.quota(holding.tenant, key).guaranteed
+                beyond[key] = min(slices, max(0, before + slices - guaranteed))
+            found[holding.pool] = beyond
+        return found
+
     def take(self, tenant: Hashable, project: Hashable, slices: Mapping[Key, int]) -> None:
         self.held[tenant].update(slices)
         self.project_held[project].update(slices)
@@ -176,6 +195,18 @@ class Ledger:
     def give(self, tenant: Hashable, project: Hashable, slices: Mapping[Key, int]) -> None:
         self.held[tenant].subtract(slices)
         self.project_held[project].subtract(slices)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A live pool as the policy sees it: whose, when admitted (orders within and borrowed), what it holds."""
+
+    pool: Hashable
+    tenant: Hashable
+    project: Hashable
+    priority: int
+    admitted: tuple
+    slices: Mapping[Key, int]
 
 
 @dataclass(frozen=True)
@@ -263,14 +294,15 @@ def run_queue(
     *,
     grace_seconds: float | None,
     window: int,
-    owner_names: Mapping[Hashable, str] | None = None,
+    owner: Callable[[Waiting, bool], str] = lambda request, of_project: str(
+        request.project if of_project else request.tenant
+    ),
 ) -> list[Admitted | Waits]:
     """One queue run: each waiting request in queue order, placed whole or not at all; a request that fits
     is admitted at once, even behind one that does not (backfill), except where an older one starves.
     `window` is how many of the requests behind one the room is shown as upcoming. After each admission the
-    order of the rest is taken again, since the admitted tenant's share has grown. `owner_names` names the
-    tenants and projects in a limit's reason (their keys by default)."""
-    names = owner_names or {}
+    order of the rest is taken again, since the admitted tenant's share has grown. `owner(request, project)`
+    names the request's tenant (or project) in a limit's reason."""
     rest = queue_order(waiting, ledger)
     starving: list[Claim] = []
     decisions: list[Admitted | Waits] = []
@@ -278,8 +310,7 @@ def run_queue(
         request, rest = rest[0], rest[1:]
         verdict = ledger.verdict(request.tenant, request.project, request.asked)
         if verdict.kind == BEYOND_LIMIT:
-            owner = request.project if verdict.project else request.tenant
-            decisions.append(Waits(request, verdict.reason(str(names.get(owner, owner)))))
+            decisions.append(Waits(request, verdict.reason(owner(request, verdict.project))))
             continue
         blockers = [claim for claim in starving if claim.holds_back(request.claim)]
         wanted = frozenset().union(*(claim.wanted for claim in blockers))

@@ -1,5 +1,5 @@
 """What-if simulation of the admission queue over time, on plain data: requests arrive, wait, are admitted by
-a placer under the admission policy (pools/placement/admission.py), hold what they were given, and give it back.
+a placer under the admission policy (pools/placement/admission.py), hold what they were given, give it back.
 
 Words used here (placement words are pools/placement/engine.py's):
 - timed request: a request with an arrival time and a hold, how long its pool keeps what it was given.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from django.db.models import Case, F, IntegerField, QuerySet, Value, When
 
 from pools import mig
-from pools.models import Allocation, Cluster, GpuCapacity, PoolState
+from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity
 from pools.selectors.requests import LIVE_POOL_STATES
 
 
@@ -90,7 +90,7 @@ def allocations(*, live: bool = False, active_pools: bool = False) -> Relation:
     if live or active_pools:
         found = found.filter(released_at__isnull=True)
     if active_pools:
-        found = found.filter(pool__state=PoolState.ACTIVE, pool__released_at__isnull=True)
+        found = found.filter(pool__state__in=IN_USE_STATES, pool__released_at__isnull=True)
     return relation(
         found.values(
             "id",

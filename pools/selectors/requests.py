@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from portal.models import Project, Tenant
 
 # Pools that still hold (or are about to hold, or give back) capacity: the project page lists them first.
-LIVE_POOL_STATES = (PoolState.PROVISIONING, PoolState.ACTIVE, PoolState.RELEASING)
+LIVE_POOL_STATES = (PoolState.PROVISIONING, PoolState.ACTIVE, PoolState.RECLAIMING, PoolState.RELEASING)
 # Pools on their way in or out: their pages refresh themselves until the pool settles.
 MOVING_POOL_STATES = (PoolState.PROVISIONING, PoolState.RELEASING)
 # Requests not decided, or decided and not placed yet: they wait on an approver or on the queue.

@@ -39,7 +39,7 @@ from pools.drivers.base import (
     driver_for,
 )
 from pools.mig import FULL_GPU, MigState
-from pools.models import Allocation, GpuCapacity, Pool, PoolState
+from pools.models import IN_USE_STATES, Allocation, GpuCapacity, Pool, PoolState
 from pools.services.inventory import sync_inventory
 from pools.services.requests import asked_or_administers
 from pools.services.reservations import lock_capacity, recount_allocated
@@ -79,7 +79,7 @@ def project_quota(project_id: int, cluster_id: int) -> dict[str, int]:
             released_at__isnull=True,
             pool__project_id=project_id,
             pool__cluster_id=cluster_id,
-            pool__state__in=[PoolState.PROVISIONING, PoolState.ACTIVE],
+            pool__state__in=[PoolState.PROVISIONING, *IN_USE_STATES],
         )
         .values("resource_name")
         .annotate(n=Count("id"))

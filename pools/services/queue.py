@@ -26,13 +26,14 @@ from django.utils.translation import gettext_noop
 from pools import placement, task_names
 from pools.conf import settings
 from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestState
-from pools.placement.admission import Claim, Ledger, Waiting, Waits, asked_slices, run_queue
+from pools.placement.admission import Claim, Waiting, Waits, asked_slices, run_queue
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters
 from pools.selectors.demand import queue_demand
 from pools.selectors.fleet import engine_request
+from pools.selectors.quotas import ledger
 from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan
 from pools.services.transitions import record_event, transition
 from portal import dispatch
@@ -129,7 +130,7 @@ def admit_waiting() -> list[Admission]:
         waiting = list(
             PoolRequest.objects.waiting()
             .select_for_update(of=("self",))
-            .select_related("cluster", "project")
+            .select_related("cluster", "project__tenant")
             .prefetch_related("items")
         )
         if not waiting:
@@ -140,12 +141,14 @@ def admit_waiting() -> list[Admission]:
         room = _Clusters(
             requests, clusters, grouped, fleet_snapshot(clusters, grouped), queue_demand(now=now)
         )
+        books, _holdings = ledger()
         decisions = run_queue(
             [waiting_entry(request, clusters, grouped, now) for request in waiting],
-            Ledger(),
+            books,
             room,
             grace_seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS,
             window=QUEUE_WINDOW,
+            owner=lambda entry, of_project: _owner(requests[entry.id], of_project),
         )
         results = []
         for decision in decisions:
@@ -155,7 +158,8 @@ def admit_waiting() -> list[Admission]:
                 continue
             transition(request, RequestState.FULFILLED)
             request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
-            request.save(update_fields=["state", "waiting_reason", "waiting_reason_data"])
+            request.quota_verdict = decision.verdict.kind if books.in_force else ""  # as it was admitted
+            request.save(update_fields=["state", "waiting_reason", "waiting_reason_data", "quota_verdict"])
             pool = _reserve(request, room.where[request.pk], decision.placement, now)
             dispatch.after_commit(task_names.PROVISION, pool.pk)
             results.append(Admission(request.pk, True, pool.pk))
@@ -196,6 +200,10 @@ def place_request(
 def as_reason(reason: str) -> Reason:
     """The engine's reasons keep their templates; a plain message (a malformed request) is wrapped."""
     return reason if isinstance(reason, Reason) else Reason("%(text)s", text=str(reason))
+
+
+def _owner(request: PoolRequest, of_project: bool) -> str:
+    return str(request.project) if of_project else request.project.tenant.name
 
 
 def _wait(request: PoolRequest, reason: Reason) -> Admission:

@@ -39,7 +39,7 @@ from pools import placement, task_names
 from pools.conf import settings
 from pools.drivers.base import DriverError, driver_for
 from pools.mig import FULL_GPU, resource_name
-from pools.models import Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
+from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
 from pools.selectors.fleet import engine_request
@@ -134,11 +134,11 @@ def _assess(pool: Pool, live: list[Allocation], context: _Context) -> _Assessmen
     found = _Assessment(moving=[a for a in live if _takes_no_work(a.gpu)])
     held = Counter((a.gpu.model, a.profile) for a in live)
     asked = Counter({(i.gpu_model, i.profile): i.count for i in pool.request.items.all()})
-    found.missing = asked - held if pool.state == PoolState.ACTIVE else Counter()
+    found.missing = asked - held if pool.state in IN_USE_STATES else Counter()
     if not found.needed:
         found.reason = _("Every instance of pool #%(id)s is on a healthy GPU.") % {"id": pool.pk}
         return found
-    if pool.state != PoolState.ACTIVE:
+    if pool.state not in IN_USE_STATES:
         found.reason = _("Pool #%(id)s is %(state)s; only an active pool is re-placed.") % {
             "id": pool.pk,
             "state": PoolState(pool.state).label,
@@ -307,7 +307,7 @@ def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) 
     error, the instances that never got their layout are given back (`_give_up`).
     """
     pool = Pool.objects.select_related("cluster", "project").filter(pk=pool_id).first()
-    if pool is None or pool.state != PoolState.ACTIVE:
+    if pool is None or pool.state not in IN_USE_STATES:
         return DONE  # released meanwhile: nothing of the move is left to drive
     driver = None
     try:
@@ -346,7 +346,7 @@ def _give_up(*, pool_id: int, reason: str) -> bool:
             pool=pool, released_at__isnull=True, gpu__planned_layout__isnull=False
         )
         rows = list(stuck.select_related("gpu"))
-        if pool.state != PoolState.ACTIVE or not rows:
+        if pool.state not in IN_USE_STATES or not rows:
             return False
         now = timezone.now()
         stuck.update(released_at=now)
@@ -380,7 +380,7 @@ def moves_in_flight() -> list[Pool]:
     return list(
         Pool.objects.filter(
             Q(allocations__released_at__isnull=True, allocations__gpu__planned_layout__isnull=False),
-            state=PoolState.ACTIVE,
+            state__in=IN_USE_STATES,
         ).distinct()
     )
 

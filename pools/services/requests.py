@@ -7,6 +7,7 @@ writes a PoolEvent, and refuses anything else with a PortalError (4xx).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
@@ -22,8 +23,10 @@ from pools.models import (
     RequestItem,
     RequestState,
 )
+from pools.placement.admission import BEYOND_LIMIT, WITHIN, QuotaVerdict, asked_slices
 from pools.placement.reasons import Reason
-from pools.selectors import CapacityPicture, capacity_picture
+from pools.selectors import CapacityPicture, capacity_picture, render_reason
+from pools.selectors.quotas import approves_within_guarantee, ledger
 from pools.services.transitions import record_event, transition
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal import dispatch
@@ -32,6 +35,7 @@ from portal.models import Project, namespace_problem
 from portal.permissions import made_it_or_administers, require_pool_requester, require_staff_action
 
 MAX_ITEMS = 20
+BY_POLICY = gettext_noop("approved by the policy: within the tenant's guarantee")
 PRIORITY_SET = gettext_noop("priority set to %(p)s")  # an event's reason, translated when shown
 TOO_MANY = gettext_lazy(
     "%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s); it is in: %(places)s."
@@ -162,9 +166,20 @@ def submit_request(
     picture = capacity_picture()
     check_purpose(picture, purpose, cluster)
     checked = _check_items(items, cluster, purpose, picture)
+    judged = judge_against_quotas(project, checked, purpose)
+    if judged.kind == BEYOND_LIMIT:
+        raise InvalidInput(
+            _("This request goes beyond a quota: %(why)s.")
+            % {"why": render_reason(judged.reason(_owner_name(project, judged)).as_data())}
+        )
     with transaction.atomic():
         request = PoolRequest.objects.create(
-            project=project, cluster=cluster, purpose=purpose, justification=justification, submitted_by=user
+            project=project,
+            cluster=cluster,
+            purpose=purpose,
+            justification=justification,
+            submitted_by=user,
+            quota_verdict=judged.kind if judged.in_force else "",
         )
         RequestItem.objects.bulk_create(
             RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
@@ -173,7 +188,37 @@ def submit_request(
         record_event(
             tenant_id=project.tenant_id, request=request, actor=user, to_state=RequestState.SUBMITTED
         )
+        if judged.kind == WITHIN and judged.in_force and approves_within_guarantee(project.tenant_id):
+            _approve(request, None, reason=Reason(BY_POLICY))
     return request
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A request's verdict against its tenant's quotas; `in_force` is False where no quota says anything."""
+
+    kind: str
+    in_force: bool
+    verdict: QuotaVerdict
+
+    def reason(self, owner: str) -> Reason | None:
+        return self.verdict.reason(owner)
+
+
+def judge_against_quotas(project: Project, checked: Sequence[tuple[Spec, int]], purpose: str) -> Judged:
+    """What items of a new request for `project` are against its tenant's quotas, counting what the tenant
+    holds and what its approved requests still wait for: within the guarantee, borrowed, or beyond a limit.
+    The request form tells it before sending, and submission acts on it."""
+    books, _holdings = ledger([project.tenant_id], waiting=True)
+    asked = asked_slices(
+        [placement.Item(spec.gpu_model, spec.profile, count) for spec, count in checked], purpose
+    )
+    verdict = books.verdict(project.tenant_id, project.pk, asked)
+    return Judged(verdict.kind, books.in_force, verdict)
+
+
+def _owner_name(project: Project, judged: Judged) -> str:
+    return str(project) if judged.verdict.project else project.tenant.name
 
 
 def asked_or_administers(user, request: PoolRequest) -> bool:
@@ -198,14 +243,24 @@ def approve_request(*, request_id: int, approver, priority: int | None = None) -
     if priority is not None:
         _check_priority(priority)
     with transaction.atomic():
-        request = _locked(request_id)
-        transition(request, RequestState.APPROVED, actor=approver)
-        now = timezone.now()
-        request.decided_by, request.decided_at, request.approved_at = approver, now, now
-        if priority is not None:
-            request.priority = priority
-        request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
-        dispatch.after_commit(task_names.ADMIT)
+        return _approve(_locked(request_id), approver, priority=priority)
+
+
+def _approve(request: PoolRequest, approver, *, priority: int | None = None, reason: Reason | None = None):
+    """Approve a locked request: by an approver, or (`approver` None) by the policy, `reason` saying why."""
+    transition(
+        request,
+        RequestState.APPROVED,
+        actor=approver,
+        reason=str(reason or ""),
+        reason_data=reason.as_data() if reason else None,
+    )
+    now = timezone.now()
+    request.decided_by, request.decided_at, request.approved_at = approver, now, now
+    if priority is not None:
+        request.priority = priority
+    request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
+    dispatch.after_commit(task_names.ADMIT)
     return request
 
 
@@ -262,6 +317,7 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
 __all__ = [
     "approve_request",
     "cancel_request",
+    "judge_against_quotas",
     "reject_request",
     "set_priority",
     "submit_request",

@@ -1,6 +1,8 @@
 """Factories of requests, pools and allocations as given state: `PoolFactory(project__tenant=acme)`,
 `AllocationFactory(pool=pool, gpu=gpu, profile="3g.71gb")`."""
 
+from datetime import timedelta
+
 import factory
 from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.utils import timezone
@@ -64,7 +66,8 @@ class PoolFactory(factory.django.DjangoModelFactory):
     `PoolFactory(project__tenant=acme)`,
     `PoolFactory(project=vision, state=PoolState.RELEASED, reserved_at=t0, released_at=t1)`.
     A released or failed pool was released now, or at `released_at=` if given, never before it was
-    reserved; any other pool has no `released_at`. Passing `request=` needs `project=request.project`."""
+    reserved; any other pool has no `released_at`; a reclaiming one is under notice. Passing `request=`
+    needs `project=request.project`."""
 
     class Meta:
         model = "pools.Pool"
@@ -84,6 +87,10 @@ class PoolFactory(factory.django.DjangoModelFactory):
     )
     failure_reason = factory.LazyAttribute(
         lambda p: "the GPU Operator failed to apply the MIG config" if p.state == PoolState.FAILED else ""
+    )
+    # A reclaiming pool's notice ends a quarter of an hour from now.
+    reclaim_at = factory.LazyAttribute(
+        lambda p: timezone.now() + timedelta(minutes=15) if p.state == PoolState.RECLAIMING else None
     )
 
     @classmethod

@@ -44,7 +44,14 @@ def test_requests_waiting_and_pools_by_state(tenancy):
     assert oldest == pytest.approx(1200, abs=30)
     by_state = values(found["gpu_portal_pools"]).items()
     pools = {dict(labels)["state"]: value for (_name, labels), value in by_state}
-    assert pools == {"provisioning": 0, "active": 2, "releasing": 0, "released": 0, "failed": 1}
+    assert pools == {
+        "provisioning": 0,
+        "active": 2,
+        "reclaiming": 0,
+        "releasing": 0,
+        "released": 0,
+        "failed": 1,
+    }
 
 
 def test_nothing_waiting_is_zero_not_missing(db):

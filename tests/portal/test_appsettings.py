@@ -76,3 +76,18 @@ def test_the_apps_settings_all_read():
         conf.check()
         found.append(config.name)
     assert found, "no app declares its settings"
+
+
+@pytest.mark.parametrize(("value", "read"), [(None, None), ("", None), ("none", None), ("12", 12)])
+def test_an_optional_number_may_be_none(monkeypatch, value, read):
+    if value is None:
+        monkeypatch.delenv("THING_LIMIT", raising=False)
+    else:
+        monkeypatch.setenv("THING_LIMIT", value)
+    assert read == AppSettings(THING_LIMIT=Setting.optional_int(None, minimum=0)).THING_LIMIT
+
+
+def test_an_optional_number_below_its_minimum_stops_the_check(monkeypatch):
+    monkeypatch.setenv("THING_LIMIT", "-1")
+    with pytest.raises(ImproperlyConfigured, match="at least 0"):
+        AppSettings(THING_LIMIT=Setting.optional_int(None, minimum=0)).check()

@@ -1,0 +1,228 @@
+"""Reads of quotas for the admission policy (pools/placement/admission.py) and the pages: the ledger of what
+each tenant may hold and holds, its live pools as holdings, and guarantees against in-service capacity.
+
+A pool's slices count in the key of its request's purpose and its GPUs' model; a request without a purpose
+counts under the blank group. In-service capacity of a key is what placement could ever give there: GPUs
+present, healthy and not drained (nor their node), on ready clusters; of the blank group, every such GPU of
+the model (a request without a purpose may land in any group).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from pools.conf import settings
+from pools.mig import COMPUTE_SLICES, FULL_GPU, UnknownGpuModel, UnknownProfile, gpu_model
+from pools.models import Allocation, Cluster, GpuCapacity, Health, PoolRequest, Quota, TenantPolicy
+from pools.placement.admission import Holding, Key, Ledger, asked_slices
+from pools.placement.admission import Quota as PolicyQuota
+from pools.selectors.fleet import engine_request
+from portal.models import Tenant
+
+
+def profile_slices(model: str, profile: str) -> int:
+    """Compute slices of one instance of `profile` on a GPU of `model` (a whole GPU: all of them)."""
+    if profile == FULL_GPU:
+        return COMPUTE_SLICES
+    try:
+        return gpu_model(model).profile(profile).compute_slices
+    except (UnknownGpuModel, UnknownProfile):  # a model the catalogue lost: held, but not counted
+        return 0
+
+
+def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
+    """The live pools (of these tenants, else all) with the slices each holds per key, from their live
+    allocations; in no particular order."""
+    live = Allocation.objects.filter(released_at__isnull=True).order_by()
+    if tenant_ids is not None:
+        live = live.filter(pool__project__tenant_id__in=list(tenant_ids))
+    rows = live.values_list(
+        "pool_id",
+        "pool__project__tenant_id",
+        "pool__project_id",
+        "pool__request__priority",
+        "pool__reserved_at",
+        "pool__request__purpose",
+        "gpu__model",
+        "profile",
+    ).annotate(n=Count("id"))
+    pools: dict[int, tuple] = {}
+    slices: dict[int, Counter] = defaultdict(Counter)
+    for pool, tenant, project, priority, reserved, purpose, model, profile, n in rows:
+        pools[pool] = (tenant, project, priority, (reserved, pool))
+        slices[pool][(purpose, model)] += profile_slices(model, profile) * n
+    return [
+        Holding(pool, tenant, project, priority, admitted, dict(slices[pool]))
+        for pool, (tenant, project, priority, admitted) in pools.items()
+    ]
+
+
+def ledger(tenant_ids: Iterable[int] | None = None, *, waiting: bool = False) -> tuple[Ledger, list[Holding]]:
+    """The ledger of these tenants (else all): their quotas and their projects' limits, what they hold,
+    and (`waiting`) what their approved requests not yet admitted ask for, counted as held; with the live
+    pools it counted."""
+    ids = None if tenant_ids is None else list(tenant_ids)
+    rows = Quota.objects.all() if ids is None else Quota.objects.filter(tenant_id__in=ids)
+    quotas: dict[int, dict[Key, PolicyQuota]] = defaultdict(dict)
+    project_limits: dict[int, dict[Key, int]] = defaultdict(dict)
+    for quota in rows:
+        key = (quota.group, quota.gpu_model)
+        if quota.project_id is None:
+            quotas[quota.tenant_id][key] = PolicyQuota(quota.guaranteed, quota.limit)
+        elif quota.limit is not None:
+            project_limits[quota.project_id][key] = quota.limit
+    found = holdings(ids)
+    books = Ledger(
+        quotas=dict(quotas), project_limits=dict(project_limits), default_limit=settings.QUOTA_DEFAULT_LIMIT
+    )
+    for holding in found:
+        books.take(holding.tenant, holding.project, holding.slices)
+    if waiting:
+        asked = PoolRequest.objects.waiting().select_related("project").prefetch_related("items")
+        if ids is not None:
+            asked = asked.filter(project__tenant_id__in=ids)
+        for request in asked:
+            books.take(request.project.tenant_id, request.project_id, request_slices(request))
+    return books, found
+
+
+def request_slices(request: PoolRequest) -> dict[Key, int]:
+    """What a request asks for, per quota key (its items prefetched)."""
+    return asked_slices(engine_request(request, grouped=False).items, request.purpose)
+
+
+def in_service_slices() -> dict[Key, int]:
+    """Per key, the compute slices of in-service GPUs; the blank group of a model counts all of them."""
+    rows = (
+        GpuCapacity.objects.filter(
+            present=True,
+            health=Health.OK,
+            drained=False,
+            node__drained=False,
+            node__cluster__status=Cluster.Status.READY,
+        )
+        .order_by()
+        .values_list("node__group__name", "model")
+        .annotate(n=Count("id"))
+    )
+    found: Counter = Counter()
+    for group, model, n in rows:
+        found[("", model)] += n * COMPUTE_SLICES
+        if group:
+            found[(group, model)] += n * COMPUTE_SLICES
+    return dict(found)
+
+
+@dataclass(frozen=True)
+class GuaranteeRow:
+    """Guarantees against in-service capacity in one key, for the operators: `short` slices more are
+    guaranteed than are in service, and `tenants_short` are those holding less than their guarantee."""
+
+    group: str
+    gpu_model: str
+    capacity: int
+    guaranteed: int
+    held: int
+    tenants_short: tuple[tuple[str, int, int], ...]  # (tenant name, held, guaranteed)
+
+    @property
+    def short(self) -> int:
+        return max(0, self.guaranteed - self.capacity)
+
+
+def guarantees_against_capacity() -> list[GuaranteeRow]:
+    """Every key where some tenant has a guarantee, with the capacity in service there."""
+    capacity = in_service_slices()
+    books, _holdings = ledger()
+    rows = Quota.objects.filter(project__isnull=True, guaranteed__gt=0).select_related("tenant")
+    by_key: dict[Key, list[Quota]] = defaultdict(list)
+    for quota in rows:
+        by_key[(quota.group, quota.gpu_model)].append(quota)
+    found = []
+    for (group, model), quotas in sorted(by_key.items()):
+        held = {q.tenant_id: books.held[q.tenant_id][(group, model)] for q in quotas}
+        found.append(
+            GuaranteeRow(
+                group=group,
+                gpu_model=model,
+                capacity=capacity.get((group, model), 0),
+                guaranteed=sum(q.guaranteed for q in quotas),
+                held=sum(held.values()),
+                tenants_short=tuple(
+                    (q.tenant.name, held[q.tenant_id], q.guaranteed)
+                    for q in sorted(quotas, key=lambda q: q.tenant.name)
+                    if held[q.tenant_id] < q.guaranteed
+                ),
+            )
+        )
+    return found
+
+
+def quota_rows(tenant_ids: Iterable[int] | None = None) -> list[dict]:
+    """One row per tenant, group and model where the tenant has a quota or holds something: guaranteed,
+    limit, held and borrowed slices (the API's and the tenant page's)."""
+    ids = None if tenant_ids is None else list(tenant_ids)
+    books, found = ledger(ids)
+    quotas = Quota.objects.filter(project__isnull=True).select_related("tenant")
+    if ids is not None:
+        quotas = quotas.filter(tenant_id__in=ids)
+    keys: set[tuple[int, Key]] = {(q.tenant_id, (q.group, q.gpu_model)) for q in quotas}
+    keys |= {(h.tenant, key) for h in found for key in h.slices}
+    borrowed: Counter = Counter()
+    tenant_of = {holding.pool: holding.tenant for holding in found}
+    for pool, beyond in books.borrowed(found).items():
+        for key, slices in beyond.items():
+            borrowed[(tenant_of[pool], key)] += slices
+    names = dict(Tenant.objects.filter(pk__in={t for t, _k in keys}).values_list("pk", "slug"))
+    rows = []
+    for tenant, (group, model) in sorted(keys, key=lambda k: (names.get(k[0], ""), k[1])):
+        quota = books.quota(tenant, (group, model))
+        rows.append(
+            {
+                "tenant": names.get(tenant, ""),
+                "group": group,
+                "gpu_model": model,
+                "guaranteed": quota.guaranteed,
+                "limit": quota.limit,
+                "held": books.held[tenant][(group, model)],
+                "borrowed": borrowed[(tenant, (group, model))],
+            }
+        )
+    return rows
+
+
+def borrowed_pool_ids(pool_ids: Iterable[int]) -> set[int]:
+    """Which of these live pools hold borrowed slices, counted over their tenants' live pools."""
+    ids = set(pool_ids)
+    tenants = set(
+        Allocation.objects.filter(pool_id__in=ids, released_at__isnull=True).values_list(
+            "pool__project__tenant_id", flat=True
+        )
+    )
+    if not tenants:
+        return set()
+    books, found = ledger(tenants)
+    return {pool for pool, beyond in books.borrowed(found).items() if any(beyond.values()) and pool in ids}
+
+
+def approves_within_guarantee(tenant_id: int) -> bool:
+    """Whether the tenant's requests within its guarantee are approved by the policy itself."""
+    return TenantPolicy.objects.filter(tenant_id=tenant_id, auto_approve_within_guarantee=True).exists()
+
+
+__all__ = [
+    "GuaranteeRow",
+    "approves_within_guarantee",
+    "borrowed_pool_ids",
+    "guarantees_against_capacity",
+    "holdings",
+    "in_service_slices",
+    "ledger",
+    "profile_slices",
+    "quota_rows",
+    "request_slices",
+]
