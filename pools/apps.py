@@ -4,7 +4,7 @@ from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
 from pools import conf, task_names
-from portal.shell import AppPlugin, EmailTopic, Link, Periodic, Route
+from portal.shell import AppPlugin, EmailTopic, Link, Periodic, Route, TenantSetting
 
 # The e-mails about a person's requests and pools (pools/notifications.py), which they may turn off.
 EMAIL_TOPIC = "pools"
@@ -53,6 +53,17 @@ class PoolsConfig(AppConfig):
         ),
         # A what-if run takes minutes: workers of its own take them, apart from everything else.
         task_queues=(Route(task_names.WHATIF_RUN, lambda: conf.settings.WHATIF_QUEUE),),
+        tenant_settings=(
+            TenantSetting(
+                "auto_approve_within_guarantee",
+                bool,
+                read="pools.api.quotas.read_auto_approve",
+                write="pools.api.quotas.write_auto_approve",
+                help_text=_(
+                    "Requests within the tenant's guarantee are approved by the policy, skipping approvers."
+                ),
+            ),
+        ),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,

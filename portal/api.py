@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from django.db import transaction
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -12,9 +14,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from portal import permissions, selectors, services, signin, tokens
+from portal import permissions, selectors, services, shell, signin, tokens
 from portal.adapters import login_attempts_key
 from portal.authentication import TokenAuthentication
+from portal.errors import InvalidInput
 from portal.models import (
     NAMESPACE_MAX_LENGTH,
     SLUG_MAX_LENGTH,
@@ -123,6 +126,8 @@ class TokenView(APIView):
 
 
 class TenantSerializer(serializers.ModelSerializer):
+    """A tenant, with the settings the apps keep of it (portal.shell.TenantSetting) after its own fields."""
+
     role = serializers.SerializerMethodField(help_text=_("Your role in the tenant; null for platform staff."))
 
     class Meta:
@@ -132,9 +137,32 @@ class TenantSerializer(serializers.ModelSerializer):
     def get_role(self, tenant: Tenant) -> str | None:
         return self.context["roles"].get(tenant.id)
 
+    def to_representation(self, tenant: Tenant) -> dict:
+        found = super().to_representation(tenant)
+        for name, values in self.context["settings"].items():
+            found[name] = values.get(tenant.pk)
+        return found
 
-class TenantViewSet(viewsets.ReadOnlyModelViewSet):
+
+SETTING_FIELDS = {bool: serializers.BooleanField, int: serializers.IntegerField, str: serializers.CharField}
+
+
+def tenant_settings_serializer() -> type[serializers.Serializer]:
+    """The body of a change of tenant settings: each app's, each optional; anything else is refused."""
+    fields = {
+        name: SETTING_FIELDS[setting.kind](required=False, help_text=setting.help_text)
+        for name, setting in shell.tenant_settings().items()
+    }
+    return type("TenantSettingsSerializer", (serializers.Serializer,), fields)
+
+
+class TenantViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Tenants you belong to (platform staff: all). A change sets the apps' settings of a tenant, each
+    through its app's service, which says who may."""
+
     serializer_class = TenantSerializer
+    lookup_field = "slug"
+    http_method_names = ["get", "patch", "head", "options"]
 
     def get_queryset(self):
         return Tenant.objects.visible_to(self.request.user).order_by("name")
@@ -142,7 +170,28 @@ class TenantViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_context(self):
         context = super().get_serializer_context()
         context["roles"] = permissions.tenant_roles(user=self.request.user)
+        tenants = list(self.get_queryset()) if getattr(self.request, "user", None) is not None else []
+        context["settings"] = {
+            name: import_string(setting.read)(tenants) for name, setting in shell.tenant_settings().items()
+        }
         return context
+
+    @extend_schema(request=tenant_settings_serializer(), responses=TenantSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        tenant = self.get_object()
+        known = shell.tenant_settings()
+        unknown = sorted(set(request.data) - set(known)) if isinstance(request.data, dict) else []
+        if unknown:
+            raise InvalidInput(
+                _("A tenant has no setting %(names)s; its settings: %(known)s.")
+                % {"names": ", ".join(unknown), "known": ", ".join(known) or _("none")}
+            )
+        body = tenant_settings_serializer()(data=request.data)
+        body.is_valid(raise_exception=True)
+        with transaction.atomic():
+            for name, value in body.validated_data.items():
+                import_string(known[name].write)(actor=request.user, tenant=tenant, value=value)
+        return Response(self.get_serializer(self.get_queryset().get(pk=tenant.pk)).data)
 
 
 class ProjectSerializer(serializers.ModelSerializer):

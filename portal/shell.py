@@ -91,6 +91,20 @@ class Route:
 
 
 @dataclass(frozen=True)
+class TenantSetting:
+    """A setting an app keeps per tenant, shown and changed through the tenants' API (`PATCH
+    /api/v1/tenants/{slug}/`). `kind` is its JSON type (bool, int or str); `read` is the dotted path of
+    `read(tenants) -> {tenant id: value}`, for all the tenants at once; `write` of `write(*, actor, tenant,
+    value)`, the app's service, which says who may change it and what is valid."""
+
+    name: str
+    kind: type
+    read: str
+    write: str
+    help_text: str = ""
+
+
+@dataclass(frozen=True)
 class AppPlugin:
     """What one app brings to the shell.
 
@@ -116,6 +130,7 @@ class AppPlugin:
     - `metrics`: dotted paths of `collect() -> Iterable[prometheus_client Metric]`, the app's figures on
       `/metrics` (portal/metrics.py serves them, with the processes' own).
     - `periodic_tasks`: what Celery beat sends (`Periodic`); `task_queues`: tasks with a queue of their own.
+    - `tenant_settings`: what the app keeps per tenant that the tenants' API shows and changes.
     """
 
     urls: str | None = None
@@ -134,6 +149,7 @@ class AppPlugin:
     metrics: tuple[str, ...] = ()
     periodic_tasks: tuple[Periodic, ...] = ()
     task_queues: tuple[Route, ...] = ()
+    tenant_settings: tuple[TenantSetting, ...] = ()
 
 
 def plugins() -> list[AppPlugin]:
@@ -245,6 +261,11 @@ def readiness_checks() -> list[tuple[str, object]]:
 
 def email_topics() -> list[EmailTopic]:
     return [topic for plugin in plugins() for topic in plugin.email_topics]
+
+
+def tenant_settings() -> dict[str, TenantSetting]:
+    """Every app's per-tenant settings, by name, in the order of INSTALLED_APPS."""
+    return {setting.name: setting for plugin in plugins() for setting in plugin.tenant_settings}
 
 
 def metric_collectors() -> list[tuple[str, object]]:

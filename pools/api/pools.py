@@ -13,6 +13,7 @@ from pools import services
 from pools.api.requests import RequestItemSerializer
 from pools.models import Allocation, Pool, PoolState
 from pools.pricing import estimated_hourly_cost
+from pools.selectors.quotas import borrowed_pool_ids
 from pools.specs import Spec
 
 
@@ -46,6 +47,9 @@ class PoolSerializer(serializers.ModelSerializer):
     allocations = serializers.SerializerMethodField()
     billing_started_at = serializers.DateTimeField(source="reserved_at")
     hourly_cost = serializers.SerializerMethodField(help_text=_("Null while a price is unknown."))
+    borrowed = serializers.SerializerMethodField(
+        help_text=_("Whether it holds slices beyond its tenant's guarantee: such a pool may be reclaimed.")
+    )
 
     class Meta:
         model = Pool
@@ -63,6 +67,8 @@ class PoolSerializer(serializers.ModelSerializer):
             "released_at",
             "failure_reason",
             "hourly_cost",
+            "borrowed",
+            "reclaim_at",
         ]
 
     def _specs(self, pool) -> list[tuple[Spec, int]]:
@@ -78,6 +84,12 @@ class PoolSerializer(serializers.ModelSerializer):
             a for a in pool.allocations.all() if a.released_at is None or pool.state == PoolState.RELEASED
         ]
         return AllocationSerializer(live, many=True).data
+
+    def get_borrowed(self, pool) -> bool:
+        if "borrowed" not in self.context:  # once for the page: the pools listed with this one
+            listed = self.parent.instance if self.parent is not None else [pool]
+            self.context["borrowed"] = borrowed_pool_ids(p.pk for p in listed)
+        return pool.pk in self.context["borrowed"]
 
     def get_hourly_cost(self, pool) -> str | None:
         cost = estimated_hourly_cost(self._specs(pool))

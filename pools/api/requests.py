@@ -58,6 +58,11 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     decided_by = serializers.CharField(source="decided_by.username", allow_null=True, default=None)
     queue_position = serializers.SerializerMethodField()
+    quota_verdict = serializers.SerializerMethodField(
+        help_text=_(
+            "Against the tenant's quotas: within, borrowed or beyond_limit; null where no quota applies."
+        )
+    )
     waiting_reason = serializers.SerializerMethodField(help_text=_("Why it waits, in the reader's language."))
     pool = serializers.SerializerMethodField()
     estimated_hourly_cost = serializers.SerializerMethodField(
@@ -75,6 +80,7 @@ class PoolRequestSerializer(serializers.ModelSerializer):
             "items",
             "state",
             "priority",
+            "quota_verdict",
             "queue_position",
             "waiting_reason",
             "submitted_by",
@@ -93,6 +99,9 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     def get_items(self, request) -> list[dict]:
         return [{"spec": spec.id, "gpu_model": spec.gpu_model, "profile": spec.profile, "count": n}
                 for spec, n in self._specs(request)]  # fmt: skip
+
+    def get_quota_verdict(self, request) -> str | None:
+        return request.quota_verdict or None
 
     def get_waiting_reason(self, request) -> str:
         return selectors.waiting_reason(request)

@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 
 from pools.api.capacity import CapacitySummaryView, ClusterViewSet, GpuViewSet, NodeViewSet
 from pools.api.pools import PoolViewSet
+from pools.api.quotas import QuotaListView
 from pools.api.requests import PoolRequestViewSet, SpecListView
 
 router = SimpleRouter(trailing_slash=True)
@@ -17,4 +18,5 @@ router.register("pools", PoolViewSet, basename="pool")
 urlpatterns = [
     path("capacity/summary/", CapacitySummaryView.as_view(), name="capacity-summary"),
     path("specs/", SpecListView.as_view(), name="specs"),
+    path("quotas/", QuotaListView.as_view(), name="quotas"),
 ]

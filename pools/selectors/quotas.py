@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from pools.conf import settings
 from pools.mig import COMPUTE_SLICES, FULL_GPU, UnknownGpuModel, UnknownProfile, gpu_model
@@ -34,12 +34,17 @@ def profile_slices(model: str, profile: str) -> int:
         return 0
 
 
+def _ids(tenant_ids):
+    """Tenant ids as a filter takes them: None (all), a query of ids (visible_tenant_ids), or a list."""
+    return tenant_ids if tenant_ids is None or isinstance(tenant_ids, QuerySet) else list(tenant_ids)
+
+
 def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
     """The live pools (of these tenants, else all) with the slices each holds per key, from their live
     allocations; in no particular order."""
     live = Allocation.objects.filter(released_at__isnull=True).order_by()
     if tenant_ids is not None:
-        live = live.filter(pool__project__tenant_id__in=list(tenant_ids))
+        live = live.filter(pool__project__tenant_id__in=_ids(tenant_ids))
     rows = live.values_list(
         "pool_id",
         "pool__project__tenant_id",
@@ -61,11 +66,13 @@ def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
     ]
 
 
-def ledger(tenant_ids: Iterable[int] | None = None, *, waiting: bool = False) -> tuple[Ledger, list[Holding]]:
+def ledger(
+    tenant_ids: Iterable[int] | QuerySet | None = None, *, waiting: bool = False
+) -> tuple[Ledger, list[Holding]]:
     """The ledger of these tenants (else all): their quotas and their projects' limits, what they hold,
     and (`waiting`) what their approved requests not yet admitted ask for, counted as held; with the live
     pools it counted."""
-    ids = None if tenant_ids is None else list(tenant_ids)
+    ids = _ids(tenant_ids)
     rows = Quota.objects.all() if ids is None else Quota.objects.filter(tenant_id__in=ids)
     quotas: dict[int, dict[Key, PolicyQuota]] = defaultdict(dict)
     project_limits: dict[int, dict[Key, int]] = defaultdict(dict)
@@ -162,15 +169,19 @@ def guarantees_against_capacity() -> list[GuaranteeRow]:
     return found
 
 
-def quota_rows(tenant_ids: Iterable[int] | None = None) -> list[dict]:
+def quota_rows(tenant_ids: Iterable[int] | QuerySet | None = None) -> list[dict]:
     """One row per tenant, group and model where the tenant has a quota or holds something: guaranteed,
-    limit, held and borrowed slices (the API's and the tenant page's)."""
-    ids = None if tenant_ids is None else list(tenant_ids)
+    limit, held and borrowed slices (the API's and the tenant page's); then one per project limit, with
+    what the project holds. Ordered by tenant, project (the tenant's own rows first), group and model."""
+    ids = _ids(tenant_ids)
     books, found = ledger(ids)
-    quotas = Quota.objects.filter(project__isnull=True).select_related("tenant")
+    quotas = Quota.objects.select_related("tenant", "project")
     if ids is not None:
         quotas = quotas.filter(tenant_id__in=ids)
-    keys: set[tuple[int, Key]] = {(q.tenant_id, (q.group, q.gpu_model)) for q in quotas}
+    quotas = list(quotas)
+    keys: set[tuple[int, Key]] = {
+        (q.tenant_id, (q.group, q.gpu_model)) for q in quotas if q.project_id is None
+    }
     keys |= {(h.tenant, key) for h in found for key in h.slices}
     borrowed: Counter = Counter()
     tenant_of = {holding.pool: holding.tenant for holding in found}
@@ -179,20 +190,33 @@ def quota_rows(tenant_ids: Iterable[int] | None = None) -> list[dict]:
             borrowed[(tenant_of[pool], key)] += slices
     names = dict(Tenant.objects.filter(pk__in={t for t, _k in keys}).values_list("pk", "slug"))
     rows = []
-    for tenant, (group, model) in sorted(keys, key=lambda k: (names.get(k[0], ""), k[1])):
+    for tenant, (group, model) in keys:
         quota = books.quota(tenant, (group, model))
-        rows.append(
-            {
-                "tenant": names.get(tenant, ""),
-                "group": group,
-                "gpu_model": model,
-                "guaranteed": quota.guaranteed,
-                "limit": quota.limit,
-                "held": books.held[tenant][(group, model)],
-                "borrowed": borrowed[(tenant, (group, model))],
-            }
-        )
-    return rows
+        held = books.held[tenant][(group, model)]
+        rows.append(_row(names.get(tenant, ""), None, group, model, quota.guaranteed, quota.limit, held))
+        rows[-1]["borrowed"] = borrowed[(tenant, (group, model))]
+    for quota in quotas:
+        if quota.project_id is not None:
+            held = books.project_held[quota.project_id][(quota.group, quota.gpu_model)]
+            rows.append(
+                _row(
+                    quota.tenant.slug, quota.project.slug, quota.group, quota.gpu_model, 0, quota.limit, held
+                )
+            )
+    return sorted(rows, key=lambda r: (r["tenant"], r["project"] or "", r["group"], r["gpu_model"]))
+
+
+def _row(tenant: str, project: str | None, group: str, model: str, guaranteed: int, limit, held: int) -> dict:
+    return {
+        "tenant": tenant,
+        "project": project,
+        "group": group,
+        "gpu_model": model,
+        "guaranteed": guaranteed,
+        "limit": limit,
+        "held": held,
+        "borrowed": 0,
+    }
 
 
 def borrowed_pool_ids(pool_ids: Iterable[int]) -> set[int]:
