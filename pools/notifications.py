@@ -21,6 +21,7 @@ NOTIFIED = {
     RequestState.APPROVED,
     RequestState.REJECTED,
     PoolState.ACTIVE,
+    PoolState.RECLAIMING,
     PoolState.FAILED,
     PoolState.RELEASED,
 }
@@ -30,6 +31,13 @@ def notify_after_commit(event: PoolEvent) -> None:
     """Queue the e-mail of an event, if it is one people hear about, once the event is committed."""
     if event.to_state in NOTIFIED and event.from_state != event.to_state:
         dispatch.after_commit(task_names.EVENT_EMAIL, event.pk)
+
+
+def _template(event: PoolEvent) -> str:
+    """The e-mail of an event: one per state it comes to, and its own for a reclaim called off."""
+    if event.from_state == PoolState.RECLAIMING and event.to_state == PoolState.ACTIVE:
+        return "reclaim_called_off"
+    return event.to_state
 
 
 def send_event_email(event_id: int) -> str:
@@ -54,7 +62,7 @@ def send_event_email(event_id: int) -> str:
     sent = mail.send_once(
         key=f"pools.event:{event.pk}",
         to=[person.email],
-        template=f"pools/email/{event.to_state}",
+        template=f"pools/email/{_template(event)}",
         context={
             "event": event,
             "request": request,

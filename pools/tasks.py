@@ -8,6 +8,7 @@ from celery import shared_task
 from pools.conf import settings
 from pools.models import Cluster
 from pools.notifications import send_event_email as send_email
+from pools.services.deadlines import release_reclaimed
 from pools.services.deadlines import sweep_stuck_pools as sweep
 from pools.services.inventory import sync_due_clusters, sync_inventory
 from pools.services.provisioning import (
@@ -91,6 +92,13 @@ def sweep_stuck_pools() -> str:
     """Beat: re-drive pools in provisioning or releasing past their first deadline, end them past
     the second (POOL_REDRIVE_SECONDS, POOL_STUCK_SECONDS); fail what-if runs past theirs."""
     return sweep().summary()
+
+
+@shared_task
+def release_reclaimed_pools() -> str:
+    """Sent for the moment a reclaim's notice ends (and run by the sweeper too): release what is due."""
+    released = release_reclaimed()
+    return f"{len(released)} released"
 
 
 # Routed to WHATIF_QUEUE (the app's plugin), which workers of its own consume: a run of many minutes never

@@ -19,11 +19,13 @@ from portal.celery import app
 class Send:
     task: str
     args: tuple = ()
+    countdown: float | None = None  # seconds after the commit that the task runs, for a deadline
 
     def __call__(self) -> None:
-        app.send_task(self.task, args=list(self.args))
+        app.send_task(self.task, args=list(self.args), countdown=self.countdown)
 
 
-def after_commit(task: str, *args) -> None:
-    """Enqueue `task` with `args` when the current transaction commits (at once outside of one)."""
-    transaction.on_commit(Send(task, args))
+def after_commit(task: str, *args, countdown: float | None = None) -> None:
+    """Enqueue `task` with `args` when the current transaction commits (at once outside of one); with
+    `countdown`, for that many seconds later."""
+    transaction.on_commit(Send(task, args, countdown))

@@ -50,11 +50,14 @@ __all__ = [
     "Ledger",
     "Quota",
     "QuotaVerdict",
+    "Reclaims",
     "Room",
     "Waiting",
     "Waits",
     "asked_slices",
+    "choose_victims",
     "item_slices",
+    "reclaim_candidates",
     "run_queue",
 ]
 
@@ -69,6 +72,13 @@ OVER_LIMIT = gettext_noop(
     "it holds %(holding)s now"
 )
 IN_GROUP = gettext_noop(" in group %(group)s")
+UNDER_NOTICE = gettext_noop(
+    "within its tenant's guarantee: %(count)s borrowed pools are reclaimed for it, and it is admitted when "
+    "their notice ends"
+)
+NOT_EVEN_RECLAIMED = gettext_noop(
+    "within its tenant's guarantee, but it would not fit even were every borrowed pool released: %(reason)s"
+)
 
 
 def item_slices(item: Item) -> int:
@@ -199,7 +209,8 @@ class Ledger:
 
 @dataclass(frozen=True)
 class Holding:
-    """A live pool as the policy sees it: whose, when admitted (orders within and borrowed), what it holds."""
+    """A live pool as the policy sees it: whose, when admitted (orders within and borrowed), what it holds;
+    `reclaimable` where it is in use and not under notice already."""
 
     pool: Hashable
     tenant: Hashable
@@ -207,6 +218,7 @@ class Holding:
     priority: int
     admitted: tuple
     slices: Mapping[Key, int]
+    reclaimable: bool = True
 
 
 @dataclass(frozen=True)
@@ -251,6 +263,10 @@ class Waiting:
     items: tuple[Item, ...]
     claim: Claim
     asked: Mapping[Key, int]
+    # Pools under notice for it (it waits for them), and whether pools reclaimed for it were released: the
+    # capacity they freed is held for it, so it goes first.
+    reclaiming: tuple[Hashable, ...] = ()
+    reclaimed: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,6 +280,13 @@ class Admitted:
 class Waits:
     request: Waiting
     reason: str  # a Reason where the room gave one
+
+
+@dataclass(frozen=True)
+class Reclaims(Waits):
+    """It waits, and these borrowed pools are to be reclaimed for it: released once their notice ends."""
+
+    victims: tuple[Holding, ...] = ()
 
 
 class Room(Protocol):
@@ -281,10 +304,58 @@ class Room(Protocol):
     def admit(self, request: Waiting, placement: Placement) -> None:
         """Take what the placement assigns, so that the rest of the run sees it taken."""
 
+    def fits_without(self, request: Waiting, victims: Sequence[Holding]) -> bool:
+        """Whether the request would be placed were these pools released."""
+
 
 def queue_order(waiting: Iterable[Waiting], ledger: Ledger) -> list[Waiting]:
-    """Priority first; then, among equal priorities, the tenant with the lowest share; then arrival."""
-    return sorted(waiting, key=lambda w: (-w.priority, ledger.share(w.tenant), w.arrival))
+    """Requests whose reclaimed pools were released first (the capacity is theirs); then priority; then,
+    among equal priorities, the tenant with the lowest share; then arrival."""
+    return sorted(waiting, key=lambda w: (not w.reclaimed, -w.priority, ledger.share(w.tenant), w.arrival))
+
+
+def reclaim_candidates(request: Waiting, holdings: Iterable[Holding], ledger: Ledger) -> list[Holding]:
+    """Pools that could be reclaimed for a request: of other tenants, holding borrowed slices of a GPU model
+    the request asks for (in its group, or any where it names none), in the order victims are taken:
+    lowest priority first, then the most recently admitted."""
+    models = {model for _group, model in request.asked}
+    groups = {group for group, _model in request.asked}
+    everything = list(holdings)
+    borrowed = ledger.borrowed(everything)
+    found = [
+        holding
+        for holding in everything
+        if holding.reclaimable
+        and holding.tenant != request.tenant
+        and any(
+            slices and model in models and (group in groups or "" in groups)
+            for (group, model), slices in borrowed.get(holding.pool, {}).items()
+        )
+    ]
+    newest_first = sorted(found, key=lambda h: h.admitted, reverse=True)
+    return sorted(
+        newest_first, key=lambda h: h.priority
+    )  # a stable sort keeps the newest first in a priority
+
+
+def choose_victims(
+    candidates: Sequence[Holding], fits: Callable[[Sequence[Holding]], bool]
+) -> tuple[Holding, ...] | None:
+    """The fewest of `candidates` (in their order) whose release lets the request fit: taken in order until
+    it fits, then each taken one left out again, latest first, where it fits without it. None where it
+    would not fit even with every candidate released."""
+    chosen: list[Holding] = []
+    for candidate in candidates:
+        chosen.append(candidate)
+        if fits(chosen):
+            break
+    else:
+        return None
+    for victim in reversed(list(chosen)):
+        rest = [holding for holding in chosen if holding is not victim]
+        if rest and fits(rest):
+            chosen = rest
+    return tuple(chosen)
 
 
 def run_queue(
@@ -294,6 +365,7 @@ def run_queue(
     *,
     grace_seconds: float | None,
     window: int,
+    holdings: Sequence[Holding] = (),
     owner: Callable[[Waiting, bool], str] = lambda request, of_project: str(
         request.project if of_project else request.tenant
     ),
@@ -301,11 +373,17 @@ def run_queue(
     """One queue run: each waiting request in queue order, placed whole or not at all; a request that fits
     is admitted at once, even behind one that does not (backfill), except where an older one starves.
     `window` is how many of the requests behind one the room is shown as upcoming. After each admission the
-    order of the rest is taken again, since the admitted tenant's share has grown. `owner(request, project)`
-    names the request's tenant (or project) in a limit's reason."""
+    order of the rest is taken again, since the admitted tenant's share has grown.
+
+    A request within its tenant's guarantee that does not fit, and is not held back, reclaims: the fewest
+    borrowed pools of `holdings` (the live pools) whose release lets it fit are chosen for it, once
+    (`Reclaims`); a pool chosen in this run is not chosen again for another. One already waiting for its
+    pools waits on. One that would not fit even with every borrowed pool released says so.
+    `owner(request, project)` names the request's tenant (or project) in a limit's reason."""
     rest = queue_order(waiting, ledger)
     starving: list[Claim] = []
     decisions: list[Admitted | Waits] = []
+    taken: set[Hashable] = set()
     while rest:
         request, rest = rest[0], rest[1:]
         verdict = ledger.verdict(request.tenant, request.project, request.asked)
@@ -330,7 +408,23 @@ def run_queue(
         if blockers:
             decisions.append(Waits(request, Reason(BEHIND_OLDER)))
             continue
-        decisions.append(Waits(request, found.reason))
+        if verdict.kind == WITHIN and ledger.guarantees:
+            decisions.append(_reclaim(request, found.reason, ledger, room, holdings, taken))
+        else:
+            decisions.append(Waits(request, found.reason))
         if grace_seconds is not None and request.waited >= grace_seconds:
             starving.append(request.claim)
     return decisions
+
+
+def _reclaim(
+    request: Waiting, reason: str, ledger: Ledger, room: Room, holdings: Sequence[Holding], taken: set
+) -> Waits:
+    if request.reclaiming:
+        return Waits(request, Reason(UNDER_NOTICE, count=len(request.reclaiming)))
+    candidates = [h for h in reclaim_candidates(request, holdings, ledger) if h.pool not in taken]
+    victims = choose_victims(candidates, lambda chosen: room.fits_without(request, chosen))
+    if not victims:
+        return Waits(request, Reason(NOT_EVEN_RECLAIMED, reason=reason))
+    taken.update(victim.pool for victim in victims)
+    return Reclaims(request, Reason(UNDER_NOTICE, count=len(victims)), victims)

@@ -4,6 +4,7 @@ planned layouts and live allocations (ORM rows in, the engine's plain data out).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pools import mig, placement
@@ -117,3 +118,16 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
             )
         )
     return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}
+
+
+def held_assignments(pool_ids: Iterable[int]) -> dict[tuple[int, int], tuple[placement.Assignment, ...]]:
+    """Per (pool, cluster), what the pool's live allocations hold, as the engine's assignments: what a
+    release of the pool would give back to that cluster's fleet."""
+    found: dict[tuple[int, int], list[placement.Assignment]] = defaultdict(list)
+    rows = Allocation.objects.filter(pool_id__in=list(pool_ids), released_at__isnull=True).values_list(
+        "pool_id", "pool__cluster_id", "gpu_id", "profile", "slices"
+    )
+    for pool, cluster, gpu, profile, slices in rows.order_by("pk"):
+        start = None if profile == mig.FULL_GPU else slices.lower
+        found[(pool, cluster)].append(placement.Assignment(str(gpu), profile, start))
+    return {key: tuple(assignments) for key, assignments in found.items()}

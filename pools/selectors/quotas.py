@@ -17,7 +17,16 @@ from django.db.models import Count, QuerySet
 
 from pools.conf import settings
 from pools.mig import COMPUTE_SLICES, FULL_GPU, UnknownGpuModel, UnknownProfile, gpu_model
-from pools.models import Allocation, Cluster, GpuCapacity, Health, PoolRequest, Quota, TenantPolicy
+from pools.models import (
+    Allocation,
+    Cluster,
+    GpuCapacity,
+    Health,
+    PoolRequest,
+    PoolState,
+    Quota,
+    TenantPolicy,
+)
 from pools.placement.admission import Holding, Key, Ledger, asked_slices
 from pools.placement.admission import Quota as PolicyQuota
 from pools.selectors.fleet import engine_request
@@ -41,7 +50,8 @@ def _ids(tenant_ids):
 
 def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
     """The live pools (of these tenants, else all) with the slices each holds per key, from their live
-    allocations; in no particular order."""
+    allocations, reclaimable where active (not provisioning, nor under notice already); in no particular
+    order."""
     live = Allocation.objects.filter(released_at__isnull=True).order_by()
     if tenant_ids is not None:
         live = live.filter(pool__project__tenant_id__in=_ids(tenant_ids))
@@ -51,18 +61,19 @@ def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
         "pool__project_id",
         "pool__request__priority",
         "pool__reserved_at",
+        "pool__state",
         "pool__request__purpose",
         "gpu__model",
         "profile",
     ).annotate(n=Count("id"))
     pools: dict[int, tuple] = {}
     slices: dict[int, Counter] = defaultdict(Counter)
-    for pool, tenant, project, priority, reserved, purpose, model, profile, n in rows:
-        pools[pool] = (tenant, project, priority, (reserved, pool))
+    for pool, tenant, project, priority, reserved, state, purpose, model, profile, n in rows:
+        pools[pool] = (tenant, project, priority, (reserved, pool), state == PoolState.ACTIVE)
         slices[pool][(purpose, model)] += profile_slices(model, profile) * n
     return [
-        Holding(pool, tenant, project, priority, admitted, dict(slices[pool]))
-        for pool, (tenant, project, priority, admitted) in pools.items()
+        Holding(pool, tenant, project, priority, admitted, dict(slices[pool]), reclaimable)
+        for pool, (tenant, project, priority, admitted, reclaimable) in pools.items()
     ]
 
 

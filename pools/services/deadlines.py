@@ -1,4 +1,5 @@
-"""Deadlines: nothing stays `provisioning` or `releasing` forever, nor a what-if run `queued` or `running`.
+"""Deadlines: nothing stays `provisioning`, `releasing` or `reclaiming` forever, nor a what-if run `queued`
+or `running`.
 
 Beat runs `sweep_stuck_pools`. A pool in one of those states past POOL_REDRIVE_SECONDS
 (counted from its reservation, or from when its release was asked) has its task enqueued
@@ -6,7 +7,9 @@ again, at most once per that period: the tasks are safe to repeat. Past POOL_STU
 a provisioning pool fails (its capacity goes back to the queue) and a release is closed. An active
 pool re-placed onto GPUs whose MIG change is in flight (pools/services/replacement.py) is settled again
 past POOL_REDRIVE_SECONDS; settling gives up a change stuck past MIG_PENDING_TIMEOUT_SECONDS. A kept what-if
-run queued or running past its deadline (WHATIF_RUN_SECONDS) is failed (pools/whatif/runs.py).
+run queued or running past its deadline (WHATIF_RUN_SECONDS) is failed (pools/whatif/runs.py). A pool
+`reclaiming` is released once its notice ends (`release_reclaimed`, pools/services/reclaims.py): on time by
+the task sent for that moment, and here for any that task missed.
 """
 
 from __future__ import annotations
@@ -21,16 +24,19 @@ from django.db.models import Case, DateTimeField, F, OuterRef, Subquery, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from pools import task_names
 from pools.conf import settings
 from pools.models import Pool, PoolEvent, PoolState
-from pools.services.provisioning import close_release, fail_pool
+from pools.placement.reasons import Reason
+from pools.services.provisioning import close_release, fail_pool, release_locked
 from pools.services.replacement import redrive_moves
 from pools.whatif.runs import fail_overdue_runs
 from portal import dispatch
 
 log = logging.getLogger(__name__)
+NOTICE_ENDED = gettext_noop("its notice ended: released for request #%(request)s")
 
 
 @dataclass
@@ -39,12 +45,15 @@ class SweepReport:
     failed: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
     whatif_failed: list[int] = field(default_factory=list)  # what-if runs, not pools
+    reclaimed: list[int] = field(default_factory=list)  # pools whose reclaim notice ended
 
     def summary(self) -> str:
         text = (
             f"{len(self.redriven)} re-driven, {len(self.failed)} failed, "
             f"{len(self.released)} released as stuck"
         )
+        if self.reclaimed:
+            text += f", {len(self.reclaimed)} released as their reclaim notice ended"
         if self.whatif_failed:
             text += f", {len(self.whatif_failed)} what-if runs failed past their deadline"
         return text
@@ -72,11 +81,34 @@ def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
         except Exception:  # one pool that cannot be ended must not keep the others in flight
             log.exception("pool %s: the sweeper could not handle it", pool.pk)
     report.redriven += redrive_moves(now=now)  # a re-placed active pool whose MIG change is in flight
+    try:  # the task sent for each notice's end does this on time; here, any it missed
+        report.reclaimed = release_reclaimed(now=now)
+    except Exception:
+        log.exception("the sweeper could not release the pools whose reclaim notice ended")
     try:
         report.whatif_failed = fail_overdue_runs(now=now)
     except Exception:  # the pools' deadlines are kept whatever befalls the what-if runs'
         log.exception("the sweeper could not fail the overdue what-if runs")
     return report
+
+
+def release_reclaimed(*, now: datetime | None = None) -> list[int]:
+    """Release every pool whose notice has ended, billing stopping at its `reclaim_at`; returns the pools
+    released. The release runs the queue, where the requests they were reclaimed for go first. Safe to run
+    twice at once: the second finds them released, or locked and being released."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        due = list(
+            Pool.objects.select_for_update(skip_locked=True)
+            .select_related("project")
+            .filter(state=PoolState.RECLAIMING, reclaim_at__lte=now)
+            .order_by("reclaim_at", "pk")
+        )
+        for pool in due:
+            release_locked(
+                pool, at=pool.reclaim_at, reason=Reason(NOTICE_ENDED, request=pool.reclaimed_for_id)
+            )
+    return [pool.pk for pool in due]
 
 
 def overdue_pools(*, now: datetime | None = None) -> list[Pool]:

@@ -40,6 +40,7 @@ from pools.drivers.base import (
 )
 from pools.mig import FULL_GPU, MigState
 from pools.models import IN_USE_STATES, Allocation, GpuCapacity, Pool, PoolState
+from pools.placement.reasons import Reason
 from pools.services.inventory import sync_inventory
 from pools.services.requests import asked_or_administers
 from pools.services.reservations import lock_capacity, recount_allocated
@@ -260,10 +261,11 @@ def fail_pool(*, pool_id: int, reason: str) -> Pool:
     return pool
 
 
-def _free(pool: Pool) -> datetime:
-    """Release the pool's live allocations and re-run the queue; returns the moment they were freed."""
+def _free(pool: Pool, at: datetime | None = None) -> datetime:
+    """Release the pool's live allocations (as of `at`, else now) and re-run the queue; returns the moment
+    they were freed."""
     lock_capacity()
-    now = timezone.now()
+    now = at or timezone.now()
     live = Allocation.objects.filter(pool=pool, released_at__isnull=True)
     gpu_ids = set(live.values_list("gpu_id", flat=True))
     node_ids = set(GpuCapacity.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True))
@@ -285,12 +287,25 @@ def release_pool(*, pool_id: int, user) -> Pool:
     if not asked_or_administers(user, pool.request):
         raise NotAllowed(_("Only who asked for the pool, or an admin of the tenant, can release it."))
     with transaction.atomic():
-        pool = Pool.objects.select_for_update().get(pk=pool_id)
-        transition(pool, PoolState.RELEASING, actor=user)
-        # Billing stops now, when the capacity is free, whatever the quota change takes later.
-        pool.released_at = _free(pool)
-        pool.save(update_fields=["state", "released_at"])
-        dispatch.after_commit(task_names.FINISH_RELEASE, pool.pk)
+        return release_locked(Pool.objects.select_for_update().get(pk=pool_id), actor=user)
+
+
+def release_locked(
+    pool: Pool, *, actor=None, at: datetime | None = None, reason: Reason | None = None
+) -> Pool:
+    """Release a pool whose row the caller holds locked: by `actor`, or by the portal (a reclaim's notice
+    ended, `at` that moment) with `reason`. Billing stops when the capacity is free (at `at`, else now),
+    whatever the quota change takes later."""
+    transition(
+        pool,
+        PoolState.RELEASING,
+        actor=actor,
+        reason=str(reason or ""),
+        reason_data=reason.as_data() if reason else None,
+    )
+    pool.released_at = _free(pool, at)
+    pool.save(update_fields=["state", "released_at"])
+    dispatch.after_commit(task_names.FINISH_RELEASE, pool.pk)
     return pool
 
 

@@ -15,6 +15,7 @@ request, without doing it, is its verdict (pools/services/verdicts.py).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -26,27 +27,36 @@ from django.utils.translation import gettext_noop
 from pools import placement, task_names
 from pools.conf import settings
 from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestState
-from pools.placement.admission import Claim, Waiting, Waits, asked_slices, run_queue
+from pools.placement.admission import Claim, Holding, Reclaims, Waiting, Waits, asked_slices, run_queue
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
+from pools.placement.simulation import release
 from pools.selectors import fleet_snapshot, ready_clusters
 from pools.selectors.demand import queue_demand
-from pools.selectors.fleet import engine_request
+from pools.selectors.fleet import engine_request, held_assignments
 from pools.selectors.quotas import ledger
+from pools.services.reclaims import call_off, give_notice
 from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan
 from pools.services.transitions import record_event, transition
 from portal import dispatch
 
 NO_CLUSTER = gettext_noop("no cluster is ready")
 CLOSEST = gettext_noop("closest on cluster %(cluster)s: %(reason)s")
+ADMITTED_OTHERWISE = gettext_noop("was admitted on other capacity")
 
 
 def waiting_entry(
-    request: PoolRequest, clusters: list[Cluster], grouped: dict[int, bool], now: datetime
+    request: PoolRequest,
+    clusters: list[Cluster],
+    grouped: dict[int, bool],
+    now: datetime,
+    reclaims: dict[int, list[tuple[int, str]]] | None = None,
 ) -> Waiting:
     """A waiting request as the admission policy sees it: its places are the clusters it may land on, each
-    with its purpose as the group where the cluster places work by group (else any group there)."""
+    with its purpose as the group where the cluster places work by group (else any group there). `reclaims`
+    are, per request, the pools reclaimed for it with their states: those under notice it waits for, and
+    once one is released the capacity it freed is the request's."""
     items = engine_request(request, grouped=False).items
     places = [
         (c.name, (request.purpose or None) if grouped[c.pk] else None)
@@ -54,6 +64,7 @@ def waiting_entry(
         if request.cluster_id in (None, c.pk)
     ]
     approved = request.approved_at
+    reclaimed_for = (reclaims or {}).get(request.pk, ())
     return Waiting(
         id=request.pk,
         tenant=request.project.tenant_id,
@@ -64,6 +75,8 @@ def waiting_entry(
         items=items,
         claim=Claim.of(items, places, request.priority),
         asked=asked_slices(items, request.purpose),
+        reclaiming=tuple(pk for pk, state in reclaimed_for if state == PoolState.RECLAIMING),
+        reclaimed=any(state != PoolState.RECLAIMING for _pk, state in reclaimed_for),
     )
 
 
@@ -74,6 +87,7 @@ class _Clusters:
         self.requests: dict[int, PoolRequest] = requests
         self.clusters, self.grouped, self.fleets, self.demand = clusters, grouped, fleets, demand
         self.where: dict[int, Cluster] = {}
+        self.held: dict[int, tuple[int, tuple]] = {}  # pool -> (cluster, assignments): victims looked at
 
     def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> placement.Placement:
         behind = [self.requests[w.id] for w in upcoming]
@@ -97,6 +111,27 @@ class _Clusters:
     def admit(self, request: Waiting, plan: placement.Placement) -> None:
         name = self.where[request.id].name
         self.fleets[name] = placement.apply(self.fleets[name], plan)
+
+    def fits_without(self, request: Waiting, victims: Sequence[Holding]) -> bool:
+        """Whether some candidate cluster places the request once the victims' allocations there are free."""
+        missing = [victim.pool for victim in victims if victim.pool not in self.held]
+        if missing:
+            for (pool, cluster), assignments in held_assignments(missing).items():
+                self.held[pool] = (cluster, assignments)
+        asked = self.requests[request.id]
+        for cluster in self.clusters:
+            fleet = self.fleets.get(cluster.name)
+            if fleet is None or asked.cluster_id not in (None, cluster.pk):
+                continue
+            for victim in victims:
+                where, assignments = self.held.get(victim.pool, (None, ()))
+                if where == cluster.pk:
+                    fleet = release(
+                        fleet, placement.Placement(str(victim.pool), True, assignments=assignments)
+                    )
+            if placement.place(fleet, engine_request(asked, self.grouped[cluster.pk])).placed:
+                return True
+        return False
 
 
 @dataclass
@@ -141,11 +176,17 @@ def admit_waiting() -> list[Admission]:
         room = _Clusters(
             requests, clusters, grouped, fleet_snapshot(clusters, grouped), queue_demand(now=now)
         )
-        books, _holdings = ledger()
+        books, holdings = ledger()
+        reclaims = defaultdict(list)
+        for request_id, pool_id, state in Pool.objects.filter(reclaimed_for__in=list(requests)).values_list(
+            "reclaimed_for_id", "pk", "state"
+        ):
+            reclaims[request_id].append((pool_id, state))
         decisions = run_queue(
-            [waiting_entry(request, clusters, grouped, now) for request in waiting],
+            [waiting_entry(request, clusters, grouped, now, reclaims) for request in waiting],
             books,
             room,
+            holdings=holdings,
             grace_seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS,
             window=QUEUE_WINDOW,
             owner=lambda entry, of_project: _owner(requests[entry.id], of_project),
@@ -153,9 +194,13 @@ def admit_waiting() -> list[Admission]:
         results = []
         for decision in decisions:
             request = requests[decision.request.id]
+            if isinstance(decision, Reclaims):
+                give_notice([victim.pool for victim in decision.victims], request, now=now)
             if isinstance(decision, Waits):
                 results.append(_wait(request, as_reason(decision.reason)))
                 continue
+            if decision.request.reclaiming:
+                call_off(request, ADMITTED_OTHERWISE)
             transition(request, RequestState.FULFILLED)
             request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
             request.quota_verdict = decision.verdict.kind if books.in_force else ""  # as it was admitted

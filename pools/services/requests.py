@@ -27,6 +27,7 @@ from pools.placement.admission import BEYOND_LIMIT, WITHIN, QuotaVerdict, asked_
 from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture, render_reason
 from pools.selectors.quotas import approves_within_guarantee, ledger
+from pools.services.reclaims import call_off
 from pools.services.transitions import record_event, transition
 from pools.specs import Spec, UnknownSpec, parse_spec
 from portal import dispatch
@@ -36,6 +37,8 @@ from portal.permissions import made_it_or_administers, require_pool_requester, r
 
 MAX_ITEMS = 20
 BY_POLICY = gettext_noop("approved by the policy: within the tenant's guarantee")
+CANCELLED = gettext_noop("was cancelled")
+REJECTED = gettext_noop("was rejected")
 PRIORITY_SET = gettext_noop("priority set to %(p)s")  # an event's reason, translated when shown
 TOO_MANY = gettext_lazy(
     "%(count)s × %(spec)s is more than %(where)s could ever hold (%(ceiling)s); it is in: %(places)s."
@@ -276,6 +279,7 @@ def reject_request(*, request_id: int, approver, reason: str) -> PoolRequest:
         transition(request, RequestState.REJECTED, actor=approver, reason=reason)
         request.decided_by, request.decided_at, request.decision_reason = approver, timezone.now(), reason
         request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
+        call_off(request, REJECTED)
     return request
 
 
@@ -289,6 +293,7 @@ def cancel_request(*, request_id: int, user, reason: str = "") -> PoolRequest:
             raise Conflict(_("Request #%(id)s is fulfilled; release its pool instead.") % {"id": request.pk})
         transition(request, RequestState.CANCELLED, actor=user, reason=reason)
         request.save(update_fields=["state"])
+        call_off(request, CANCELLED)
     return request
 
 
