@@ -70,7 +70,7 @@ ROUTES = [
         302,
     ),
     Route(
-        "v1:tenant-detail", "get", lambda t, o: reverse("v1:tenant-detail", args=[t.acme.pk]), 200, api=True
+        "v1:tenant-detail", "get", lambda t, o: reverse("v1:tenant-detail", args=[t.acme.slug]), 200, api=True
     ),
     Route(
         "v1:project-detail",
@@ -224,6 +224,7 @@ NOT_TENANT_SCOPED = {
     "v1:invoice-export": "as the invoice itself; anyone else gets 404 (tests/billing/test_api.py)",
     "v1:cluster-list": "cluster names and states, shared by all tenants",
     "v1:specs": "the catalogue of what can be requested, shared by all tenants",
+    "v1:quotas": "each tenant's people see their tenant's rows only (tests/pools/test_quota_api.py)",
     "v1:cluster-detail": "cluster names and states, shared by all tenants",
     "v1:capacity-summary": "platform staff only (tests/pools/test_capacity_views.py)",
     "v1:capacity-node-list": "platform staff only",

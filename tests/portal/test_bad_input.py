@@ -173,7 +173,7 @@ def _base_values(t, objects):
         "member-role": objects["member"].pk,
         "member-remove": objects["member"].pk,
         "api-token-revoke": token.pk,
-        "v1:tenant-detail": t.acme.pk,
+        "v1:tenant-detail": t.acme.slug,
         "v1:project-detail": t.vision.pk,
         "v1:capacity-node-detail": node.pk,
         "v1:capacity-gpu-detail": node.gpus.first().pk,
