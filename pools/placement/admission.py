@@ -156,7 +156,9 @@ class Ledger:
         self.guarantees = any(q.guaranteed for quotas in self.quotas.values() for q in quotas.values())
         # Where no tenant has a quota, no project a limit, and there is no default limit, quotas say nothing:
         # every request is judged as borrowed, and nothing is told of it.
-        self.in_force = bool(self.quotas or self.project_limits or self.default_limit is not None)
+        self.in_force = bool(
+            any(self.quotas.values()) or any(self.project_limits.values()) or self.default_limit is not None
+        )
 
     def quota(self, tenant: Hashable, key: Key) -> Quota:
         found = self.quotas.get(tenant, {}).get(key)

@@ -10,6 +10,12 @@ Words used here (placement words are pools/placement/engine.py's):
   as the queue runs it: in arrival order where the trace gives no priorities or quotas, each placed whole or
   not at all, one that fits admitted at once even behind one that does not (backfill), except where an older
   request starves (the policy's words: starving, compete). A request's place is any cluster, in its group.
+- quotas: a trace may name tenants with quotas, and each request's tenant and priority. The policy then orders
+  by priority and fair share, holds no tenant past its limit, and reclaims for a request within its tenant's
+  guarantee: the borrowed pools chosen get `reclaim_notice_seconds` of notice, and at its end give their
+  instances back (their hold cut short: `reclaimed_at`), the run at that second admitting the request first.
+  Where the request is admitted otherwise first, its pools keep their own end. A request's `declared_hold`
+  (its end date) caps its hold.
 - re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
   as in the queue; by the next run its MIG manager is done. The trace's own marks count for the first run.
   Each run reads the fleet afresh, as the queue reads its snapshot from the database.
@@ -23,13 +29,26 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Protocol
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
-from pools.placement.admission import Admitted, Claim, Ledger, Waiting, Waits, run_queue
+from pools.placement.admission import (
+    BORROWED,
+    Admitted,
+    Claim,
+    Holding,
+    Ledger,
+    Quota,
+    Reclaims,
+    Waiting,
+    Waits,
+    asked_slices,
+    run_queue,
+)
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.engine import apply, fleet_index, place
@@ -61,6 +80,13 @@ class TimedRequest:
     hold: int  # seconds its pool keeps what it was given
     items: tuple[Item, ...]
     group: str | None = None
+    tenant: str | None = None  # whose quotas it is judged against; None: no tenant's
+    priority: int = 0
+    declared_hold: int | None = None  # the end it declared: its pool holds min(hold, declared_hold)
+
+    @property
+    def held_for(self) -> int:
+        return self.hold if self.declared_hold is None else min(self.hold, self.declared_hold)
 
     @cached_property
     def request(self) -> Request:
@@ -74,6 +100,9 @@ class SimulationTrace:
     requests: tuple[TimedRequest, ...]  # in arrival order, ids unique
     horizon: int  # seconds: nothing happens after it
     backfill_grace_seconds: int | None = None  # None: backfill is never held back
+    # Per tenant, its quotas by (group, model) key (pools/placement/admission.py); none: no quotas at all.
+    quotas: Mapping[str, Mapping[tuple[str, str], Quota]] = field(default_factory=dict)
+    reclaim_notice_seconds: int = 900
 
 
 @dataclass(frozen=True)
@@ -82,6 +111,8 @@ class Outcome:
     admitted_at: int | None
     # Placed when admitted; else unplaced, with why it still waits (or never came) when the horizon fell.
     placement: Placement
+    borrowed: bool = False  # admitted beyond its tenant's guarantee
+    reclaimed_at: int | None = None  # when its notice ended and its instances were given back, if reclaimed
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,9 @@ class Summary:
     mean_wait_seconds: float | None  # of admitted requests; None when none was
     p95_wait_seconds: int | None  # nearest rank: the least wait that 95 % of admitted requests stay within
     stranded: tuple[tuple[int, int], ...]  # (event time, stranded compute slices after its run)
+    # Of the admitted requests within their tenant's guarantee as they arrived (None: none, or no quotas).
+    p95_within_wait_seconds: int | None = None
+    reclaimed: int = 0  # pools whose notice ended before their own end
 
 
 @dataclass(frozen=True)
@@ -247,7 +281,17 @@ class _Queue:
         buckets = set(self.keys.values())
         self.claims: list[Claim] = []
         self.buckets: list[tuple[tuple[str, str, str | None], ...]] = []
-        self.ledger = Ledger()
+        self.ledger = Ledger(quotas=self.trace.quotas)
+        self.asked = [asked_slices(timed.items, timed.group) for timed in self.trace.requests]
+        # Reclaims: the request each pool under notice is reclaimed for, and the notices' ends; the release
+        # due for each admitted position (a reclaim moves it sooner, a call-off back).
+        self.notice_for: dict[int, int] = {}
+        self.reclaimed_at: dict[int, int] = {}
+        self.due: dict[int, int] = {}
+        self.freed_for: set[int] = set()  # requests for which a reclaimed pool was released
+        self.borrowed: set[int] = set()
+        self.within: set[int] = set()  # requests within their tenant's guarantee as they arrived
+        self.order: dict[int, int] = {}  # position -> how many were admitted before it
         for timed in self.trace.requests:
             models = frozenset(item.model for item in timed.items)
             self.claims.append(Claim.of(timed.items, [(None, timed.group)]))
@@ -257,9 +301,24 @@ class _Queue:
 
     def arrive(self, position: int) -> None:
         timed = self.trace.requests[position]
+        if self.ledger.guarantees and self._within_on_arrival(position):
+            self.within.add(position)
         self.waiting.append(position)
         self.arrived.append(timed.arrive)
         self.arrivals.append((timed.arrive, timed.items))
+
+    def _within_on_arrival(self, position: int) -> bool:
+        """Whether a request is within its tenant's guarantee as it arrives, what the tenant holds and still
+        waits for counted, as the portal judges a request at submission."""
+        tenant = self.trace.requests[position].tenant
+        pending: Counter = Counter()
+        for waiting in self.waiting:
+            if self.trace.requests[waiting].tenant == tenant:
+                pending.update(self.asked[waiting])
+        return all(
+            self.ledger.held[tenant][key] + pending[key] + slices <= self.ledger.quota(tenant, key).guaranteed
+            for key, slices in self.asked[position].items()
+        )
 
     def settle(self, *, keep_marks: bool) -> None:
         """The fleet as a queue run reads it afresh, with the re-partitioning of earlier runs done (unless
@@ -272,10 +331,18 @@ class _Queue:
 
     def release_until(self, now: int) -> None:
         while self.releases and self.releases[0][0] <= now:
-            _at, position = heapq.heappop(self.releases)
+            at, position = heapq.heappop(self.releases)
+            if self.due.get(position) != at:
+                continue  # moved: by a reclaim's notice, or back by its call-off
+            del self.due[position]
             placement = self.admitted[position][1]
             self.fleet = release(self.fleet, placement)
             self._touched(placement)
+            timed = self.trace.requests[position]
+            self.ledger.give(timed.tenant, None, self.asked[position])
+            if position in self.notice_for:
+                self.freed_for.add(self.notice_for.pop(position))
+                self.reclaimed_at[position] = at
 
     def run(self, now: int) -> None:
         """One queue run under the admission policy (pools/placement/admission.py), this queue its room."""
@@ -283,26 +350,72 @@ class _Queue:
         self._now = now
         waiting = [self._waiting(position, now) for position in self.waiting]
         decisions = run_queue(
-            waiting, self.ledger, self, grace_seconds=self.trace.backfill_grace_seconds, window=QUEUE_WINDOW
+            waiting,
+            self.ledger,
+            self,
+            grace_seconds=self.trace.backfill_grace_seconds,
+            window=QUEUE_WINDOW,
+            holdings=self._holdings() if self.ledger.guarantees else (),
         )
         for decision in decisions:
+            position = decision.request.id
+            if isinstance(decision, Reclaims):
+                self._give_notice(position, [victim.pool for victim in decision.victims], now)
             if isinstance(decision, Waits):
-                self.reasons[decision.request.id] = decision.reason
+                self.reasons[position] = decision.reason
+                continue
+            if decision.verdict.kind == BORROWED and self.ledger.in_force:
+                self.borrowed.add(position)
+            self._call_off(position)
         admitted = {d.request.id for d in decisions if isinstance(d, Admitted)}
         self.waiting = [position for position in self.waiting if position not in admitted]
+
+    def _holdings(self) -> list[Holding]:
+        """The live pools, as the policy chooses among them what to reclaim."""
+        return [
+            Holding(
+                position,
+                self.trace.requests[position].tenant,
+                None,
+                self.trace.requests[position].priority,
+                (self.admitted[position][0], self.order[position]),
+                self.asked[position],
+                reclaimable=position not in self.notice_for,
+            )
+            for position in self.due
+        ]
+
+    def _give_notice(self, request: int, victims: list[int], now: int) -> None:
+        at = now + self.trace.reclaim_notice_seconds
+        for victim in victims:
+            self.notice_for[victim] = request
+            if at < self.due[victim]:  # one that ends before its notice does just ends
+                self.due[victim] = at
+                heapq.heappush(self.releases, (at, victim))
+
+    def _call_off(self, request: int) -> None:
+        """The request is admitted: the pools under notice for it are kept, to their own end."""
+        for victim in [v for v, owner in self.notice_for.items() if owner == request]:
+            del self.notice_for[victim]
+            at, timed = self.admitted[victim][0], self.trace.requests[victim]
+            if self.due[victim] != at + timed.held_for:
+                self.due[victim] = at + timed.held_for
+                heapq.heappush(self.releases, (self.due[victim], victim))
 
     def _waiting(self, position: int, now: int) -> Waiting:
         timed = self.trace.requests[position]
         return Waiting(
             id=position,
-            tenant=None,
+            tenant=timed.tenant,
             project=None,
-            priority=0,
+            priority=timed.priority,
             arrival=(position,),
             waited=now - timed.arrive,
             items=timed.items,
             claim=self.claims[position],
-            asked={},
+            asked=self.asked[position],
+            reclaiming=tuple(v for v, owner in self.notice_for.items() if owner == position),
+            reclaimed=position in self.freed_for,
         )
 
     # The room the admission policy places in: this queue's fleet.
@@ -325,6 +438,13 @@ class _Queue:
     def admit(self, request: Waiting, placement: Placement) -> None:
         self._admit(request.id, placement, self._now)
 
+    def fits_without(self, request: Waiting, victims: Sequence[Holding]) -> bool:
+        fleet = self.fleet
+        for victim in victims:
+            fleet = release(fleet, self.admitted[victim.pool][1])
+        timed = self.trace.requests[request.id]
+        return self.placer(fleet, timed.request, upcoming=[], demand=None).placed
+
     def _place(self, position: int, upcoming: list[Request], now: int) -> Placement:
         if self._demand is None:
             # The arrivals of the window, its oldest second left out, as pools/selectors/demand.py reads them.
@@ -346,7 +466,9 @@ class _Queue:
         if placement.reconfigure:
             self._stranded_now = None
         self.admitted[position] = (now, placement)
-        heapq.heappush(self.releases, (now + self.trace.requests[position].hold, position))
+        self.order[position] = len(self.order)  # admissions of one second keep the order they came in
+        self.due[position] = now + self.trace.requests[position].held_for
+        heapq.heappush(self.releases, (self.due[position], position))
 
     def _touched(self, placement: Placement) -> None:
         self.changes += 1
@@ -359,16 +481,19 @@ class _Queue:
         return self._stranded_now
 
     def result(self) -> SimulationResult:
-        trace, outcomes, waits = self.trace, [], []
+        trace, outcomes, waits, within_waits = self.trace, [], [], []
         served = 0.0
         models = {gpu.id: gpu.model for gpu in trace.fleet.gpus}
         for position, timed in enumerate(trace.requests):
             if position in self.admitted:
                 at, placement = self.admitted[position]
                 waits.append(at - timed.arrive)
-                held = min(at + timed.hold, trace.horizon) - at
-                served += held_slices(models, placement) * held / 3600
-                outcomes.append(Outcome(timed.id, at, placement))
+                if position in self.within:
+                    within_waits.append(at - timed.arrive)
+                reclaimed = self.reclaimed_at.get(position)
+                end = reclaimed if reclaimed is not None else at + timed.held_for
+                served += held_slices(models, placement) * (min(end, trace.horizon) - at) / 3600
+                outcomes.append(Outcome(timed.id, at, placement, position in self.borrowed, reclaimed))
                 continue
             reason = self.reasons.get(position, AFTER_HORIZON)
             outcomes.append(Outcome(timed.id, None, Placement(timed.id, False, reason=reason)))
@@ -379,7 +504,14 @@ class _Queue:
                 admitted=len(waits),
                 served_slice_hours=served,
                 mean_wait_seconds=sum(waits) / len(waits) if waits else None,
-                p95_wait_seconds=sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None,
+                p95_wait_seconds=_p95(waits),
                 stranded=tuple(self.stranded),
+                p95_within_wait_seconds=_p95(within_waits),
+                reclaimed=len(self.reclaimed_at),
             ),
         )
+
+
+def _p95(waits: list[int]) -> int | None:
+    """Nearest rank: the least wait that 95 % of them stay within; None for none."""
+    return sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None

@@ -99,7 +99,8 @@ class Command(BaseCommand):
         result = simulate(trace)
         elapsed = time.perf_counter() - started
         # Built in full before anything is written, so a failure leaves standard output empty.
-        self.stdout.write(json.dumps(write_outcomes(result.outcomes), ensure_ascii=False, indent=2))
+        answer = write_outcomes(result.outcomes, quotas=bool(trace.quotas))
+        self.stdout.write(json.dumps(answer, ensure_ascii=False, indent=2))
         self.stderr.write(summary_text(result, elapsed))
 
     @staticmethod

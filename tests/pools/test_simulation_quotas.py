@@ -1,0 +1,148 @@
+"""The simulator under quotas: the admission policy of the queue, on a timed trace with tenants (API.md,
+"Quotas and end dates in the simulation trace"): fair share, limits, and reclaim with notice."""
+
+import json
+
+import pytest
+from django.core.management import call_command
+
+from pools.mig import FULL_GPU
+from pools.placement.admission import Quota
+from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
+from pools.placement.timetrace import TraceError, read_simulation_trace, write_outcomes
+from pools.placement.types import Item
+from tests.pools.test_placement import H100, fleet, gpu
+
+FOUR = fleet(*(gpu(f"n1/{i}", off=True) for i in range(4)))  # 4 whole H100s: 28 compute slices
+
+
+def timed(id, arrive, hold, count, tenant, priority=0, declared=None) -> TimedRequest:
+    return TimedRequest(id, arrive, hold, (Item(H100, FULL_GPU, count),), None, tenant, priority, declared)
+
+
+def halves(limit=28) -> dict:
+    return {name: {("", H100): Quota(14, limit)} for name in ("a", "b")}
+
+
+def outcomes(result) -> dict:
+    return {o.request: o for o in result.outcomes}
+
+
+def test_a_guaranteed_request_reclaims_the_borrowed_pool_after_its_notice():
+    trace = SimulationTrace(
+        FOUR,
+        (timed("b1", 0, 5000, 2, "b"), timed("b2", 10, 5000, 2, "b"), timed("a1", 100, 1000, 2, "a")),
+        horizon=20_000,
+        quotas=halves(),
+        reclaim_notice_seconds=600,
+    )
+    result = simulate(trace)
+    found = outcomes(result)
+    assert (found["b1"].borrowed, found["b2"].borrowed) == (False, True)
+    assert (found["b2"].reclaimed_at, found["a1"].admitted_at) == (700, 700)  # admitted at the notice's end
+    assert found["b1"].reclaimed_at is None
+    assert result.summary.reclaimed == 1 and result.summary.p95_within_wait_seconds == 600
+    # Served: b1 whole, b2 until reclaimed, a1 whole.
+    assert result.summary.served_slice_hours == pytest.approx((14 * 5000 + 14 * 690 + 14 * 1000) / 3600)
+
+
+def test_a_reclaim_is_called_off_where_room_comes_free_first_and_the_pool_keeps_its_end():
+    trace = SimulationTrace(
+        FOUR,
+        (timed("b1", 0, 300, 2, "b"), timed("b2", 10, 5000, 2, "b"), timed("a1", 100, 1000, 2, "a")),
+        horizon=20_000,
+        quotas=halves(),
+        reclaim_notice_seconds=600,
+    )
+    found = outcomes(simulate(trace))
+    assert found["a1"].admitted_at == 300  # b1 ended before the notice did
+    assert found["b2"].reclaimed_at is None
+
+
+def test_nobody_holds_past_a_limit_and_the_tenant_furthest_below_its_guarantee_goes_first():
+    trace = SimulationTrace(
+        FOUR,
+        (
+            timed("a1", 0, 1000, 2, "a"),
+            timed("a2", 5, 1000, 2, "a"),  # would take a to 28 of its limit of 14
+            timed("b1", 10, 1000, 2, "b"),
+        ),
+        horizon=20_000,
+        quotas=halves(limit=14),
+    )
+    found = outcomes(simulate(trace))
+    assert (found["a1"].admitted_at, found["b1"].admitted_at, found["a2"].admitted_at) == (0, 10, 1000)
+    cut = outcomes(simulate(SimulationTrace(FOUR, trace.requests, horizon=500, quotas=halves(limit=14))))
+    assert cut["a2"].admitted_at is None and "limit of 14" in cut["a2"].placement.reason
+
+
+def test_without_tenants_the_trace_runs_as_before_and_says_nothing_of_quotas():
+    plain = SimulationTrace(FOUR, (timed("x", 0, 10, 4, None), timed("y", 1, 10, 1, None)), horizon=100)
+    result = simulate(plain)
+    assert [o.admitted_at for o in result.outcomes] == [0, 10]
+    assert all(not o.borrowed and o.reclaimed_at is None for o in result.outcomes)
+    assert "borrowed" not in write_outcomes(result.outcomes)["results"][0]
+
+
+def test_a_declared_end_caps_the_hold():
+    trace = SimulationTrace(FOUR, (timed("x", 0, 100, 4, None, declared=40), timed("y", 1, 10, 1, None)), 200)
+    assert [o.admitted_at for o in simulate(trace).outcomes] == [0, 40]
+
+
+def trace_json(**changes) -> dict:
+    data = {
+        "gpus": [{"id": f"n1/{i}", "node": "n1", "model": H100, "mig": False} for i in range(4)],
+        "horizon": 10_000,
+        "reclaim_notice_seconds": 600,
+        "tenants": [
+            {"name": "a", "auto_approve": True, "quotas": [{"model": H100, "guaranteed": 14, "limit": 28}]}
+        ],
+        "requests": [
+            {"id": "r1", "arrive": 0, "hold": 100, "tenant": "a", "priority": 0, "declared_hold": 50,
+             "items": [{"model": H100, "profile": "full", "count": 1}]},
+        ],
+    }  # fmt: skip
+    for path, value in changes.items():
+        target = data
+        *parents, last = path.split(".")
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[int(last) if isinstance(target, list) else last] = value
+    return data
+
+
+def test_the_trace_reads_tenants_their_quotas_and_each_requests_tenant():
+    trace = read_simulation_trace(trace_json())
+    assert trace.quotas == {"a": {("", H100): Quota(14, 28)}} and trace.reclaim_notice_seconds == 600
+    (request,) = trace.requests
+    assert (request.tenant, request.priority, request.declared_hold, request.held_for) == ("a", 0, 50, 50)
+    no_limit = read_simulation_trace(trace_json(**{"tenants.0.quotas.0.limit": None}))
+    assert no_limit.quotas["a"][("", H100)] == Quota(14, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"requests.0.tenant": "z"}, '"tenant" \'z\' is not in "tenants"'),
+        ({"requests.0.priority": 2.5}, '"priority" must be a whole number'),
+        ({"requests.0.declared_hold": -1}, '"declared_hold" must be null or'),
+        ({"tenants.0.quotas.0.model": "B200-180GB"}, "is not a model of the fleet"),
+        ({"tenants.0.quotas.0.guaranteed": -3}, '"guaranteed" must be a whole number of compute slices'),
+        ({"tenants.0.quotas.0.limit": 7}, "at least the guarantee (14)"),
+        ({"tenants.0.auto_approve": "yes"}, '"auto_approve" must be true or false'),
+        ({"tenants.0.name": ""}, '"name" must be a non-empty string'),
+        ({"reclaim_notice_seconds": "soon"}, '"reclaim_notice_seconds" must be'),
+    ],
+)
+def test_bad_tenants_and_quotas_are_refused_saying_where(change, words):
+    with pytest.raises(TraceError, match=None) as refused:
+        read_simulation_trace(trace_json(**change))
+    assert words in str(refused.value)
+
+
+def test_the_command_writes_borrowed_and_reclaimed_at_for_a_trace_with_tenants(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace_json()))
+    call_command("simulate", "--input", str(path))
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert (result["admitted_at"], result["borrowed"], result["reclaimed_at"]) == (0, False, None)
