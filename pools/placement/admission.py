@@ -21,7 +21,9 @@ Words used here (placement words are pools/placement/engine.py's):
 - starving: a waiting request that does not fit in this run and has waited the backfill grace (None: never
   starving). For the rest of the run, a request of the same or lower priority that competes with it is
   admitted only where it lands out of its way (pools/placement/backfill.py), so that freed capacity
-  collects for it. One held back waits behind it and is not starving itself.
+  collects for it. One held back waits behind it and is not starving itself. A request within its tenant's
+  guarantee is held back only by a starving request within its own: a guarantee comes before the
+  protection of a request that would borrow.
 
 Pure: no Django, no I/O, no clock.
 """
@@ -383,7 +385,7 @@ def run_queue(
     pools waits on. One that would not fit even with every borrowed pool released says so.
     `owner(request, project)` names the request's tenant (or project) in a limit's reason."""
     rest = queue_order(waiting, ledger)
-    starving: list[Claim] = []
+    starving: list[tuple[Claim, bool]] = []  # each with whether it is within its tenant's guarantee
     decisions: list[Admitted | Waits] = []
     taken: set[Hashable] = set()
     while rest:
@@ -392,7 +394,12 @@ def run_queue(
         if verdict.kind == BEYOND_LIMIT:
             decisions.append(Waits(request, verdict.reason(owner(request, verdict.project))))
             continue
-        blockers = [claim for claim in starving if claim.holds_back(request.claim)]
+        within = verdict.kind == WITHIN and ledger.guarantees
+        blockers = [
+            claim
+            for claim, guaranteed in starving
+            if claim.holds_back(request.claim) and guaranteed >= within
+        ]
         wanted = frozenset().union(*(claim.wanted for claim in blockers))
         if blockers and not (
             may_keep_out_of_the_way(request.claim.wanted, wanted) and room.room_out_of_the_way(request)
@@ -410,12 +417,12 @@ def run_queue(
         if blockers:
             decisions.append(Waits(request, Reason(BEHIND_OLDER)))
             continue
-        if verdict.kind == WITHIN and ledger.guarantees:
+        if within:
             decisions.append(_reclaim(request, found.reason, ledger, room, holdings, taken))
         else:
             decisions.append(Waits(request, found.reason))
         if grace_seconds is not None and request.waited >= grace_seconds:
-            starving.append(request.claim)
+            starving.append((request.claim, within))
     return decisions
 
 

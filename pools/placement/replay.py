@@ -1,9 +1,15 @@
 """The replay check of a simulated answer: whatever simulator or placer produced it, does it keep every rule?
 
 It replays the outcomes on the trace's fleet in time order: at each admission time, first the releases due by
-then, then that time's admissions in arrival order (each applied as engine.apply applies it, which refuses a
-layout change on a GPU that holds work, an invalid layout, and an instance or GPU given twice), then the
-releases of what was admitted there with a hold of 0 — the order pools/placement/simulation.py runs them in.
+then, then that time's admissions (each applied as engine.apply applies it, which refuses a layout change on
+a GPU that holds work, an invalid layout, and an instance or GPU given twice), then the releases of what was
+admitted there with a hold of 0 — the order pools/placement/simulation.py runs them in. A queue run admits
+in queue order (priority and fair share): that second's admissions are taken in the order the outcomes
+say (`sequence`) where they say it; else (an answer read from JSON, which does not write it down) those
+with re-cuts first (an admission on a GPU re-cut in that second came after the re-cut), in arrival order,
+and again those that did not apply yet, until all apply or none more does. A
+pool is released at its hold's end (`declared_hold` capping it), or where it was reclaimed, at
+`reclaimed_at`.
 It also checks that each admitted request got exactly what it asked for, in one cluster, on schedulable GPUs
 of its group, after it arrived, not after the horizon, at a time when something arrived or was released.
 
@@ -52,7 +58,7 @@ def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
         problems += [f"{_name(timed, outcome)}: {p}" for p in _fulfils(timed, outcome.placement, gpus)]
         admitted.append((at, position))
     events = {timed.arrive for timed in trace.requests}
-    events |= {at + trace.requests[position].hold for at, position in admitted}
+    events |= {_end(trace, outcomes, at, position) for at, position in admitted}
     for at, position in admitted:
         if at not in events:
             name = _name(trace.requests[position], outcomes[position])
@@ -119,18 +125,38 @@ def _replay(
     while number < len(admitted):
         at = admitted[number][0]
         fleet = _release_until(fleet, holding, at, outcomes, problems)
+        left = []
         while number < len(admitted) and admitted[number][0] == at:
-            position = admitted[number][1]
+            left.append(admitted[number][1])
             number += 1
-            outcome = outcomes[position]
-            try:
-                fleet = apply(fleet, outcome.placement)
-            except ValueError as error:  # the rule it breaks; the rest is replayed without it
-                problems.append(f"{_name(trace.requests[position], outcome)}: {error}")
-                continue
-            heapq.heappush(holding, (at + trace.requests[position].hold, position))
+        # In the order they were admitted where the outcomes say it; else re-cuts first (an admission on a GPU
+        # re-cut in the same second came after the re-cut).
+        left.sort(key=lambda p: (outcomes[p].sequence is None, outcomes[p].sequence or 0))
+        if any(outcomes[p].sequence is None for p in left):
+            left.sort(key=lambda position: not outcomes[position].placement.reconfigure)
+        failed: dict[int, str] = {}
+        while left:
+            failed = {}
+            for position in left:
+                try:
+                    fleet = apply(fleet, outcomes[position].placement)
+                except ValueError as error:
+                    failed[position] = str(error)
+                    continue
+                heapq.heappush(holding, (_end(trace, outcomes, at, position), position))
+            if len(failed) == len(left):
+                break
+            left = list(failed)
+        for position, error in failed.items():  # the rule each breaks; the rest is replayed without them
+            problems.append(f"{_name(trace.requests[position], outcomes[position])}: {error}")
         fleet = _release_until(fleet, holding, at, outcomes, problems)
     return problems
+
+
+def _end(trace: SimulationTrace, outcomes: Sequence[Outcome], at: int, position: int) -> int:
+    """When an admitted pool gives its instances back: at its hold's end, or where reclaimed sooner."""
+    reclaimed = outcomes[position].reclaimed_at
+    return reclaimed if reclaimed is not None else at + trace.requests[position].held_for
 
 
 def _release_until(

@@ -113,6 +113,7 @@ class Outcome:
     placement: Placement
     borrowed: bool = False  # admitted beyond its tenant's guarantee
     reclaimed_at: int | None = None  # when its notice ended and its instances were given back, if reclaimed
+    sequence: int | None = None  # how many were admitted before it (a run admits in queue order)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class Summary:
 class SimulationResult:
     outcomes: tuple[Outcome, ...]  # one per trace request, in trace order
     summary: Summary
+    within: frozenset[str] = frozenset()  # requests within their tenant's guarantee as they arrived
 
 
 class Placer(Protocol):
@@ -166,8 +168,9 @@ def simulate(
     told = 0.0
     while True:
         times = [requests[arrivals].arrive] if arrivals < len(requests) else []
-        if queue.releases:
-            times.append(queue.releases[0][0])
+        upcoming = queue.next_release()
+        if upcoming is not None:
+            times.append(upcoming)
         if not times or min(times) > trace.horizon:
             break
         now = min(times)
@@ -328,6 +331,13 @@ class _Queue:
         if not keep_marks:
             gpus = tuple(replace(g, reconfiguring=False) if g.reconfiguring else g for g in gpus)
         self.fleet = Fleet(gpus)
+
+    def next_release(self) -> int | None:
+        """The next second a pool gives its instances back; entries a reclaim or its call-off moved are
+        dropped, so that no queue runs where nothing happens."""
+        while self.releases and self.due.get(self.releases[0][1]) != self.releases[0][0]:
+            heapq.heappop(self.releases)
+        return self.releases[0][0] if self.releases else None
 
     def release_until(self, now: int) -> None:
         while self.releases and self.releases[0][0] <= now:
@@ -493,7 +503,11 @@ class _Queue:
                 reclaimed = self.reclaimed_at.get(position)
                 end = reclaimed if reclaimed is not None else at + timed.held_for
                 served += held_slices(models, placement) * (min(end, trace.horizon) - at) / 3600
-                outcomes.append(Outcome(timed.id, at, placement, position in self.borrowed, reclaimed))
+                outcomes.append(
+                    Outcome(
+                        timed.id, at, placement, position in self.borrowed, reclaimed, self.order[position]
+                    )
+                )
                 continue
             reason = self.reasons.get(position, AFTER_HORIZON)
             outcomes.append(Outcome(timed.id, None, Placement(timed.id, False, reason=reason)))
@@ -509,6 +523,7 @@ class _Queue:
                 p95_within_wait_seconds=_p95(within_waits),
                 reclaimed=len(self.reclaimed_at),
             ),
+            frozenset(trace.requests[position].id for position in self.within),
         )
 
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""Benchmark: quotas over time. Strict quotas against none against guarantees with borrowing and reclaim, on the
+same seeded weeks, in the what-if simulator under the portal's one admission policy.
+
+Traces (bench/quotas_trace.py): the fleet of bench/simulate.py (8 nodes × 8 whole free GPUs, half H100 and
+half H200); TENANTS tenants, each guaranteed an equal share of each model, so that the guarantees cover the
+fleet; each tenant's demand comes in bursts (busy spells of hours to a day and a half with requests arriving
+fast, quiet spells between), items drawn as bench/placement.py draws them. Each trace is run three times:
+- (a) strict: the guarantees are the limits, nothing is borrowed;
+- (b) none: no quotas at all, the portal as it was before quotas (priority, then arrival);
+- (c) borrowing: the same guarantees, no limit, and borrowed pools reclaimed with RECLAIM_NOTICE seconds of
+  notice for a request within its tenant's guarantee.
+It prints per seed and in total the compute-slice-hours each served before the horizon, the ratios of (c)
+to (a) and to (b), and the 95th-percentile wait of the requests within their tenant's guarantee as they
+arrived (classified in (c), the same requests measured in (b)) against the notice plus one queue interval
+(QUEUE_RUN_SECONDS, the portal's default). Targets are printed, not asserted. Every answer is replayed
+by pools.placement.replay.check; a broken rule prints a line starting "ENGINE BUG" and exits with status 1.
+
+Run from the repository root; no database, no Django:
+    .venv/bin/python bench/quotas.py [--seeds 5] [--first-seed 1] [--tenants 4] [--horizon 604800]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.quotas_trace import RECLAIM_NOTICE, TENANTS, bursty_trace  # noqa: E402
+from bench.simulate_trace import WEEK  # noqa: E402
+from pools.placement.admission import Quota  # noqa: E402
+from pools.placement.replay import check  # noqa: E402
+from pools.placement.simulation import SimulationResult, SimulationTrace, simulate  # noqa: E402
+
+SEEDS = 5
+QUEUE_RUN_SECONDS = 60  # pools/conf.py's default: how often beat runs the queue
+TARGET_OVER_STRICT = 1.15
+TARGET_OVER_NONE = 0.97
+POLICIES = ("strict", "none", "borrowing")
+
+
+def with_policy(trace: SimulationTrace, policy: str) -> SimulationTrace:
+    """The trace under one policy: the guarantees as limits, no quotas, or guarantees without limits."""
+    if policy == "none":
+        return replace(trace, quotas={})
+    limit = (lambda q: q.guaranteed) if policy == "strict" else (lambda q: None)
+    quotas = {
+        tenant: {key: Quota(quota.guaranteed, limit(quota)) for key, quota in keys.items()}
+        for tenant, keys in trace.quotas.items()
+    }
+    return replace(trace, quotas=quotas)
+
+
+def p95(waits: list[int]) -> int | None:
+    return sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None
+
+
+def within_waits(trace: SimulationTrace, result: SimulationResult, within: set[str]) -> list[int]:
+    arrive = {r.id: r.arrive for r in trace.requests}
+    return [
+        o.admitted_at - arrive[o.request]
+        for o in result.outcomes
+        if o.request in within and o.admitted_at is not None
+    ]
+
+
+def run_seed(seed: int, tenants: int, horizon: int) -> dict:
+    base = bursty_trace(seed, tenants=tenants, horizon=horizon)
+    runs, seconds = {}, {}
+    for policy in POLICIES:
+        trace = with_policy(base, policy)
+        started = time.perf_counter()
+        runs[policy] = simulate(trace)
+        seconds[policy] = time.perf_counter() - started
+        for problem in check(trace, runs[policy].outcomes):
+            print(f"ENGINE BUG seed {seed} {policy}: {problem}")
+            raise SystemExit(1)
+    within = runs["borrowing"].within
+    return {
+        "seed": seed,
+        "served": {p: runs[p].summary.served_slice_hours for p in POLICIES},
+        "admitted": {p: runs[p].summary.admitted for p in POLICIES},
+        "within": len(within),
+        "p95_within": {p: p95(within_waits(base, runs[p], within)) for p in ("borrowing", "none")},
+        "reclaimed": runs["borrowing"].summary.reclaimed,
+        "requests": len(base.requests),
+        "seconds": seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--tenants", type=int, default=TENANTS)
+    parser.add_argument("--horizon", type=int, default=WEEK)
+    args = parser.parse_args(argv)
+    rows = [
+        run_seed(seed, args.tenants, args.horizon)
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
+    ]
+    target_wait = RECLAIM_NOTICE + QUEUE_RUN_SECONDS
+    print(f"{'seed':>4} {'requests':>8} {'strict':>9} {'none':>9} {'borrow':>9} {'c/a':>6} {'c/b':>6} "
+          f"{'within':>6} {'p95 (c)':>8} {'p95 (b)':>8} {'reclaims':>8}")  # fmt: skip
+    for row in rows:
+        served = row["served"]
+        print(
+            f"{row['seed']:>4} {row['requests']:>8} {served['strict']:>9.0f} {served['none']:>9.0f} "
+            f"{served['borrowing']:>9.0f} {served['borrowing'] / served['strict']:>6.3f} "
+            f"{served['borrowing'] / served['none']:>6.3f} {row['within']:>6} "
+            f"{_seconds(row['p95_within']['borrowing']):>8} {_seconds(row['p95_within']['none']):>8} "
+            f"{row['reclaimed']:>8}"
+        )
+    total = {p: sum(row["served"][p] for row in rows) for p in POLICIES}
+    print(f"served compute-slice-hours (a) strict: {total['strict']:.0f}")
+    print(f"served compute-slice-hours (b) none: {total['none']:.0f}")
+    print(f"served compute-slice-hours (c) borrowing: {total['borrowing']:.0f}")
+    print(f"(c)/(a): {total['borrowing'] / total['strict']:.3f} (target ≥ {TARGET_OVER_STRICT})")
+    print(f"(c)/(b): {total['borrowing'] / total['none']:.3f} (target ≥ {TARGET_OVER_NONE})")
+    worst = max((row["p95_within"]["borrowing"] or 0) for row in rows)
+    print(f"p95 wait within the guarantee, worst seed, (c): {worst} s (target ≤ {target_wait} s)")
+    print(
+        f"p95 wait of the same requests, worst seed, (b): {max((row['p95_within']['none'] or 0) for row in rows)} s"
+    )
+    print(f"reclaimed pools (c): {sum(row['reclaimed'] for row in rows)}")
+    print(f"simulator seconds per run: {max(max(row['seconds'].values()) for row in rows):.1f} at most")
+    return 0
+
+
+def _seconds(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
