@@ -113,7 +113,8 @@ class Outcome:
     placement: Placement
     borrowed: bool = False  # admitted beyond its tenant's guarantee
     reclaimed_at: int | None = None  # when its notice ended and its instances were given back, if reclaimed
-    sequence: int | None = None  # how many were admitted before it (a run admits in queue order)
+    # How many were admitted before it (a run admits in queue order): the replay's, not part of the answer.
+    sequence: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
