@@ -291,6 +291,7 @@ class _Queue:
         # due for each admitted position (a reclaim moves it sooner, a call-off back).
         self.notice_for: dict[int, int] = {}
         self.reclaimed_at: dict[int, int] = {}
+        self.cut: dict[int, int] = {}  # pools under notice whose notice ends before their own end: when
         self.due: dict[int, int] = {}
         self.freed_for: set[int] = set()  # requests for which a reclaimed pool was released
         self.borrowed: set[int] = set()
@@ -351,9 +352,10 @@ class _Queue:
             self._touched(placement)
             timed = self.trace.requests[position]
             self.ledger.give(timed.tenant, None, self.asked[position])
-            if position in self.notice_for:
+            if position in self.notice_for:  # given back for the request it was reclaimed for
                 self.freed_for.add(self.notice_for.pop(position))
-                self.reclaimed_at[position] = at
+                if self.cut.pop(position, None) == at:  # at its notice's end, not its own
+                    self.reclaimed_at[position] = at
 
     def run(self, now: int) -> None:
         """One queue run under the admission policy (pools/placement/admission.py), this queue its room."""
@@ -401,13 +403,14 @@ class _Queue:
         for victim in victims:
             self.notice_for[victim] = request
             if at < self.due[victim]:  # one that ends before its notice does just ends
-                self.due[victim] = at
+                self.due[victim] = self.cut[victim] = at
                 heapq.heappush(self.releases, (at, victim))
 
     def _call_off(self, request: int) -> None:
         """The request is admitted: the pools under notice for it are kept, to their own end."""
         for victim in [v for v, owner in self.notice_for.items() if owner == request]:
             del self.notice_for[victim]
+            self.cut.pop(victim, None)
             at, timed = self.admitted[victim][0], self.trace.requests[victim]
             if self.due[victim] != at + timed.held_for:
                 self.due[victim] = at + timed.held_for

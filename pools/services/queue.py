@@ -76,7 +76,7 @@ def waiting_entry(
         claim=Claim.of(items, places, request.priority),
         asked=asked_slices(items, request.purpose),
         reclaiming=tuple(pk for pk, state in reclaimed_for if state == PoolState.RECLAIMING),
-        reclaimed=any(state != PoolState.RECLAIMING for _pk, state in reclaimed_for),
+        reclaimed=any(state in (PoolState.RELEASING, PoolState.RELEASED) for _pk, state in reclaimed_for),
     )
 
 

@@ -59,8 +59,8 @@ def call_off(request: PoolRequest, why: str) -> list[Pool]:
     for pool in pools:
         reason = Reason(CALLED_OFF, request=request.pk, why=Reason(why))
         transition(pool, PoolState.ACTIVE, reason=str(reason), reason_data=reason.as_data())
-        pool.reclaim_at = None
-        pool.save(update_fields=["state", "reclaim_at"])
+        pool.reclaim_at, pool.reclaimed_for = None, None  # its events keep what happened
+        pool.save(update_fields=["state", "reclaim_at", "reclaimed_for"])
     return pools
 
 
