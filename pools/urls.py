@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from pools.views import approvals, capacity, drains, requests
+from pools.views import approvals, capacity, drains, quotas, requests
 from pools.whatif import views as whatif
 
 urlpatterns = [
@@ -12,6 +12,9 @@ urlpatterns = [
     path("approvals/<int:pk>/reject/", approvals.approval_reject, name="approval-reject"),
     path("approvals/<int:pk>/priority/", approvals.approval_priority, name="approval-priority"),
     path("capacity/", capacity.dashboard, name="capacity-dashboard"),
+    path("capacity/quotas/", quotas.quotas, name="capacity-quotas"),
+    path("capacity/quotas/set/", quotas.quota_set, name="capacity-quota-set"),
+    path("capacity/quotas/<slug:slug>/auto-approve/", quotas.auto_approve, name="capacity-auto-approve"),
     path("capacity/clusters/<int:pk>/groups/<str:group>/", capacity.group, name="capacity-group"),
     path("capacity/nodes/<int:pk>/", capacity.node, name="capacity-node"),
     path("capacity/gpus/<int:pk>/drain/", drains.gpu_drain, name="capacity-gpu-drain"),

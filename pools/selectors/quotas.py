@@ -217,6 +217,12 @@ def quota_rows(tenant_ids: Iterable[int] | QuerySet | None = None) -> list[dict]
     return sorted(rows, key=lambda r: (r["tenant"], r["project"] or "", r["group"], r["gpu_model"]))
 
 
+def tenant_quotas(tenant_id: int) -> list[dict]:
+    """A tenant's quota rows where a quota is set (a guarantee or a limit): what its pages show; none where
+    no quota says anything of it."""
+    return [row for row in quota_rows([tenant_id]) if row["guaranteed"] or row["limit"] is not None]
+
+
 def _row(tenant: str, project: str | None, group: str, model: str, guaranteed: int, limit, held: int) -> dict:
     return {
         "tenant": tenant,
@@ -260,4 +266,5 @@ __all__ = [
     "profile_slices",
     "quota_rows",
     "request_slices",
+    "tenant_quotas",
 ]

@@ -106,19 +106,18 @@ def _where(group: str, gpu_model: str) -> str:
     return f"{group}/{gpu_model}" if group else gpu_model
 
 
-def set_quota(
+def check_quota(
     *,
-    actor,
     tenant: Tenant,
     gpu_model: str,
     group: str = "",
     guaranteed=0,
     limit=UNSET,
     project: Project | None = None,
-) -> Quota:
-    """Create or replace one quota row. `limit` left out is the guarantee (no borrowing); None is no limit.
-    A project's row is a limit only: its guarantee must be 0 and its limit given."""
-    _require_quota_setter(actor)
+) -> tuple[int, int | None]:
+    """What `set_quota` refuses, checked without writing (the admin's form asks it before saving): returns
+    the guarantee and the limit as they would be kept. The capacity in service is checked again under the
+    lock as the row is written."""
     guaranteed = _slices(guaranteed, _("The guarantee"))
     if limit is UNSET:
         limit = guaranteed
@@ -142,6 +141,27 @@ def set_quota(
                 _("A project's quota is a limit inside its tenant's: it guarantees nothing and has a limit.")
             )
     _check_key(group, gpu_model)
+    if project is None:
+        _check_capacity(tenant, group, gpu_model, guaranteed)
+    return guaranteed, limit
+
+
+def set_quota(
+    *,
+    actor,
+    tenant: Tenant,
+    gpu_model: str,
+    group: str = "",
+    guaranteed=0,
+    limit=UNSET,
+    project: Project | None = None,
+) -> Quota:
+    """Create or replace one quota row. `limit` left out is the guarantee (no borrowing); None is no limit.
+    A project's row is a limit only: its guarantee must be 0 and its limit given."""
+    _require_quota_setter(actor)
+    guaranteed, limit = check_quota(
+        tenant=tenant, gpu_model=gpu_model, group=group, guaranteed=guaranteed, limit=limit, project=project
+    )
     with transaction.atomic():
         lock_capacity()
         if project is None:
@@ -199,4 +219,4 @@ def set_auto_approve(*, actor, tenant: Tenant, on: bool) -> TenantPolicy:
     return policy
 
 
-__all__ = ["set_auto_approve", "set_quota"]
+__all__ = ["check_quota", "set_auto_approve", "set_quota"]

@@ -173,7 +173,7 @@ def submit_request(
     if judged.kind == BEYOND_LIMIT:
         raise InvalidInput(
             _("This request goes beyond a quota: %(why)s.")
-            % {"why": render_reason(judged.reason(_owner_name(project, judged)).as_data())}
+            % {"why": render_reason(judged.refusal(project).as_data())}
         )
     with transaction.atomic():
         request = PoolRequest.objects.create(
@@ -204,8 +204,9 @@ class Judged:
     in_force: bool
     verdict: QuotaVerdict
 
-    def reason(self, owner: str) -> Reason | None:
-        return self.verdict.reason(owner)
+    def refusal(self, project: Project) -> Reason | None:
+        """Why it is beyond a limit, naming the tenant or project whose quota it is; None where it is not."""
+        return self.verdict.reason(str(project) if self.verdict.project else project.tenant.name)
 
 
 def judge_against_quotas(project: Project, checked: Sequence[tuple[Spec, int]], purpose: str) -> Judged:
@@ -218,10 +219,6 @@ def judge_against_quotas(project: Project, checked: Sequence[tuple[Spec, int]], 
     )
     verdict = books.verdict(project.tenant_id, project.pk, asked)
     return Judged(verdict.kind, books.in_force, verdict)
-
-
-def _owner_name(project: Project, judged: Judged) -> str:
-    return str(project) if judged.verdict.project else project.tenant.name
 
 
 def asked_or_administers(user, request: PoolRequest) -> bool:

@@ -21,6 +21,7 @@ from pools import selectors, services
 from pools.apps import APPROVE
 from pools.models import RequestState
 from pools.selectors import approvals
+from pools.selectors.quotas import tenant_quotas
 from pools.services.verdicts import verdicts
 from portal import shell
 from portal.errors import PortalError, bad_input
@@ -87,6 +88,7 @@ def _detail(request: HttpRequest, pk: int, *, status: int = 200, **forms_shown) 
         "holdings": holdings.get_page(request.GET.get(HOLDINGS_PAGE)),
         "holdings_parameter": HOLDINGS_PAGE,
         "sections": shell.approval_sections(request, tenant),
+        "quotas": tenant_quotas(tenant.pk),
         "approve_form": forms_shown.get("approve_form") or ApproveForm(),
         "reject_form": forms_shown.get("reject_form") or RejectForm(),
         "priority_form": forms_shown.get("priority_form")

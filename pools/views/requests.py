@@ -15,10 +15,14 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from pools import selectors, services
+from pools.conf import settings
 from pools.forms import ListFilterForm, PoolRequestForm, copied_request, rows_for
 from pools.manifest import pods
 from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
+from pools.selectors.quotas import approves_within_guarantee, borrowed_pool_ids, tenant_quotas
+from pools.services.requests import judge_against_quotas
+from pools.specs import UnknownSpec, parse_spec
 from pools.views.refresh import refresh_while
 from portal import selectors as tenancy
 from portal import shell
@@ -48,7 +52,21 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
     else:
         form = PoolRequestForm(request.POST, specs=specs, rows=rows_for(request.POST))
     status = 200
-    if request.method == "POST" and "add_row" not in request.POST:
+    quotas = tenant_quotas(project.tenant_id)
+    judged = None
+    if request.method == "POST" and "check_quota" in request.POST:  # told before it is sent, nothing saved
+        if form.is_valid():
+            try:
+                judged = judge_against_quotas(
+                    project,
+                    [(parse_spec(spec), count) for spec, count in form.items()],
+                    form.cleaned_data["purpose"],
+                )
+            except UnknownSpec as error:
+                form.add_error(None, str(error))
+        else:
+            status = 400
+    elif request.method == "POST" and "add_row" not in request.POST:
         status = 400
         if form.is_valid():
             try:
@@ -69,7 +87,13 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
                 )
                 return redirect("pool-request", tenant_slug=tenant_slug, pk=created.pk)
     rows = [(offer, hourly_price(offer.spec)) for offer in offered]
-    context = {"project": project, "tenant": project.tenant, "form": form, "specs": rows}
+    context = {"project": project, "tenant": project.tenant, "form": form, "specs": rows, "quotas": quotas}
+    if judged is not None and judged.in_force:
+        context["judged"] = judged
+        refusal = judged.refusal(project)
+        context["judged_reason"] = selectors.render_reason(refusal.as_data()) if refusal else ""
+        context["auto_approved"] = judged.kind == "within" and approves_within_guarantee(project.tenant_id)
+        context["notice_minutes"] = settings.RECLAIM_NOTICE_SECONDS // 60
     return render(request, "pools/request_new.html", context, status=status)
 
 
@@ -135,6 +159,8 @@ def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
         "pods": pods((a.gpu.node.name, a.resource_name) for a in live),
         "sections": shell.pool_sections(request, pool),
         "refresh": refresh_while(pool.state in selectors.MOVING_POOL_STATES),
+        "borrowed": pool.pk in borrowed_pool_ids([pool.pk]),
+        "notice_minutes": settings.RECLAIM_NOTICE_SECONDS // 60,
     }
     return render(request, "pools/pool_detail.html", context)
 

@@ -10,6 +10,8 @@ from django.urls import reverse
 from django.utils.translation import ngettext
 
 from pools import selectors
+from pools.models import PoolState
+from pools.selectors.quotas import borrowed_pool_ids, tenant_quotas
 from pools.views.refresh import refresh_while
 from portal import shell
 from portal.permissions import can_request_pools
@@ -45,13 +47,18 @@ TENANT_SECTION_ID = "tenant-gpu-pools"
 
 
 def tenant_section(request: HttpRequest, tenant) -> str:
-    """The tenant page's GPU part: its live pools and its waiting requests, the latest few of each that the
-    viewer may see, with why each request waits and where it stands in the queue."""
+    """The tenant page's GPU part: its quotas (where any is set), its live pools and its waiting requests,
+    the latest few of each that the viewer may see, with why each request waits and where it stands in the
+    queue; borrowed pools are marked, and a pool under notice says when it is released."""
     pools, more_pools = _latest(selectors.tenant_live_pools(user=request.user, tenant=tenant))
     requests, more_requests = _latest(selectors.tenant_waiting_requests(user=request.user, tenant=tenant))
     moving = bool(requests) or any(pool.state in selectors.MOVING_POOL_STATES for pool in pools)
+    quotas = tenant_quotas(tenant.pk)
     context = {
         "tenant": tenant,
+        "quotas": quotas,
+        "borrowed": borrowed_pool_ids(pool.pk for pool in pools) if quotas else set(),
+        "reclaiming": [pool for pool in pools if pool.state == PoolState.RECLAIMING],
         "pools": pools,
         "more_pools": more_pools,
         "requests": requests,

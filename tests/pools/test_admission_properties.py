@@ -94,14 +94,17 @@ def test_only_borrowed_pools_are_reclaimed_and_each_reclaim_admits_a_guaranteed_
         if outcome.reclaimed_at is None:
             continue
         decided = outcome.reclaimed_at - trace.reclaim_notice_seconds
+
         # Borrowed when it was chosen: what its tenant's pools held then, in the order they were admitted.
+        def end(p, o, victim=position):  # the victim's own end for itself: its notice may be 0
+            cut = o.reclaimed_at if p != victim else None
+            return cut if cut is not None else o.admitted_at + trace.requests[p].held_for
+
         live = [
             Holding(p, trace.requests[p].tenant, None, 0, (o.admitted_at, o.sequence),
                     asked_slices(trace.requests[p].items, None))
             for p, o in enumerate(outcomes)
-            if o.admitted_at is not None and o.admitted_at <= decided
-            and (o.reclaimed_at if o.reclaimed_at is not None else o.admitted_at + trace.requests[p].held_for)
-            > decided
+            if o.admitted_at is not None and o.admitted_at <= decided and end(p, o) > decided
         ]  # fmt: skip
         borrowed = Ledger(quotas=trace.quotas).borrowed(live)
         assert any(borrowed[position].values()), f"{outcome.request} was within its guarantee"

@@ -169,6 +169,10 @@ NOT_TENANT_SCOPED = {
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     **dict.fromkeys(
+        ["capacity-quotas", "capacity-quota-set", "capacity-auto-approve"],
+        "operators and approvers only; anyone else gets 404 (tests/pools/test_quota_pages.py)",
+    ),
+    **dict.fromkeys(
         ["approvals", "approval", "approval-approve", "approval-reject", "approval-priority"],
         "approvers only; anyone else, tenants and other staff, gets 404 (tests/pools/test_approvals.py)",
     ),

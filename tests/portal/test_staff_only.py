@@ -32,6 +32,7 @@ NOT_STAFF = {
     "v1:cluster-list",
     "v1:cluster-detail",
     "v1:specs",
+    "v1:quotas",  # each tenant's people see their own tenant's rows (tests/pools/test_quota_api.py)
     "v1:monitoring-samples",
 }
 ROLES = ["acme_admin", "acme_member", "acme_viewer"]
@@ -116,7 +117,14 @@ PK_OF = [
     ("v1:capacity-gpu", "gpu"),
     ("whatif-", "whatif_run"),
 ]
-OTHER_KWARGS = {"group": "none", "month": "2026-01", "kind": "xlsx", "act": "issue", "metric": "sm_active"}
+OTHER_KWARGS = {
+    "group": "none",
+    "month": "2026-01",
+    "kind": "xlsx",
+    "act": "issue",
+    "metric": "sm_active",
+    "slug": "acme",
+}
 
 
 def url_of(name: str, objects: dict) -> str:
