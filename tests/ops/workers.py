@@ -23,6 +23,19 @@ def wait_for(condition, what: str, timeout: float = 60, every: float = 0.1, mean
 
 
 @contextmanager
+def default_queue(name: str):
+    """Tasks the test sends without naming a queue go to `name` meanwhile: to workers of its own."""
+    from portal.celery import app
+
+    before = app.conf.task_default_queue
+    app.conf.task_default_queue = name
+    try:
+        yield
+    finally:
+        app.conf.task_default_queue = before
+
+
+@contextmanager
 def workers(queue: str, tmp_path, names=("a", "b"), env=None):
     """Prefork workers, one per name, each under its own node name, all consuming `queue`."""
     with ExitStack() as stack:

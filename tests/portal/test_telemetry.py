@@ -6,7 +6,6 @@ import json
 import logging
 import time
 import uuid
-from contextlib import contextmanager
 
 import pytest
 import requests
@@ -14,22 +13,10 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.monitoring.dcgm_exporter import free_port
+from tests.ops.workers import default_queue
 from tests.pools.conftest import SMALL_FLEET
 
 ROUTE = "t/<slug:slug>/"
-
-
-@contextmanager
-def default_queue(name: str):
-    """Tasks sent without a queue go to `name` meanwhile."""
-    from portal.celery import app
-
-    before = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    try:
-        yield
-    finally:
-        app.conf.task_default_queue = before
 
 
 def request_count(route: str, status: str) -> float:
