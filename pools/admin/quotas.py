@@ -42,6 +42,8 @@ class QuotaAdmin(admin.ModelAdmin):
     list_filter = ["gpu_model", "group"]
     search_fields = ["tenant__slug", "tenant__name", "project__slug"]
     list_select_related = ["tenant", "project"]
+    list_per_page = 50
+    show_full_result_count = False
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
@@ -61,6 +63,9 @@ class QuotaAdmin(admin.ModelAdmin):
 class TenantPolicyAdmin(admin.ModelAdmin):
     list_display = ["tenant", "auto_approve_within_guarantee"]
     fields = ["tenant", "auto_approve_within_guarantee"]
+    list_select_related = ["tenant"]
+    list_per_page = 50
+    show_full_result_count = False
 
     def save_model(self, request, obj, form, change):
         saved = set_auto_approve(

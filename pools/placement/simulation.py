@@ -181,9 +181,14 @@ def simulate(
         while arrivals < len(requests) and requests[arrivals].arrive <= now:
             queue.arrive(arrivals)
             arrivals += 1
+        queue.freed_now = False  # what the releases before this run freed, this run sees
         queue.run(now)
+        queue.release_until(now)  # what was admitted with a hold of 0, and pools reclaimed with no notice
+        while queue.freed_now:  # those freed room for the requests they were reclaimed for: a run for them
+            queue.freed_now = False
+            queue.run(now)
+            queue.release_until(now)
         queue.stranded.append((now, queue.stranded_now()))
-        queue.release_until(now)  # what was admitted with a hold of 0
         if progress is not None and now / trace.horizon - told >= PROGRESS_STEP:
             told = now / trace.horizon
             progress(told)
@@ -294,6 +299,7 @@ class _Queue:
         self.cut: dict[int, int] = {}  # pools under notice whose notice ends before their own end: when
         self.due: dict[int, int] = {}
         self.freed_for: set[int] = set()  # requests for which a reclaimed pool was released
+        self.freed_now = False  # whether such a pool was released since the last run
         self.borrowed: set[int] = set()
         self.within: set[int] = set()  # requests within their tenant's guarantee as they arrived
         self.order: dict[int, int] = {}  # position -> how many were admitted before it
@@ -354,6 +360,7 @@ class _Queue:
             self.ledger.give(timed.tenant, None, self.asked[position])
             if position in self.notice_for:  # given back for the request it was reclaimed for
                 self.freed_for.add(self.notice_for.pop(position))
+                self.freed_now = True
                 if self.cut.pop(position, None) == at:  # at its notice's end, not its own
                     self.reclaimed_at[position] = at
 
