@@ -21,15 +21,16 @@ class QuotaForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
+        self.quota = {
+            "tenant": data["tenant"],
+            "project": data.get("project"),
+            "group": data.get("group") or "",
+            "gpu_model": data["gpu_model"],
+            "guaranteed": data["guaranteed"],
+            "limit": data.get("limit"),  # empty: no limit
+        }
         try:
-            check_quota(
-                tenant=data["tenant"],
-                project=data.get("project"),
-                group=data.get("group") or "",
-                gpu_model=data["gpu_model"],
-                guaranteed=data["guaranteed"],
-                limit=data.get("limit"),
-            )
+            check_quota(**self.quota)
         except InvalidInput as error:
             raise forms.ValidationError(error.message) from None
         return data
@@ -46,17 +47,7 @@ class QuotaAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
     def save_model(self, request, obj, form, change):
-        data = form.cleaned_data
-        saved = set_quota(
-            actor=request.user,
-            tenant=data["tenant"],
-            project=data.get("project"),
-            group=data.get("group") or "",
-            gpu_model=data["gpu_model"],
-            guaranteed=data["guaranteed"],
-            limit=data.get("limit"),
-        )
-        obj.pk = saved.pk
+        obj.pk = set_quota(actor=request.user, **form.quota).pk
 
 
 @admin.register(TenantPolicy)

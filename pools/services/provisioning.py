@@ -296,13 +296,7 @@ def release_locked(
     """Release a pool whose row the caller holds locked: by `actor`, or by the portal (a reclaim's notice
     ended, `at` that moment) with `reason`. Billing stops when the capacity is free (at `at`, else now),
     whatever the quota change takes later."""
-    transition(
-        pool,
-        PoolState.RELEASING,
-        actor=actor,
-        reason=str(reason or ""),
-        reason_data=reason.as_data() if reason else None,
-    )
+    transition(pool, PoolState.RELEASING, actor=actor, reason=reason or "")
     pool.released_at = _free(pool, at)
     pool.save(update_fields=["state", "released_at"])
     dispatch.after_commit(task_names.FINISH_RELEASE, pool.pk)

@@ -40,7 +40,7 @@ def give_notice(pool_ids: Iterable[int], request: PoolRequest, *, now: datetime)
     )
     for pool in pools:
         reason = Reason(NOTICE, request=request.pk, at=at.isoformat(timespec="seconds"))
-        transition(pool, PoolState.RECLAIMING, reason=str(reason), reason_data=reason.as_data())
+        transition(pool, PoolState.RECLAIMING, reason=reason)
         pool.reclaim_at, pool.reclaimed_for = at, request
         pool.save(update_fields=["state", "reclaim_at", "reclaimed_for"])
     if pools:
@@ -58,7 +58,7 @@ def call_off(request: PoolRequest, why: str) -> list[Pool]:
     )
     for pool in pools:
         reason = Reason(CALLED_OFF, request=request.pk, why=Reason(why))
-        transition(pool, PoolState.ACTIVE, reason=str(reason), reason_data=reason.as_data())
+        transition(pool, PoolState.ACTIVE, reason=reason)
         pool.reclaim_at, pool.reclaimed_for = None, None  # its events keep what happened
         pool.save(update_fields=["state", "reclaim_at", "reclaimed_for"])
     return pools

@@ -248,13 +248,7 @@ def approve_request(*, request_id: int, approver, priority: int | None = None) -
 
 def _approve(request: PoolRequest, approver, *, priority: int | None = None, reason: Reason | None = None):
     """Approve a locked request: by an approver, or (`approver` None) by the policy, `reason` saying why."""
-    transition(
-        request,
-        RequestState.APPROVED,
-        actor=approver,
-        reason=str(reason or ""),
-        reason_data=reason.as_data() if reason else None,
-    )
+    transition(request, RequestState.APPROVED, actor=approver, reason=reason or "")
     now = timezone.now()
     request.decided_by, request.decided_at, request.approved_at = approver, now, now
     if priority is not None:

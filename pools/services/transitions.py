@@ -20,6 +20,7 @@ from pools.models import (
     RequestState,
 )
 from pools.notifications import notify_after_commit
+from pools.placement.reasons import Reason
 from portal import audit
 from portal.errors import Conflict
 
@@ -34,6 +35,10 @@ def record_event(*, tenant_id: int, action: str = "", **fields) -> PoolEvent:
 def transition(
     subject: PoolRequest | Pool, to: str, *, actor=None, reason: str = "", reason_data: dict | None = None
 ) -> None:
+    """Move a request or pool to state `to`, writing its event. A `reason` that is a `Reason` keeps its
+    template and values as the event's `reason_data` too, for each reader's language."""
+    if reason_data is None and isinstance(reason, Reason):
+        reason_data = reason.as_data()
     if isinstance(subject, Pool):
         allowed, states, request_id, pool = POOL_TRANSITIONS, PoolState, subject.request_id, subject
         refusal = _("Pool #%(id)s is %(state)s; it cannot become %(to)s.")
