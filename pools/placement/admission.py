@@ -1,7 +1,7 @@
 """The admission policy, pure: in what order a queue run takes waiting requests, what a starving request holds
-back, and what a tenant's quotas allow. The queue (pools/services/queue.py), the approvers' verdicts and the
-what-if simulator (pools/placement/simulation.py) run `run_queue` on their own plain data and keep no rule of
-their own.
+back, and what a tenant's quotas allow. The queue (pools/services/queue.py) and the what-if simulator
+(pools/placement/simulation.py) run `run_queue` on their own plain data, the approvers' verdicts and the
+request form judge quotas by its `Ledger`; none keeps a rule of its own.
 
 Words used here (placement words are pools/placement/engine.py's):
 - quota key: a GPU group (the workload type a request names as its purpose, "" for none) and a GPU model.

@@ -13,9 +13,11 @@ from django.utils.translation import gettext as _
 
 from pools import placement
 from pools.models import Cluster, GpuCapacity, PoolRequest
+from pools.placement.admission import BEYOND_LIMIT
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, render_reason
 from pools.selectors.demand import queue_demand
+from pools.selectors.quotas import ledger, request_slices
 from pools.services.queue import NO_CLUSTER, as_reason, place_request
 
 FITS, WAITS, NEVER = "fits", "waits", "never"
@@ -44,8 +46,9 @@ class Verdict:
     """Whether a request would be admitted now, without reserving anything: it `fits` (on `cluster`, after
     `repartitions`, landing as `landings` say), it `waits` (no room now, `reason` says what is missing) or
     it can `never` fit (not even were every candidate cluster empty and every GPU in service: `reason` is
-    what the engine says of that empty fleet). The queue admits by the same placement, so a request that
-    fits now is admitted when approved, one that waits stays queued with the same kind of reason."""
+    what the engine says of that empty fleet). The queue admits by the same placement and the same quota
+    ledger, so a request that fits now is admitted when approved, one that waits (a limit, or no room) stays
+    queued with the same kind of reason."""
 
     outcome: str  # FITS, WAITS or NEVER
     reason: Reason | None = None
@@ -72,7 +75,13 @@ def verdicts(requests: Sequence[PoolRequest]) -> dict[int, Verdict]:
     plans: dict[int, tuple[placement.Placement, Cluster]] = {}
     found: dict[int, Verdict] = {}
     demand = queue_demand(now=timezone.now())  # as the queue will place it, re-partitions included
+    books, _holdings = ledger({r.project.tenant_id for r in requests})
     for request in requests:
+        quota = books.verdict(request.project.tenant_id, request.project_id, request_slices(request))
+        if quota.kind == BEYOND_LIMIT:  # the queue would not admit it however much room there is
+            owner = str(request.project) if quota.project else request.project.tenant.name
+            found[request.pk] = Verdict(WAITS, quota.reason(owner))
+            continue
         plan, cluster = place_request(request, [], clusters, grouped, fleets, demand)
         if plan is not None and plan.placed:
             plans[request.pk] = (plan, cluster)

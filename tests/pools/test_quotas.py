@@ -204,3 +204,20 @@ def test_the_queue_admits_no_request_that_would_take_its_tenant_past_a_limit(
     assert third.state == RequestState.QUEUED
     assert "Acme would hold 28 of its limit of 21 compute slices of H100-80GB" in third.waiting_reason
     assert PoolRequest.objects.get(pk=second.pk).quota_verdict == "borrowed"
+
+
+def test_the_approvers_verdict_of_a_request_past_its_limit_is_that_it_waits(
+    fleet, tenancy, operator, approver
+):
+    from pools.services.verdicts import WAITS, verdict
+
+    set_quota(actor=operator, tenant=tenancy.acme, gpu_model=H100, guaranteed=14, limit=14)
+    first = ask(tenancy.vision, tenancy.acme_member, [("h100-80gb.full", 2)])
+    approve_request(request_id=first.pk, approver=approver)
+    admit_waiting()
+    set_quota(actor=operator, tenant=tenancy.acme, gpu_model=H100, guaranteed=7, limit=7)  # lowered: held 14
+    # Submitted before the quota was lowered (a submission now is refused): it would wait for the limit.
+    late = PoolRequest.objects.create(project=tenancy.vision, submitted_by=tenancy.acme_member)
+    late.items.create(gpu_model=H100, profile="full", count=1)
+    found = verdict(late)
+    assert found.outcome == WAITS and "limit of 7" in str(found.reason)
