@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pools import mig
+from pools.mig import profile_compute_slices
 
 MODELS = ("H100-80GB", "H200-141GB")
 GPUS_PER_NODE = 8
@@ -87,12 +88,6 @@ def size_profiles(model_name: str) -> dict[str, str]:
         chosen[f"{compute}g"] = min(candidates, key=lambda p: p.memory_slices).name
     chosen[mig.FULL_GPU] = mig.FULL_GPU
     return chosen
-
-
-def profile_compute_slices(model_name: str, profile: str) -> int:
-    if profile == mig.FULL_GPU:
-        return mig.COMPUTE_SLICES
-    return mig.gpu_model(model_name).profile(profile).compute_slices
 
 
 def request_compute_slices(request: TraceRequest) -> int:

@@ -35,7 +35,7 @@ from bench.quotas_trace import RECLAIM_NOTICE, TENANTS, bursty_trace  # noqa: E4
 from bench.simulate_trace import WEEK  # noqa: E402
 from pools.placement.admission import Quota  # noqa: E402
 from pools.placement.replay import check  # noqa: E402
-from pools.placement.simulation import SimulationResult, SimulationTrace, simulate  # noqa: E402
+from pools.placement.simulation import SimulationResult, SimulationTrace, p95, simulate  # noqa: E402
 
 SEEDS = 5
 QUEUE_RUN_SECONDS = 60  # pools/conf.py's default: how often beat runs the queue
@@ -54,10 +54,6 @@ def with_policy(trace: SimulationTrace, policy: str) -> SimulationTrace:
         for tenant, keys in trace.quotas.items()
     }
     return replace(trace, quotas=quotas)
-
-
-def p95(waits: list[int]) -> int | None:
-    return sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None
 
 
 def within_waits(trace: SimulationTrace, result: SimulationResult, within: set[str]) -> list[int]:

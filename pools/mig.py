@@ -162,6 +162,14 @@ def gpu_model(name: str) -> GpuModel:
         raise UnknownGpuModel(f"Unknown GPU model {name!r}; known models: {', '.join(GPU_MODELS)}.") from None
 
 
+def profile_compute_slices(model_name: str, profile: str) -> int:
+    """Compute slices one instance of `profile` takes on a GPU of `model_name`; a whole GPU ("full") takes
+    all of them. Raises UnknownGpuModel or UnknownProfile for what the catalogue lacks."""
+    if profile == FULL_GPU:
+        return COMPUTE_SLICES
+    return gpu_model(model_name).profile(profile).compute_slices
+
+
 def resource_name(profile_name: str) -> str:
     """The device plugin's resource for a profile (mixed strategy), or for a whole GPU ("full")."""
     if profile_name == FULL_GPU:

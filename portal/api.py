@@ -139,6 +139,11 @@ class TenantSerializer(serializers.ModelSerializer):
 
     def to_representation(self, tenant: Tenant) -> dict:
         found = super().to_representation(tenant)
+        if "settings" not in self.context:  # read once for the tenants answered together (a page of them)
+            listed = self.parent.instance if self.parent is not None else [tenant]
+            self.context["settings"] = {
+                name: import_string(setting.read)(listed) for name, setting in shell.tenant_settings().items()
+            }
         for name, values in self.context["settings"].items():
             found[name] = values.get(tenant.pk)
         return found
@@ -170,10 +175,6 @@ class TenantViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_serializer_context(self):
         context = super().get_serializer_context()
         context["roles"] = permissions.tenant_roles(user=self.request.user)
-        tenants = list(self.get_queryset()) if getattr(self.request, "user", None) is not None else []
-        context["settings"] = {
-            name: import_string(setting.read)(tenants) for name, setting in shell.tenant_settings().items()
-        }
         return context
 
     @extend_schema(request=tenant_settings_serializer(), responses=TenantSerializer)

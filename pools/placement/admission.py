@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pools.mig import COMPUTE_SLICES, FULL_GPU, gpu_model
+from pools.mig import profile_compute_slices
 from pools.placement.backfill import may_keep_out_of_the_way, wanted_pairs
 from pools.placement.reasons import Reason, gettext_noop
 from pools.placement.types import Item, Placement
@@ -85,12 +85,7 @@ NOT_EVEN_RECLAIMED = gettext_noop(
 
 def item_slices(item: Item) -> int:
     """Compute slices an item asks for: each instance its profile's, a whole GPU all of them."""
-    each = (
-        COMPUTE_SLICES
-        if item.profile == FULL_GPU
-        else gpu_model(item.model).profile(item.profile).compute_slices
-    )
-    return each * item.count
+    return profile_compute_slices(item.model, item.profile) * item.count
 
 
 def asked_slices(items: Iterable[Item], group: str | None) -> dict[Key, int]:
@@ -142,13 +137,10 @@ class Ledger:
     """Quotas and what each tenant and project holds, per key. `take` and `give` keep `held` as pools are
     admitted and released within a run (or over a simulation)."""
 
-    quotas: Mapping[Hashable, Mapping[Key, Quota]] = field(default_factory=dict)  # tenant -> key -> quota
-    project_limits: Mapping[Hashable, Mapping[Key, int]] = field(
-        default_factory=dict
-    )  # project -> key -> limit
-    held: dict[Hashable, Counter] = field(
-        default_factory=lambda: defaultdict(Counter)
-    )  # tenant -> key -> slices
+    # tenant -> key -> quota; project -> key -> limit; tenant (project) -> key -> slices held
+    quotas: Mapping[Hashable, Mapping[Key, Quota]] = field(default_factory=dict)
+    project_limits: Mapping[Hashable, Mapping[Key, int]] = field(default_factory=dict)
+    held: dict[Hashable, Counter] = field(default_factory=lambda: defaultdict(Counter))
     project_held: dict[Hashable, Counter] = field(default_factory=lambda: defaultdict(Counter))
     default_limit: int | None = None
 

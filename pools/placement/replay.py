@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from pools.mig import FULL_GPU
 from pools.placement.engine import apply
-from pools.placement.simulation import Outcome, SimulationTrace, TimedRequest, release
+from pools.placement.simulation import Outcome, SimulationTrace, TimedRequest, held_until, release
 from pools.placement.types import Fleet, Gpu, Placement
 
 __all__ = ["check"]
@@ -58,7 +58,7 @@ def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
         problems += [f"{_name(timed, outcome)}: {p}" for p in _fulfils(timed, outcome.placement, gpus)]
         admitted.append((at, position))
     events = {timed.arrive for timed in trace.requests}
-    events |= {_end(trace, outcomes, at, position) for at, position in admitted}
+    events |= {held_until(trace.requests[position], outcomes[position]) for _at, position in admitted}
     for at, position in admitted:
         if at not in events:
             name = _name(trace.requests[position], outcomes[position])
@@ -143,7 +143,7 @@ def _replay(
                 except ValueError as error:
                     failed[position] = str(error)
                     continue
-                heapq.heappush(holding, (_end(trace, outcomes, at, position), position))
+                heapq.heappush(holding, (held_until(trace.requests[position], outcomes[position]), position))
             if len(failed) == len(left):
                 break
             left = list(failed)
@@ -151,12 +151,6 @@ def _replay(
             problems.append(f"{_name(trace.requests[position], outcomes[position])}: {error}")
         fleet = _release_until(fleet, holding, at, outcomes, problems)
     return problems
-
-
-def _end(trace: SimulationTrace, outcomes: Sequence[Outcome], at: int, position: int) -> int:
-    """When an admitted pool gives its instances back: at its hold's end, or where reclaimed sooner."""
-    reclaimed = outcomes[position].reclaimed_at
-    return reclaimed if reclaimed is not None else at + trace.requests[position].held_for
 
 
 def _release_until(

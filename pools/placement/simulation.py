@@ -35,7 +35,13 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Protocol
 
-from pools.mig import COMPUTE_SLICES, FULL_GPU, Instance, gpu_model, stranded_compute_slices
+from pools.mig import (
+    FULL_GPU,
+    Instance,
+    gpu_model,
+    profile_compute_slices,
+    stranded_compute_slices,
+)
 from pools.placement.admission import (
     BORROWED,
     Admitted,
@@ -64,6 +70,8 @@ __all__ = [
     "TimedRequest",
     "compute_slices",
     "held_slices",
+    "held_until",
+    "p95",
     "release",
     "simulate",
     "stranded_slices",
@@ -238,12 +246,7 @@ def compute_slices(fleet: Fleet, placement: Placement) -> int:
 
 def held_slices(models: Mapping[str, str], placement: Placement) -> int:
     """compute_slices, given the fleet's GPU models by GPU id (built once for many placements)."""
-    return sum(
-        COMPUTE_SLICES
-        if a.profile == FULL_GPU
-        else gpu_model(models[a.gpu]).profile(a.profile).compute_slices
-        for a in placement.assignments
-    )
+    return sum(profile_compute_slices(models[a.gpu], a.profile) for a in placement.assignments)
 
 
 def stranded_slices(fleet: Fleet) -> int:
@@ -512,13 +515,12 @@ class _Queue:
                 if position in self.within:
                     within_waits.append(at - timed.arrive)
                 reclaimed = self.reclaimed_at.get(position)
-                end = reclaimed if reclaimed is not None else at + timed.held_for
-                served += held_slices(models, placement) * (min(end, trace.horizon) - at) / 3600
-                outcomes.append(
-                    Outcome(
-                        timed.id, at, placement, position in self.borrowed, reclaimed, self.order[position]
-                    )
+                outcome = Outcome(
+                    timed.id, at, placement, position in self.borrowed, reclaimed, self.order[position]
                 )
+                end = held_until(timed, outcome)
+                served += held_slices(models, placement) * (min(end, trace.horizon) - at) / 3600
+                outcomes.append(outcome)
                 continue
             reason = self.reasons.get(position, AFTER_HORIZON)
             outcomes.append(Outcome(timed.id, None, Placement(timed.id, False, reason=reason)))
@@ -529,15 +531,23 @@ class _Queue:
                 admitted=len(waits),
                 served_slice_hours=served,
                 mean_wait_seconds=sum(waits) / len(waits) if waits else None,
-                p95_wait_seconds=_p95(waits),
+                p95_wait_seconds=p95(waits),
                 stranded=tuple(self.stranded),
-                p95_within_wait_seconds=_p95(within_waits),
+                p95_within_wait_seconds=p95(within_waits),
                 reclaimed=len(self.reclaimed_at),
             ),
             frozenset(trace.requests[position].id for position in self.within),
         )
 
 
-def _p95(waits: list[int]) -> int | None:
+def p95(waits: Sequence[int]) -> int | None:
     """Nearest rank: the least wait that 95 % of them stay within; None for none."""
     return sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None
+
+
+def held_until(timed: TimedRequest, outcome: Outcome) -> int:
+    """When an admitted request's pool gives its instances back: at its hold's end (`declared_hold` capping
+    it), or where it was reclaimed sooner, at the end of its notice."""
+    if outcome.reclaimed_at is not None:
+        return outcome.reclaimed_at
+    return outcome.admitted_at + timed.held_for

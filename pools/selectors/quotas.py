@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from django.db.models import Count, QuerySet
 
 from pools.conf import settings
-from pools.mig import COMPUTE_SLICES, FULL_GPU, UnknownGpuModel, UnknownProfile, gpu_model
+from pools.mig import COMPUTE_SLICES, UnknownGpuModel, UnknownProfile, profile_compute_slices
 from pools.models import (
     Allocation,
     Cluster,
@@ -34,13 +34,17 @@ from portal.models import Tenant
 
 
 def profile_slices(model: str, profile: str) -> int:
-    """Compute slices of one instance of `profile` on a GPU of `model` (a whole GPU: all of them)."""
-    if profile == FULL_GPU:
-        return COMPUTE_SLICES
+    """Compute slices of one instance of `profile` on a GPU of `model` (pools/mig.py), 0 for what the
+    catalogue does not know: an allocation of a model it lost is held, but counts for no quota."""
     try:
-        return gpu_model(model).profile(profile).compute_slices
-    except (UnknownGpuModel, UnknownProfile):  # a model the catalogue lost: held, but not counted
+        return profile_compute_slices(model, profile)
+    except (UnknownGpuModel, UnknownProfile):
         return 0
+
+
+def quota_owner(project, of_project: bool) -> str:
+    """Who a limit belongs to, as its reason names it (QuotaVerdict.reason): the project, or its tenant."""
+    return str(project) if of_project else project.tenant.name
 
 
 def _ids(tenant_ids):
@@ -85,6 +89,10 @@ def ledger(
     pools it counted."""
     ids = _ids(tenant_ids)
     rows = Quota.objects.all() if ids is None else Quota.objects.filter(tenant_id__in=ids)
+    return _ledger(ids, rows, waiting=waiting)
+
+
+def _ledger(ids, rows: Iterable[Quota], *, waiting: bool) -> tuple[Ledger, list[Holding]]:
     quotas: dict[int, dict[Key, PolicyQuota]] = defaultdict(dict)
     project_limits: dict[int, dict[Key, int]] = defaultdict(dict)
     for quota in rows:
@@ -185,11 +193,11 @@ def quota_rows(tenant_ids: Iterable[int] | QuerySet | None = None) -> list[dict]
     limit, held and borrowed slices (the API's and the tenant page's); then one per project limit, with
     what the project holds. Ordered by tenant, project (the tenant's own rows first), group and model."""
     ids = _ids(tenant_ids)
-    books, found = ledger(ids)
     quotas = Quota.objects.select_related("tenant", "project")
     if ids is not None:
         quotas = quotas.filter(tenant_id__in=ids)
     quotas = list(quotas)
+    books, found = _ledger(ids, quotas, waiting=False)
     keys: set[tuple[int, Key]] = {
         (q.tenant_id, (q.group, q.gpu_model)) for q in quotas if q.project_id is None
     }
@@ -204,8 +212,10 @@ def quota_rows(tenant_ids: Iterable[int] | QuerySet | None = None) -> list[dict]
     for tenant, (group, model) in keys:
         quota = books.quota(tenant, (group, model))
         held = books.held[tenant][(group, model)]
-        rows.append(_row(names.get(tenant, ""), None, group, model, quota.guaranteed, quota.limit, held))
-        rows[-1]["borrowed"] = borrowed[(tenant, (group, model))]
+        rows.append(
+            _row(names.get(tenant, ""), None, group, model, quota.guaranteed, quota.limit, held)
+            | {"borrowed": borrowed[(tenant, (group, model))]}
+        )
     for quota in quotas:
         if quota.project_id is not None:
             held = books.project_held[quota.project_id][(quota.group, quota.gpu_model)]
@@ -264,6 +274,7 @@ __all__ = [
     "in_service_slices",
     "ledger",
     "profile_slices",
+    "quota_owner",
     "quota_rows",
     "request_slices",
     "tenant_quotas",

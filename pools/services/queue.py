@@ -27,7 +27,7 @@ from django.utils.translation import gettext_noop
 from pools import placement, task_names
 from pools.conf import settings
 from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestState
-from pools.placement.admission import Claim, Holding, Reclaims, Waiting, Waits, asked_slices, run_queue
+from pools.placement.admission import Claim, Holding, Reclaims, Waiting, Waits, run_queue
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
@@ -35,7 +35,7 @@ from pools.placement.simulation import release
 from pools.selectors import fleet_snapshot, ready_clusters
 from pools.selectors.demand import queue_demand
 from pools.selectors.fleet import engine_request, held_assignments
-from pools.selectors.quotas import ledger
+from pools.selectors.quotas import ledger, quota_owner, request_slices
 from pools.services.reclaims import call_off, give_notice
 from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan
 from pools.services.transitions import record_event, transition
@@ -74,7 +74,7 @@ def waiting_entry(
         waited=(now - approved).total_seconds() if approved else -1.0,
         items=items,
         claim=Claim.of(items, places, request.priority),
-        asked=asked_slices(items, request.purpose),
+        asked=request_slices(request),
         reclaiming=tuple(pk for pk, state in reclaimed_for if state == PoolState.RECLAIMING),
         reclaimed=any(state in (PoolState.RELEASING, PoolState.RELEASED) for _pk, state in reclaimed_for),
     )
@@ -189,7 +189,7 @@ def admit_waiting() -> list[Admission]:
             holdings=holdings,
             grace_seconds=settings.QUEUE_BACKFILL_GRACE_SECONDS,
             window=QUEUE_WINDOW,
-            owner=lambda entry, of_project: _owner(requests[entry.id], of_project),
+            owner=lambda entry, of_project: quota_owner(requests[entry.id].project, of_project),
         )
         results = []
         for decision in decisions:
@@ -245,10 +245,6 @@ def place_request(
 def as_reason(reason: str) -> Reason:
     """The engine's reasons keep their templates; a plain message (a malformed request) is wrapped."""
     return reason if isinstance(reason, Reason) else Reason("%(text)s", text=str(reason))
-
-
-def _owner(request: PoolRequest, of_project: bool) -> str:
-    return str(request.project) if of_project else request.project.tenant.name
 
 
 def _wait(request: PoolRequest, reason: Reason) -> Admission:

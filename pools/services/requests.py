@@ -26,7 +26,7 @@ from pools.models import (
 from pools.placement.admission import BEYOND_LIMIT, WITHIN, QuotaVerdict, asked_slices
 from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture, render_reason
-from pools.selectors.quotas import approves_within_guarantee, ledger
+from pools.selectors.quotas import approves_within_guarantee, ledger, quota_owner
 from pools.services.reclaims import call_off
 from pools.services.transitions import record_event, transition
 from pools.specs import Spec, UnknownSpec, parse_spec
@@ -206,7 +206,7 @@ class Judged:
 
     def refusal(self, project: Project) -> Reason | None:
         """Why it is beyond a limit, naming the tenant or project whose quota it is; None where it is not."""
-        return self.verdict.reason(str(project) if self.verdict.project else project.tenant.name)
+        return self.verdict.reason(quota_owner(project, self.verdict.project))
 
 
 def judge_against_quotas(project: Project, checked: Sequence[tuple[Spec, int]], purpose: str) -> Judged:

@@ -17,7 +17,7 @@ from pools.placement.admission import BEYOND_LIMIT
 from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, render_reason
 from pools.selectors.demand import queue_demand
-from pools.selectors.quotas import ledger, request_slices
+from pools.selectors.quotas import ledger, quota_owner, request_slices
 from pools.services.queue import NO_CLUSTER, as_reason, place_request
 
 FITS, WAITS, NEVER = "fits", "waits", "never"
@@ -79,8 +79,7 @@ def verdicts(requests: Sequence[PoolRequest]) -> dict[int, Verdict]:
     for request in requests:
         quota = books.verdict(request.project.tenant_id, request.project_id, request_slices(request))
         if quota.kind == BEYOND_LIMIT:  # the queue would not admit it however much room there is
-            owner = str(request.project) if quota.project else request.project.tenant.name
-            found[request.pk] = Verdict(WAITS, quota.reason(owner))
+            found[request.pk] = Verdict(WAITS, quota.reason(quota_owner(request.project, quota.project)))
             continue
         plan, cluster = place_request(request, [], clusters, grouped, fleets, demand)
         if plan is not None and plan.placed:

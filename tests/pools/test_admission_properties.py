@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pools.placement.admission import Holding, Ledger, Quota, asked_slices, choose_victims, reclaim_candidates
 from pools.placement.replay import check
-from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
+from pools.placement.simulation import SimulationTrace, TimedRequest, held_until, simulate
 from tests.pools.test_placement_properties import PROPERTY, gpus_, requests_
 
 TENANTS = ("a", "b", "c")
@@ -58,11 +58,8 @@ def timeline(trace, outcomes):
     for position, (timed, outcome) in enumerate(zip(trace.requests, outcomes, strict=True)):
         if outcome.admitted_at is None:
             continue
-        end = (
-            outcome.reclaimed_at if outcome.reclaimed_at is not None else outcome.admitted_at + timed.held_for
-        )
         events.append((outcome.admitted_at, 1, outcome.sequence, position))
-        events.append((end, 0, 0, position))  # given back before that second's run
+        events.append((held_until(timed, outcome), 0, 0, position))  # given back before that second's run
     return sorted(events)
 
 
