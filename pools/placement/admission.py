@@ -288,8 +288,9 @@ class Reclaims(Waits):
 class Room(Protocol):
     """Where requests are placed: the queue's clusters, or the simulator's fleet."""
 
-    def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> Placement:
-        """Where the request goes now (unplaced, with its reason, where it does not fit)."""
+    def place(self, request: Waiting, upcoming: Sequence[Waiting], *, reclaimable: bool) -> Placement:
+        """Where the request goes now (unplaced, with its reason, where it does not fit); `reclaimable`:
+        its pool would be borrowed, so kept apart from work within guarantees (pools/placement/plan.py)."""
 
     def room_out_of_the_way(self, request: Waiting) -> bool:
         """Whether free instances of GPUs that hold work are there for all its items."""
@@ -302,6 +303,10 @@ class Room(Protocol):
 
     def fits_without(self, request: Waiting, victims: Sequence[Holding]) -> bool:
         """Whether the request would be placed were these pools released."""
+
+    def hold(self, request: Waiting, pools: Sequence[Hashable]) -> None:
+        """For the rest of the run, keep for the request what it would be placed on were these pools (under
+        notice for it) released: nothing else is placed there, so that their release lets it in."""
 
 
 def queue_order(waiting: Iterable[Waiting], ledger: Ledger) -> list[Waiting]:
@@ -374,9 +379,15 @@ def run_queue(
     A request within its tenant's guarantee that does not fit, and is not held back, reclaims: the fewest
     borrowed pools of `holdings` (the live pools) whose release lets it fit are chosen for it, once
     (`Reclaims`); a pool chosen in this run is not chosen again for another. One already waiting for its
-    pools waits on. One that would not fit even with every borrowed pool released says so.
+    pools waits on. One that would not fit even with every borrowed pool released says so. What such a
+    request would be placed on once its pools are released (or were) is held for it in the room
+    (pools/placement/holds.py), in queue order, so that nobody else takes it during the notice. A request
+    that would borrow is placed as reclaimable work, apart from work within guarantees (plan.py).
     `owner(request, project)` names the request's tenant (or project) in a limit's reason."""
     rest = queue_order(waiting, ledger)
+    for request in rest:  # in queue order: the capacity freed for a request is its own before the next's
+        if request.reclaiming or request.reclaimed:
+            room.hold(request, request.reclaiming)
     starving: list[tuple[Claim, bool]] = []  # each with whether it is within its tenant's guarantee
     decisions: list[Admitted | Waits] = []
     taken: set[Hashable] = set()
@@ -398,7 +409,7 @@ def run_queue(
         ):
             decisions.append(Waits(request, Reason(BEHIND_OLDER)))
             continue
-        found = room.place(request, rest[:window])
+        found = room.place(request, rest[:window], reclaimable=verdict.kind == BORROWED and ledger.guarantees)
         if found.placed and (not blockers or room.out_of_the_way(found, wanted)):
             room.admit(request, found)
             ledger.take(request.tenant, request.project, request.asked)
@@ -428,4 +439,5 @@ def _reclaim(
     if not victims:
         return Waits(request, Reason(NOT_EVEN_RECLAIMED, reason=reason))
     taken.update(victim.pool for victim in victims)
+    room.hold(request, [victim.pool for victim in victims])
     return Reclaims(request, Reason(UNDER_NOTICE, count=len(victims)), victims)

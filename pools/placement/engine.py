@@ -99,6 +99,7 @@ def _place(
     return Placement(
         request.id,
         True,
+        reclaimable=request.reclaimable,
         reconfigure=tuple(
             Reconfigure(gpus[position].id, mig, instances)
             for position, (mig, instances) in sorted(plan.reconfigure.items())
@@ -147,7 +148,7 @@ def apply(fleet: Fleet, placement: Placement) -> Fleet:
         nodes.add(gpu.node)
     for assignment in placement.assignments:
         position = _position(index, assignment.gpu)
-        gpus[position] = _allocate(gpus[position], assignment)
+        gpus[position] = _allocate(gpus[position], assignment, placement.reclaimable)
         changed.add(position)
     for node in nodes:
         for position in index.nodes[node]:
@@ -165,7 +166,7 @@ def _position(index: FleetIndex, gpu_id: str) -> int:
         raise ValueError(f"The placement names GPU {gpu_id!r}, which is not in the fleet.") from None
 
 
-def _allocate(gpu: Gpu, assignment: Assignment) -> Gpu:
+def _allocate(gpu: Gpu, assignment: Assignment, reclaimable: bool) -> Gpu:
     if assignment.profile == FULL_GPU:
         if gpu.mig or gpu.allocated:
             raise ValueError(f"GPU {gpu.id} is not a free MIG-disabled GPU: it cannot be given whole.")
@@ -173,7 +174,7 @@ def _allocate(gpu: Gpu, assignment: Assignment) -> Gpu:
     slots = list(gpu.instances)
     for number, slot in enumerate(slots):
         if slot.start == assignment.start and slot.profile == assignment.profile and not slot.allocated:
-            slots[number] = replace(slot, allocated=True)
+            slots[number] = replace(slot, allocated=True, reclaimable=reclaimable)
             return replace(gpu, instances=tuple(slots))
     raise ValueError(f"GPU {gpu.id} has no free {assignment.profile} instance at {assignment.start}.")
 

@@ -4,7 +4,8 @@ The order of preference, per GPU model of the request, in one cluster:
 1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off; on one node if one can take
    them all (NVLink), else on the fewest nodes.
 2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway; on those
-   holding the most tenants first.
+   holding the most tenants first. Work that may not be reclaimed (within a guarantee) goes last to GPUs
+   whose work all may (borrowed), so that a reclaim frees such a GPU whole.
 3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
 4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
    on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement/layouts.py).
@@ -81,6 +82,7 @@ class _Context:
     upcoming: Sequence[Request]
     demand: Mapping[tuple[str, str], float] | None
     recent_weight: int
+    reclaimable: bool = False  # the request's work may be reclaimed
     _queue: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def queue(self, model: str) -> dict[str, int]:
@@ -131,7 +133,7 @@ def plan_request(
 ) -> Plan | str:
     """The best plan in any one cluster, or the reason no cluster can take the request whole."""
     wanted = wanted_by_model(request)
-    context = _Context(index, request.group, upcoming, demand, recent_weight)
+    context = _Context(index, request.group, upcoming, demand, recent_weight, request.reclaimable)
     best: tuple[tuple[int, int, int, int], Plan] | None = None
     failed: dict[str, str] = {}  # cluster -> the first model it cannot take
     for cluster in index.clusters():
@@ -158,7 +160,7 @@ def _plan_model(
     if not buckets or (full and not _place_full(context.index, plan, buckets, full)):
         return False
     need = {profile: count for profile, count in mig.items() if count}
-    _use_partial(context.index, plan, buckets, model, need)
+    _use_partial(context, plan, buckets, model, need)
     if not need:
         return True
     before, need_before = plan.copy(), dict(need)
@@ -256,14 +258,19 @@ def _take_slots(index: FleetIndex, plan: Plan, model: str, gpu: int, profile: st
 
 
 def _use_partial(
-    index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
+    context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
 ) -> None:
     """Free instances of GPUs that already hold work, those of the GPUs holding the most instances first:
     a GPU is wholly free (and so can be re-cut, or given whole) only once its last tenant leaves, and one
-    more tenant delays that least where several stay anyway."""
+    more tenant delays that least where several stay anyway. Work that may not be reclaimed goes to GPUs
+    whose work may all be reclaimed last: a reclaim frees such a GPU whole."""
+    index = context.index
     for profile in list(need):
         gpus = [gpu for bucket in buckets for gpu in bucket.partial.get(profile, ())]
-        gpus.sort(key=lambda gpu: -_tenants(index.gpus[gpu]))
+        if context.reclaimable:
+            gpus.sort(key=lambda gpu: -_tenants(index.gpus[gpu]))
+        else:
+            gpus.sort(key=lambda gpu: (_reclaimable_only(index.gpus[gpu]), -_tenants(index.gpus[gpu])))
         for gpu in gpus:
             need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
             if not need[profile]:
@@ -273,6 +280,11 @@ def _use_partial(
 
 def _tenants(gpu: Gpu) -> int:
     return sum(slot.allocated for slot in gpu.instances)
+
+
+def _reclaimable_only(gpu: Gpu) -> bool:
+    """Whether all the work on a GPU that holds some may be reclaimed."""
+    return all(slot.reclaimable for slot in gpu.instances if slot.allocated)
 
 
 def _use_whole_layouts(

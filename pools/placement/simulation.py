@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Protocol
@@ -58,6 +58,7 @@ from pools.placement.admission import (
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
 from pools.placement.engine import apply, fleet_index, place
+from pools.placement.holds import Holds
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Request
 
@@ -226,6 +227,29 @@ def release(fleet: Fleet, placement: Placement) -> Fleet:
     return after
 
 
+def mark(fleet: Fleet, placement: Placement, *, reclaimable: bool) -> Fleet:
+    """The fleet with the instances a placement holds marked reclaimable or not."""
+    index = fleet_index(fleet)
+    gpus = list(fleet.gpus)
+    changed: set[int] = set()
+    for assignment in placement.assignments:
+        if assignment.profile == FULL_GPU:
+            continue
+        position = index.position[assignment.gpu]
+        gpu = gpus[position]
+        gpus[position] = replace(
+            gpu,
+            instances=tuple(
+                replace(slot, reclaimable=reclaimable) if slot.start == assignment.start else slot
+                for slot in gpu.instances
+            ),
+        )
+        changed.add(position)
+    after = Fleet(tuple(gpus))
+    object.__setattr__(after, "_index", index.updated(after.gpus, changed, ()))
+    return after
+
+
 def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
     if assignment.profile == FULL_GPU:
         if gpu.mig or not gpu.allocated:
@@ -234,7 +258,7 @@ def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
     slots = list(gpu.instances)
     for number, slot in enumerate(slots):
         if slot.start == assignment.start and slot.profile == assignment.profile and slot.allocated:
-            slots[number] = replace(slot, allocated=False)
+            slots[number] = replace(slot, allocated=False, reclaimable=False)
             return replace(gpu, instances=tuple(slots))
     raise ValueError(f"GPU {gpu.id} has no allocated {assignment.profile} instance at {assignment.start}.")
 
@@ -306,6 +330,8 @@ class _Queue:
         self.borrowed: set[int] = set()
         self.within: set[int] = set()  # requests within their tenant's guarantee as they arrived
         self.order: dict[int, int] = {}  # position -> how many were admitted before it
+        self.marked: set[int] = set()  # live pools whose instances the fleet marks reclaimable
+        self.holds = Holds()  # GPUs held in this run for requests that reclaimed them
         for timed in self.trace.requests:
             models = frozenset(item.model for item in timed.items)
             self.claims.append(Claim.of(timed.items, [(None, timed.group)]))
@@ -371,14 +397,18 @@ class _Queue:
         """One queue run under the admission policy (pools/placement/admission.py), this queue its room."""
         self._demand = None  # counted once per run, and only if something is placed
         self._now = now
+        self._stamp(self.holds.clear())
         waiting = [self._waiting(position, now) for position in self.waiting]
+        holdings = self._holdings() if self.ledger.guarantees else []
+        if holdings:
+            self._mark_borrowed(holdings)
         decisions = run_queue(
             waiting,
             self.ledger,
             self,
             grace_seconds=self.trace.backfill_grace_seconds,
             window=QUEUE_WINDOW,
-            holdings=self._holdings() if self.ledger.guarantees else (),
+            holdings=holdings,
         )
         for decision in decisions:
             position = decision.request.id
@@ -392,6 +422,15 @@ class _Queue:
             self._call_off(position)
         admitted = {d.request.id for d in decisions if isinstance(d, Admitted)}
         self.waiting = [position for position in self.waiting if position not in admitted]
+
+    def _mark_borrowed(self, holdings: list[Holding]) -> None:
+        """The instances of the pools borrowed now marked reclaimable in the fleet, the rest not, as the
+        queue's snapshot marks them (a pool turns within as its tenant's earlier pools end)."""
+        now = {pool for pool, beyond in self.ledger.borrowed(holdings).items() if any(beyond.values())}
+        for position in now.symmetric_difference(self.marked):
+            if position in self.due:
+                self.fleet = mark(self.fleet, self.admitted[position][1], reclaimable=position in now)
+        self.marked = now
 
     def _holdings(self) -> list[Holding]:
         """The live pools, as the policy chooses among them what to reclaim."""
@@ -444,39 +483,60 @@ class _Queue:
 
     # The room the admission policy places in: this queue's fleet.
 
-    def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> Placement:
+    def place(self, request: Waiting, upcoming: Sequence[Waiting], *, reclaimable: bool) -> Placement:
         position = request.id
         if not self._worth_trying(position):
             return Placement(self.trace.requests[position].id, False, reason=self.failed[position][1])
-        placement = self._place(position, [self.trace.requests[w.id].request for w in upcoming], self._now)
+        later = [self.trace.requests[w.id].request for w in upcoming]
+        placement = self._place(position, later, self._now, reclaimable)
         if not placement.placed:
             self.failed[position] = (self.changes, placement.reason)
         return placement
 
     def room_out_of_the_way(self, request: Waiting) -> bool:
-        return room_out_of_the_way(self.fleet, request.items)
+        return room_out_of_the_way(self._view(request.id), request.items)
 
     def out_of_the_way(self, placement: Placement, wanted: frozenset[tuple[str, str]]) -> bool:
         return out_of_the_way(self.fleet, placement, wanted)
 
     def admit(self, request: Waiting, placement: Placement) -> None:
         self._admit(request.id, placement, self._now)
+        self._stamp(self.holds.lift(request.id))
 
     def fits_without(self, request: Waiting, victims: Sequence[Holding]) -> bool:
-        fleet = self.fleet
-        for victim in victims:
-            fleet = release(fleet, self.admitted[victim.pool][1])
-        timed = self.trace.requests[request.id]
-        return self.placer(fleet, timed.request, upcoming=[], demand=None).placed
+        return self._without(request.id, [victim.pool for victim in victims]).placed
 
-    def _place(self, position: int, upcoming: list[Request], now: int) -> Placement:
+    def _without(self, position: int, pools: Sequence[int]) -> Placement:
+        """Where the request would go were these pools released, out of what is held for others."""
+        fleet = self._view(position)
+        for pool in pools:
+            fleet = release(fleet, self.admitted[pool][1])
+        return self.placer(fleet, self.trace.requests[position].request, upcoming=[], demand=None)
+
+    def hold(self, request: Waiting, pools: Sequence[Hashable]) -> None:
+        live = [pool for pool in pools if pool in self.due]  # one that ended by itself is free already
+        self._stamp(self.holds.hold(request.id, self._without(request.id, live)))
+
+    def _view(self, position: int) -> Fleet:
+        return self.holds.view(self.fleet, position)
+
+    def _stamp(self, gpus: frozenset[str]) -> None:
+        """What is held, or no longer held, changed for the requests that could use those GPUs."""
+        if gpus:
+            self.changes += 1
+            for gpu in gpus:
+                self.stamps[self.keys[gpu]] = self.changes
+
+    def _place(self, position: int, upcoming: list[Request], now: int, reclaimable: bool) -> Placement:
         if self._demand is None:
             # The arrivals of the window, its oldest second left out, as pools/selectors/demand.py reads them.
             start = bisect_right(self.arrived, now - self.window)
             self._demand = recent_demand(self.arrivals[start:], now=now, window_seconds=self.window)
         request = self.trace.requests[position].request
+        if reclaimable:
+            request = replace(request, reclaimable=True)
         # No demand at all is told as None, as the queue tells it: the engine then counts the request itself.
-        return self.placer(self.fleet, request, upcoming=upcoming, demand=self._demand or None)
+        return self.placer(self._view(position), request, upcoming=upcoming, demand=self._demand or None)
 
     def _worth_trying(self, position: int) -> bool:
         if position not in self.failed:

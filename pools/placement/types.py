@@ -12,6 +12,7 @@ class Slot:
     profile: str
     start: int
     allocated: bool = False
+    reclaimable: bool = False  # allocated to work that may be reclaimed (borrowed beyond a guarantee)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Request:
     id: str
     items: tuple[Item, ...]
     group: str | None = None
+    reclaimable: bool = False  # its work may be reclaimed: kept apart from work that may not
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,4 @@ class Placement:
     reconfigure: tuple[Reconfigure, ...] = ()
     assignments: tuple[Assignment, ...] = ()
     reason: str = ""
+    reclaimable: bool = False  # the request's: its instances are marked so when applied

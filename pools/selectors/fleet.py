@@ -4,8 +4,7 @@ planned layouts and live allocations (ORM rows in, the engine's plain data out).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable
 
 from pools import mig, placement
 from pools.models import (
@@ -17,17 +16,15 @@ from pools.models import (
     PoolRequest,
 )
 
-if TYPE_CHECKING:
-    pass
 
-
-def engine_request(request: PoolRequest, grouped: bool) -> placement.Request:
+def engine_request(request: PoolRequest, grouped: bool, reclaimable: bool = False) -> placement.Request:
     """A pool request as the engine places it (its items prefetched); its purpose is its GPU group where
-    the cluster places work by group."""
+    the cluster places work by group; `reclaimable` where its pool would be borrowed."""
     return placement.Request(
         id=str(request.pk),
         items=tuple(placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()),
         group=(request.purpose or None) if grouped else None,
+        reclaimable=reclaimable,
     )
 
 
@@ -38,22 +35,26 @@ def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:
     return clusters, {c.pk: c.pk in with_groups for c in clusters}
 
 
-def _live_allocations() -> dict[int, list[tuple[str, int, int]]]:
-    """Per GPU id, its live allocations as (profile, first memory slice, slice after the last)."""
-    by_gpu: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
-    for gpu_id, profile, slices in Allocation.objects.filter(released_at__isnull=True).values_list(
-        "gpu_id", "profile", "slices"
+def _live_allocations() -> dict[int, list[tuple[str, int, int, int]]]:
+    """Per GPU id, its live allocations as (profile, first memory slice, slice after the last, pool)."""
+    by_gpu: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
+    for gpu_id, profile, slices, pool in Allocation.objects.filter(released_at__isnull=True).values_list(
+        "gpu_id", "profile", "slices", "pool_id"
     ):
-        by_gpu[gpu_id].append((profile, slices.lower, slices.upper))
+        by_gpu[gpu_id].append((profile, slices.lower, slices.upper, pool))
     return by_gpu
 
 
-def _overlaps(instance: dict, model: mig.GpuModel, held: list[tuple[int, int]]) -> bool:
-    """Whether an instance shares a memory slice with a live allocation. Slices, not starts, decide:
-    a cluster may report an instance at another start than the one planned, never a shared slice."""
+def _slot(instance: dict, model: mig.GpuModel, live, reclaimable: Collection[int]) -> placement.Slot:
+    """A provisioned instance, allocated where it shares a memory slice with a live allocation (slices, not
+    starts, decide: a cluster may report an instance at another start than the one planned, never a shared
+    slice), and reclaimable where that allocation's pool is."""
     start = instance["start"]
     end = start + model.profile(instance["profile"]).memory_slices
-    return any(lower < end and start < upper for lower, upper in held)
+    pools = [pool for _profile, lower, upper, pool in live if lower < end and start < upper]
+    return placement.Slot(
+        instance["profile"], start, bool(pools), bool(pools) and all(p in reclaimable for p in pools)
+    )
 
 
 # What the engine needs of a GPU and its node, read as plain values: at thousands of GPUs, making a
@@ -78,8 +79,11 @@ GPU_FIELDS = (
 )
 
 
-def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict[str, placement.Fleet]:
-    """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations."""
+def fleet_snapshot(
+    clusters: list[Cluster], use_groups: dict[int, bool], reclaimable: Collection[int] = ()
+) -> dict[str, placement.Fleet]:
+    """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations,
+    those of the `reclaimable` pools (borrowed, for the queue) marked so."""
     allocations = _live_allocations()
     gpus = (
         GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=clusters)
@@ -93,8 +97,7 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
         mig_on = planned["mig"] if planned else gpu["mig_enabled"]
         layout = planned["instances"] if planned else gpu["layout"]
         live = allocations.get(gpu["pk"], ())
-        held = [(lower, upper) for _profile, lower, upper in live]
-        whole_taken = any(profile == mig.FULL_GPU for profile, _lower, _upper in live)
+        whole_taken = any(profile == mig.FULL_GPU for profile, *_rest in live)
         model = mig.gpu_model(gpu["model"])
         group = gpu["node__group__name"]
         # as GpuCapacity.schedulable says it (the GPU is present: only present ones are read)
@@ -106,11 +109,7 @@ def fleet_snapshot(clusters: list[Cluster], use_groups: dict[int, bool]) -> dict
                 model=gpu["model"],
                 mig=mig_on,
                 allocated=whole_taken,
-                instances=tuple(
-                    placement.Slot(i["profile"], i["start"], _overlaps(i, model, held)) for i in layout
-                )
-                if mig_on
-                else (),
+                instances=tuple(_slot(i, model, live, reclaimable) for i in layout) if mig_on else (),
                 group=group if group and use_groups[gpu["node__cluster_id"]] else None,
                 cluster=cluster,
                 schedulable=schedulable and gpu["node__ready"],

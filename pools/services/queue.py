@@ -29,6 +29,7 @@ from pools.conf import settings
 from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestState
 from pools.placement.admission import Claim, Holding, Reclaims, Waiting, Waits, run_queue
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
+from pools.placement.holds import Holds
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.reasons import Reason
 from pools.placement.simulation import release
@@ -81,18 +82,31 @@ def waiting_entry(
 
 
 class _Clusters:
-    """The room a queue run places in: the ready clusters' fleets, taken from as the run admits."""
+    """The room a queue run places in: the ready clusters' fleets, taken from as the run admits, less what is
+    held for requests whose reclaimed pools free it (pools/placement/holds.py)."""
 
     def __init__(self, requests, clusters, grouped, fleets, demand) -> None:
         self.requests: dict[int, PoolRequest] = requests
         self.clusters, self.grouped, self.fleets, self.demand = clusters, grouped, fleets, demand
         self.where: dict[int, Cluster] = {}
         self.held: dict[int, tuple[int, tuple]] = {}  # pool -> (cluster, assignments): victims looked at
+        self.holds = Holds()
 
-    def place(self, request: Waiting, upcoming: Sequence[Waiting]) -> placement.Placement:
+    def _views(self, request_id: int) -> dict[str, placement.Fleet]:
+        return {name: self.holds.view(fleet, request_id) for name, fleet in self.fleets.items()}
+
+    def place(
+        self, request: Waiting, upcoming: Sequence[Waiting], *, reclaimable: bool
+    ) -> placement.Placement:
         behind = [self.requests[w.id] for w in upcoming]
         plan, cluster = place_request(
-            self.requests[request.id], behind, self.clusters, self.grouped, self.fleets, self.demand
+            self.requests[request.id],
+            behind,
+            self.clusters,
+            self.grouped,
+            self._views(request.id),
+            self.demand,
+            reclaimable=reclaimable,
         )
         if plan is None:
             return placement.Placement(str(request.id), False, reason=Reason(NO_CLUSTER))
@@ -102,7 +116,8 @@ class _Clusters:
     def room_out_of_the_way(self, request: Waiting) -> bool:
         """Only where a candidate cluster has the free instances for it (pools/placement/backfill.py)."""
         cluster_id = self.requests[request.id].cluster_id
-        candidates = [self.fleets.get(c.name) for c in self.clusters if cluster_id in (None, c.pk)]
+        views = self._views(request.id)
+        candidates = [views.get(c.name) for c in self.clusters if cluster_id in (None, c.pk)]
         return any(fleet is not None and room_out_of_the_way(fleet, request.items) for fleet in candidates)
 
     def out_of_the_way(self, plan: placement.Placement, wanted: frozenset[tuple[str, str]]) -> bool:
@@ -111,27 +126,36 @@ class _Clusters:
     def admit(self, request: Waiting, plan: placement.Placement) -> None:
         name = self.where[request.id].name
         self.fleets[name] = placement.apply(self.fleets[name], plan)
+        self.holds.lift(request.id)
 
     def fits_without(self, request: Waiting, victims: Sequence[Holding]) -> bool:
-        """Whether some candidate cluster places the request once the victims' allocations there are free."""
-        missing = [victim.pool for victim in victims if victim.pool not in self.held]
+        return self._without(request.id, [victim.pool for victim in victims]).placed
+
+    def hold(self, request: Waiting, pools: Sequence[int]) -> None:
+        self.holds.hold(request.id, self._without(request.id, pools))
+
+    def _without(self, request_id: int, pools: Sequence[int]) -> placement.Placement:
+        """Where the request would go, in the first candidate cluster that places it, were these pools'
+        allocations there free; out of what is held for others."""
+        missing = [pool for pool in pools if pool not in self.held]
         if missing:
             for (pool, cluster), assignments in held_assignments(missing).items():
                 self.held[pool] = (cluster, assignments)
-        asked = self.requests[request.id]
+        asked = self.requests[request_id]
+        views = self._views(request_id)
+        plan = placement.Placement(str(request_id), False)
         for cluster in self.clusters:
-            fleet = self.fleets.get(cluster.name)
+            fleet = views.get(cluster.name)
             if fleet is None or asked.cluster_id not in (None, cluster.pk):
                 continue
-            for victim in victims:
-                where, assignments = self.held.get(victim.pool, (None, ()))
+            for pool in pools:
+                where, assignments = self.held.get(pool, (None, ()))
                 if where == cluster.pk:
-                    fleet = release(
-                        fleet, placement.Placement(str(victim.pool), True, assignments=assignments)
-                    )
-            if placement.place(fleet, engine_request(asked, self.grouped[cluster.pk])).placed:
-                return True
-        return False
+                    fleet = release(fleet, placement.Placement(str(pool), True, assignments=assignments))
+            plan = placement.place(fleet, engine_request(asked, self.grouped[cluster.pk]))
+            if plan.placed:
+                return plan
+        return plan
 
 
 @dataclass
@@ -173,10 +197,17 @@ def admit_waiting() -> list[Admission]:
         clusters, grouped = ready_clusters()
         now = timezone.now()
         requests = {request.pk: request for request in waiting}
-        room = _Clusters(
-            requests, clusters, grouped, fleet_snapshot(clusters, grouped), queue_demand(now=now)
-        )
         books, holdings = ledger()
+        # Borrowed pools are marked in the fleet, so that placement keeps work within guarantees apart from
+        # them and a reclaim frees GPUs whole (pools/placement/plan.py).
+        borrowed = (
+            {pool for pool, beyond in books.borrowed(holdings).items() if any(beyond.values())}
+            if books.guarantees
+            else set()
+        )
+        room = _Clusters(
+            requests, clusters, grouped, fleet_snapshot(clusters, grouped, borrowed), queue_demand(now=now)
+        )
         reclaims = defaultdict(list)
         for request_id, pool_id, state in Pool.objects.filter(reclaimed_for__in=list(requests)).values_list(
             "reclaimed_for_id", "pk", "state"
@@ -218,17 +249,20 @@ def place_request(
     grouped: dict[int, bool],
     fleets: dict[str, placement.Fleet],
     demand: dict[tuple[str, str], float],
+    *,
+    reclaimable: bool = False,
 ) -> tuple[placement.Placement | None, Cluster | None]:
     """The first candidate cluster's plan that places the request; else the failed plan of the cluster
     that comes closest (fewest compute slices missing), its reason naming that cluster when there
-    were several. `demand` (selectors.demand.queue_demand) guides the layouts of re-partitioned GPUs."""
+    were several. `demand` (selectors.demand.queue_demand) guides the layouts of re-partitioned GPUs;
+    `reclaimable`: the pool would be borrowed."""
     candidates = [c for c in clusters if request.cluster_id in (None, c.pk)]
     failures = []
     for cluster in candidates:
         fleet = fleets.get(cluster.name)
         if fleet is None:
             continue
-        wanted = engine_request(request, grouped[cluster.pk])
+        wanted = engine_request(request, grouped[cluster.pk], reclaimable)
         later = [engine_request(r, grouped[cluster.pk]) for r in upcoming[:QUEUE_WINDOW]]
         plan = placement.place(fleet, wanted, upcoming=later, demand=demand or None)
         if plan.placed:

@@ -39,9 +39,10 @@ H100, A100, H200 = "H100-80GB", "A100-40GB", "H200-141GB"
 def gpu(
     name: str, layout: str = "", *, off: bool = False, busy: bool = False, model: str = H100, **fields
 ) -> Gpu:
-    """`layout` lists instances as "profile@start", "*" marking allocated ones: "3g.40gb@0* 1g.10gb@4"."""
+    """`layout` lists instances as "profile@start", "*" marking allocated ones and "+" allocated ones that
+    may be reclaimed (borrowed): "3g.40gb@0* 1g.10gb@4"."""
     slots = tuple(
-        Slot(profile, int(start.rstrip("*")), start.endswith("*"))
+        Slot(profile, int(start.rstrip("*+")), start[-1] in "*+", start.endswith("+"))
         for profile, start in (token.split("@") for token in layout.split())
     )
     fields.setdefault("node", name.split("/")[0])
@@ -142,6 +143,24 @@ def test_free_instances_go_first_to_the_gpus_holding_the_most_tenants():
     assert {a.gpu for a in result.assignments} == {"n2/0"}  # n1/0 may empty the sooner
     result = placed(fleet(one_tenant, three), ask((5, "1g.10gb")))
     assert sorted(a.gpu for a in result.assignments) == ["n1/0"] + ["n2/0"] * 4
+
+
+def test_work_that_may_not_be_reclaimed_keeps_off_gpus_whose_work_all_may():
+    borrowed = gpu("n1/0", "1g.10gb@0+ 1g.10gb@1+ 1g.10gb@2+ 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6")
+    within = gpu("n2/0", "3g.40gb@0* 1g.10gb@4 1g.10gb@5 1g.10gb@6")
+    both = fleet(borrowed, within)
+    result = placed(both, ask((2, "1g.10gb")))
+    assert {a.gpu for a in result.assignments} == {"n2/0"}  # a reclaim can still free n1/0 whole
+    assert not result.reclaimable
+    after = apply(both, result)
+    assert [s.reclaimable for s in after.gpus[1].instances if s.allocated] == [False, False, False]
+    # Work that may be reclaimed is placed as before (the GPU holding the most tenants first), and marked.
+    lent = placed(both, replace(ask((2, "1g.10gb")), reclaimable=True))
+    assert {a.gpu for a in lent.assignments} == {"n1/0"} and lent.reclaimable
+    assert [s.reclaimable for s in apply(both, lent).gpus[0].instances if s.allocated] == [True] * 5
+    # Where only such GPUs have room, they are used rather than re-partitioning a free one.
+    result = placed(fleet(borrowed, gpu("n3/0")), ask((1, "1g.10gb")))
+    assert {a.gpu for a in result.assignments} == {"n1/0"} and not result.reconfigure
 
 
 def test_layout_changes_only_on_wholly_free_gpus():

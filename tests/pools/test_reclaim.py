@@ -120,6 +120,31 @@ def test_a_reclaim_is_called_off_when_its_request_goes_another_way(split, tenanc
     assert "called off" in borrowed.events.last().reason
 
 
+def test_what_a_reclaim_frees_is_held_for_its_request_through_the_notice(
+    fleet, tenancy, operator, approver, settings
+):
+    settings.RECLAIM_NOTICE_SECONDS = 900
+    set_quota(actor=operator, tenant=tenancy.acme, gpu_model=H100, guaranteed=28, limit=28)
+    set_quota(actor=operator, tenant=tenancy.globex, gpu_model=H100, guaranteed=28, limit=56)
+    admitted(tenancy.recsys, tenancy.globex_member, approver, 4)
+    borrowed = admitted(tenancy.recsys, tenancy.globex_member, approver, 3)  # one GPU stays free
+    request = ask(tenancy, approver, count=4)  # the free GPU and three of the borrowed pool's
+    admit_waiting()
+    borrowed.refresh_from_db()
+    assert borrowed.state == PoolState.RECLAIMING
+    later = submit_request(project=tenancy.recsys, user=tenancy.globex_member, items=[("h100-80gb.full", 1)])
+    approve_request(request_id=later.pk, approver=approver)  # would take the free GPU during the notice
+    admit_waiting()
+    later.refresh_from_db()
+    assert later.state == RequestState.QUEUED
+    assert release_reclaimed(now=borrowed.reclaim_at) == [borrowed.pk]
+    admit_waiting()
+    request.refresh_from_db()
+    later.refresh_from_db()
+    assert (request.state, later.state) == (RequestState.FULFILLED, RequestState.QUEUED)
+    assert Pool.objects.filter(state=PoolState.RECLAIMING).count() == 0  # nothing reclaimed twice
+
+
 def test_a_pool_within_its_guarantee_is_never_reclaimed(fleet, tenancy, operator, approver):
     set_quota(actor=operator, tenant=tenancy.acme, gpu_model=H100, guaranteed=28, limit=28)
     set_quota(actor=operator, tenant=tenancy.globex, gpu_model=H100, guaranteed=28, limit=56)

@@ -59,6 +59,30 @@ def test_a_reclaim_is_called_off_where_room_comes_free_first_and_the_pool_keeps_
     assert found["b2"].reclaimed_at is None
 
 
+def test_what_a_reclaim_frees_is_held_for_its_request_through_the_notice():
+    sevens = " ".join(f"1g.10gb@{start}" for start in range(7))
+    two = fleet(gpu("n1/0", sevens), gpu("n2/0", sevens))
+
+    def ones(id, arrive, hold, count, tenant):
+        return TimedRequest(id, arrive, hold, (Item(H100, "1g.10gb", count),), None, tenant)
+
+    trace = SimulationTrace(
+        two,
+        (
+            ones("b1", 0, 10_000, 7, "b"),
+            ones("b2", 1, 10_000, 4, "b"),  # borrowed: on a GPU of its own
+            ones("a1", 100, 1000, 7, "a"),  # within: 3 free beside b2, and b2's 4 once reclaimed
+            ones("b3", 200, 5000, 1, "b"),  # would take one of those 3 during the notice
+        ),
+        horizon=20_000,
+        quotas={name: {("", H100): Quota(7, None)} for name in ("a", "b")},
+        reclaim_notice_seconds=600,
+    )
+    found = outcomes(simulate(trace))
+    assert (found["b2"].reclaimed_at, found["a1"].admitted_at) == (700, 700)  # one notice, not two
+    assert found["b3"].admitted_at == 1100 + 600  # when a1 ends
+
+
 def test_nobody_holds_past_a_limit_and_the_tenant_furthest_below_its_guarantee_goes_first():
     trace = SimulationTrace(
         FOUR,
