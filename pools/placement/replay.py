@@ -21,10 +21,19 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Sequence
+from itertools import pairwise
 
 from pools.mig import FULL_GPU
 from pools.placement.engine import apply
-from pools.placement.simulation import Outcome, SimulationTrace, TimedRequest, held_until, release
+from pools.placement.simulation import (
+    Outcome,
+    SimulationTrace,
+    TimedRequest,
+    held_until,
+    release,
+    requeued_request,
+    requeued_requests,
+)
 from pools.placement.types import Fleet, Gpu, Placement
 
 __all__ = ["check"]
@@ -36,13 +45,19 @@ def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
         return [f"{len(outcomes)} outcomes for the {len(trace.requests)} requests of the trace."]
     gpus = {gpu.id: gpu for gpu in trace.fleet.gpus}
     problems: list[str] = []
-    admitted: list[tuple[int, int]] = []  # (admission time, position in the trace)
+    units: list[tuple[TimedRequest, Outcome]] = []  # the trace's requests, then what was asked again
     for position, (timed, outcome) in enumerate(zip(trace.requests, outcomes, strict=True)):
         if outcome.request != timed.id:
             problems.append(
                 f"Outcome {position} is of {outcome.request!r}, but request {position} is {timed.id!r}."
             )
             continue
+        units.append((timed, outcome))
+        problems += _requeued(trace, timed, outcome)
+        again = requeued_requests(timed, outcome)
+        units += zip(again, outcome.requeued[: len(again)], strict=True)
+    admitted: list[tuple[int, int]] = []  # (admission time, unit)
+    for unit, (timed, outcome) in enumerate(units):
         if outcome.admitted_at is None:
             if outcome.placement.placed:
                 problems.append(f"{timed.id!r} is not admitted, yet its placement is placed.")
@@ -56,14 +71,37 @@ def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
             continue
         problems += [f"{_name(timed, outcome)}: {p}" for p in _admission(trace, timed, outcome)]
         problems += [f"{_name(timed, outcome)}: {p}" for p in _fulfils(timed, outcome.placement, gpus)]
-        admitted.append((at, position))
-    events = {timed.arrive for timed in trace.requests}
-    events |= {held_until(trace.requests[position], outcomes[position]) for _at, position in admitted}
-    for at, position in admitted:
+        admitted.append((at, unit))
+    events = {timed.arrive for timed, _outcome in units}
+    events |= {held_until(*units[unit]) for _at, unit in admitted}
+    for at, unit in admitted:
         if at not in events:
-            name = _name(trace.requests[position], outcomes[position])
-            problems.append(f"{name}: nothing arrived or was released at {at}, so no queue ran then.")
-    return problems + _replay(trace, outcomes, sorted(admitted))
+            problems.append(
+                f"{_name(*units[unit])}: nothing arrived or was released at {at}, so no queue ran then."
+            )
+    return problems + _replay(trace.fleet, units, sorted(admitted))
+
+
+def _requeued(trace: SimulationTrace, timed: TimedRequest, outcome: Outcome) -> list[str]:
+    """What is asked again follows each reclaim of the request's pool, where the trace requeues them."""
+    chain = (outcome, *outcome.requeued)
+    if not trace.requeue_reclaimed:
+        if outcome.requeued:
+            return [f"{timed.id!r} was asked again, but the trace does not requeue reclaimed pools."]
+        return []
+    for before, after in pairwise(chain):
+        if before.admitted_at is None or before.reclaimed_at is None:
+            return [f"{timed.id!r} was asked again after an admission that was not reclaimed."]
+        if after.request != timed.id:
+            return [f"{timed.id!r} was asked again as {after.request!r}."]
+    last, asked = chain[-1], [timed, *requeued_requests(timed, outcome)][-1]
+    if (
+        last.admitted_at is not None
+        and last.reclaimed_at is not None
+        and requeued_request(asked, last.admitted_at, last.reclaimed_at).hold > 0
+    ):
+        return [f"{timed.id!r} was reclaimed at {last.reclaimed_at} and not asked again."]
+    return []
 
 
 def _name(timed: TimedRequest, outcome: Outcome) -> str:
@@ -116,9 +154,9 @@ def _listed(counts: Counter[tuple[str, str]]) -> str:
 
 
 def _replay(
-    trace: SimulationTrace, outcomes: Sequence[Outcome], admitted: list[tuple[int, int]]
+    fleet: Fleet, units: Sequence[tuple[TimedRequest, Outcome]], admitted: list[tuple[int, int]]
 ) -> list[str]:
-    fleet: Fleet = trace.fleet
+    outcomes = [outcome for _timed, outcome in units]
     problems: list[str] = []
     holding: list[tuple[int, int]] = []  # heap of (release time, position) of what the fleet holds now
     number = 0
@@ -143,12 +181,12 @@ def _replay(
                 except ValueError as error:
                     failed[position] = str(error)
                     continue
-                heapq.heappush(holding, (held_until(trace.requests[position], outcomes[position]), position))
+                heapq.heappush(holding, (held_until(*units[position]), position))
             if len(failed) == len(left):
                 break
             left = list(failed)
         for position, error in failed.items():  # the rule each breaks; the rest is replayed without them
-            problems.append(f"{_name(trace.requests[position], outcomes[position])}: {error}")
+            problems.append(f"{_name(*units[position])}: {error}")
         fleet = _release_until(fleet, holding, at, outcomes, problems)
     return problems
 

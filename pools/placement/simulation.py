@@ -74,6 +74,8 @@ __all__ = [
     "held_until",
     "p95",
     "release",
+    "requeued_request",
+    "requeued_requests",
     "simulate",
     "stranded_slices",
 ]
@@ -112,6 +114,8 @@ class SimulationTrace:
     # Per tenant, its quotas by (group, model) key (pools/placement/admission.py); none: no quotas at all.
     quotas: Mapping[str, Mapping[tuple[str, str], Quota]] = field(default_factory=dict)
     reclaim_notice_seconds: int = 900
+    # A reclaimed pool's request is asked again for what its hold had left (the portal's RECLAIM_REQUEUE).
+    requeue_reclaimed: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ class Outcome:
     reclaimed_at: int | None = None  # when its notice ended and its instances were given back, if reclaimed
     # How many were admitted before it (a run admits in queue order): the replay's, not part of the answer.
     sequence: int | None = field(default=None, compare=False)
+    # Where reclaimed pools are requeued: each later admission of what its hold had left, in order.
+    requeued: tuple[Outcome, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -318,7 +324,11 @@ class _Queue:
         self.claims: list[Claim] = []
         self.buckets: list[tuple[tuple[str, str, str | None], ...]] = []
         self.ledger = Ledger(quotas=self.trace.quotas)
-        self.asked = [asked_slices(timed.items, timed.group) for timed in self.trace.requests]
+        # The trace's requests, then what reclaimed pools ask again (`requeue_reclaimed`), each by position.
+        self.requests: list[TimedRequest] = []
+        self.asked: list[dict] = []
+        self.requeued: dict[int, list[int]] = {}  # a trace request's position -> its requeued positions
+        self.origin: dict[int, int] = {}  # a requeued position -> the trace request's
         # Reclaims: the request each pool under notice is reclaimed for, and the notices' ends; the release
         # due for each admitted position (a reclaim moves it sooner, a call-off back).
         self.notice_for: dict[int, int] = {}
@@ -332,15 +342,36 @@ class _Queue:
         self.order: dict[int, int] = {}  # position -> how many were admitted before it
         self.marked: set[int] = set()  # live pools whose instances the fleet marks reclaimable
         self.holds = Holds()  # GPUs held in this run for requests that reclaimed them
+        self._buckets = buckets
         for timed in self.trace.requests:
-            models = frozenset(item.model for item in timed.items)
-            self.claims.append(Claim.of(timed.items, [(None, timed.group)]))
-            self.buckets.append(tuple(b for b in buckets if b[1] in models and timed.group in (None, b[2])))
+            self._add(timed)
         self.arrived: list[int] = []  # arrival times so far, for the demand window
         self.arrivals: list[tuple[int, tuple[Item, ...]]] = []
 
+    def _add(self, timed: TimedRequest) -> int:
+        models = frozenset(item.model for item in timed.items)
+        self.requests.append(timed)
+        self.asked.append(asked_slices(timed.items, timed.group))
+        self.claims.append(Claim.of(timed.items, [(None, timed.group)]))
+        self.buckets.append(tuple(b for b in self._buckets if b[1] in models and timed.group in (None, b[2])))
+        return len(self.requests) - 1
+
+    def _requeue(self, position: int, at: int) -> None:
+        """The reclaimed pool's request asked again for what its hold had left, arriving now."""
+        timed = self.requests[position]
+        again = requeued_request(timed, self.admitted[position][0], at)
+        if again.hold <= 0:
+            return
+        origin = self.origin.get(position, position)
+        new = self._add(again)
+        self.origin[new] = origin
+        self.requeued.setdefault(origin, []).append(new)
+        self.waiting.append(new)
+        self.arrived.append(at)
+        self.arrivals.append((at, again.items))
+
     def arrive(self, position: int) -> None:
-        timed = self.trace.requests[position]
+        timed = self.requests[position]
         if self.ledger.guarantees and self._within_on_arrival(position):
             self.within.add(position)
         self.waiting.append(position)
@@ -350,10 +381,10 @@ class _Queue:
     def _within_on_arrival(self, position: int) -> bool:
         """Whether a request is within its tenant's guarantee as it arrives, what the tenant holds and still
         waits for counted, as the portal judges a request at submission."""
-        tenant = self.trace.requests[position].tenant
+        tenant = self.requests[position].tenant
         pending: Counter = Counter()
         for waiting in self.waiting:
-            if self.trace.requests[waiting].tenant == tenant:
+            if self.requests[waiting].tenant == tenant:
                 pending.update(self.asked[waiting])
         return all(
             self.ledger.held[tenant][key] + pending[key] + slices <= self.ledger.quota(tenant, key).guaranteed
@@ -385,13 +416,15 @@ class _Queue:
             placement = self.admitted[position][1]
             self.fleet = release(self.fleet, placement)
             self._touched(placement)
-            timed = self.trace.requests[position]
+            timed = self.requests[position]
             self.ledger.give(timed.tenant, None, self.asked[position])
             if position in self.notice_for:  # given back for the request it was reclaimed for
                 self.freed_for.add(self.notice_for.pop(position))
                 self.freed_now = True
                 if self.cut.pop(position, None) == at:  # at its notice's end, not its own
                     self.reclaimed_at[position] = at
+                    if self.trace.requeue_reclaimed:
+                        self._requeue(position, at)
 
     def run(self, now: int) -> None:
         """One queue run under the admission policy (pools/placement/admission.py), this queue its room."""
@@ -437,9 +470,9 @@ class _Queue:
         return [
             Holding(
                 position,
-                self.trace.requests[position].tenant,
+                self.requests[position].tenant,
                 None,
-                self.trace.requests[position].priority,
+                self.requests[position].priority,
                 (self.admitted[position][0], self.order[position]),
                 self.asked[position],
                 reclaimable=position not in self.notice_for,
@@ -460,13 +493,13 @@ class _Queue:
         for victim in [v for v, owner in self.notice_for.items() if owner == request]:
             del self.notice_for[victim]
             self.cut.pop(victim, None)
-            at, timed = self.admitted[victim][0], self.trace.requests[victim]
+            at, timed = self.admitted[victim][0], self.requests[victim]
             if self.due[victim] != at + timed.held_for:
                 self.due[victim] = at + timed.held_for
                 heapq.heappush(self.releases, (self.due[victim], victim))
 
     def _waiting(self, position: int, now: int) -> Waiting:
-        timed = self.trace.requests[position]
+        timed = self.requests[position]
         return Waiting(
             id=position,
             tenant=timed.tenant,
@@ -486,8 +519,8 @@ class _Queue:
     def place(self, request: Waiting, upcoming: Sequence[Waiting], *, reclaimable: bool) -> Placement:
         position = request.id
         if not self._worth_trying(position):
-            return Placement(self.trace.requests[position].id, False, reason=self.failed[position][1])
-        later = [self.trace.requests[w.id].request for w in upcoming]
+            return Placement(self.requests[position].id, False, reason=self.failed[position][1])
+        later = [self.requests[w.id].request for w in upcoming]
         placement = self._place(position, later, self._now, reclaimable)
         if not placement.placed:
             self.failed[position] = (self.changes, placement.reason)
@@ -511,7 +544,7 @@ class _Queue:
         fleet = self._view(position)
         for pool in pools:
             fleet = release(fleet, self.admitted[pool][1])
-        return self.placer(fleet, self.trace.requests[position].request, upcoming=[], demand=None)
+        return self.placer(fleet, self.requests[position].request, upcoming=[], demand=None)
 
     def hold(self, request: Waiting, pools: Sequence[Hashable]) -> None:
         live = [pool for pool in pools if pool in self.due]  # one that ended by itself is free already
@@ -532,7 +565,7 @@ class _Queue:
             # The arrivals of the window, its oldest second left out, as pools/selectors/demand.py reads them.
             start = bisect_right(self.arrived, now - self.window)
             self._demand = recent_demand(self.arrivals[start:], now=now, window_seconds=self.window)
-        request = self.trace.requests[position].request
+        request = self.requests[position].request
         if reclaimable:
             request = replace(request, reclaimable=True)
         # No demand at all is told as None, as the queue tells it: the engine then counts the request itself.
@@ -551,7 +584,7 @@ class _Queue:
             self._stranded_now = None
         self.admitted[position] = (now, placement)
         self.order[position] = len(self.order)  # admissions of one second keep the order they came in
-        self.due[position] = now + self.trace.requests[position].held_for
+        self.due[position] = now + self.requests[position].held_for
         heapq.heappush(self.releases, (self.due[position], position))
 
     def _touched(self, placement: Placement) -> None:
@@ -569,21 +602,21 @@ class _Queue:
         served = 0.0
         models = {gpu.id: gpu.model for gpu in trace.fleet.gpus}
         for position, timed in enumerate(trace.requests):
-            if position in self.admitted:
-                at, placement = self.admitted[position]
-                waits.append(at - timed.arrive)
+            outcome = self._outcome(position)
+            if outcome.admitted_at is not None:
+                waits.append(outcome.admitted_at - timed.arrive)
                 if position in self.within:
-                    within_waits.append(at - timed.arrive)
-                reclaimed = self.reclaimed_at.get(position)
-                outcome = Outcome(
-                    timed.id, at, placement, position in self.borrowed, reclaimed, self.order[position]
-                )
-                end = held_until(timed, outcome)
-                served += held_slices(models, placement) * (min(end, trace.horizon) - at) / 3600
-                outcomes.append(outcome)
-                continue
-            reason = self.reasons.get(position, AFTER_HORIZON)
-            outcomes.append(Outcome(timed.id, None, Placement(timed.id, False, reason=reason)))
+                    within_waits.append(outcome.admitted_at - timed.arrive)
+            requeued = tuple(self._outcome(again) for again in self.requeued.get(position, ()))
+            if requeued:
+                outcome = replace(outcome, requeued=requeued)
+            for one, asked in zip(
+                (outcome, *requeued), (timed, *requeued_requests(timed, outcome)), strict=True
+            ):
+                if one.admitted_at is not None:
+                    end = min(held_until(asked, one), trace.horizon)
+                    served += held_slices(models, one.placement) * (end - one.admitted_at) / 3600
+            outcomes.append(outcome)
         return SimulationResult(
             tuple(outcomes),
             Summary(
@@ -599,10 +632,40 @@ class _Queue:
             frozenset(trace.requests[position].id for position in self.within),
         )
 
+    def _outcome(self, position: int) -> Outcome:
+        timed = self.requests[position]
+        if position not in self.admitted:
+            reason = self.reasons.get(position, AFTER_HORIZON)
+            return Outcome(timed.id, None, Placement(timed.id, False, reason=reason))
+        at, placement = self.admitted[position]
+        reclaimed = self.reclaimed_at.get(position)
+        return Outcome(timed.id, at, placement, position in self.borrowed, reclaimed, self.order[position])
+
 
 def p95(waits: Sequence[int]) -> int | None:
     """Nearest rank: the least wait that 95 % of them stay within; None for none."""
     return sorted(waits)[-(-95 * len(waits) // 100) - 1] if waits else None
+
+
+def requeued_request(timed: TimedRequest, admitted_at: int, reclaimed_at: int) -> TimedRequest:
+    """What a reclaimed pool's request asks again, where reclaimed pools are requeued: the same request,
+    arriving when the notice ended, for what its hold had left."""
+    return replace(
+        timed, arrive=reclaimed_at, hold=admitted_at + timed.held_for - reclaimed_at, declared_hold=None
+    )
+
+
+def requeued_requests(timed: TimedRequest, outcome: Outcome) -> list[TimedRequest]:
+    """The requests asked again for each entry of `outcome.requeued`, in order: each after the one before
+    it was reclaimed."""
+    found, asked, before = [], timed, outcome
+    for again in outcome.requeued:
+        if before.admitted_at is None or before.reclaimed_at is None:
+            break  # a malformed answer: the replay check says so
+        asked = requeued_request(asked, before.admitted_at, before.reclaimed_at)
+        found.append(asked)
+        before = again
+    return found
 
 
 def held_until(timed: TimedRequest, outcome: Outcome) -> int:

@@ -5,8 +5,8 @@ The GPUs and each request's id, items and group are read as the placement trace 
 (pools/placement/trace.py), with the same messages; on top of that a request has `arrive` and `hold` (whole
 seconds, 0 or more), requests come in arrival order with unique ids, `horizon` is a whole number of seconds
 above 0, and `backfill_grace_seconds` is null (or absent) or a whole number of seconds, 0 or more. Optional:
-`tenants` with their quotas, `reclaim_notice_seconds`, and per request `tenant` (one of them), `priority` and
-`declared_hold`. Every
+`tenants` with their quotas, `reclaim_notice_seconds`, `requeue_reclaimed` (true or false), and per request
+`tenant` (one of them), `priority` and `declared_hold`. Every
 message says where the input is wrong ("requests[3] ('r4'): ..."). Keys the contract does not name are
 ignored.
 """
@@ -67,7 +67,10 @@ def read_simulation_trace(data: Any) -> SimulationTrace:
     notice = 900
     if "reclaim_notice_seconds" in data:
         notice = _whole(data, "reclaim_notice_seconds", "the trace", least=0, wanted=_SECONDS)
-    return SimulationTrace(fleet, tuple(requests), horizon, grace, quotas, notice)
+    requeue = data.get("requeue_reclaimed", False)
+    if not isinstance(requeue, bool):
+        raise TraceError(f'the trace: "requeue_reclaimed" must be true or false, got {kind_of(requeue)}.')
+    return SimulationTrace(fleet, tuple(requests), horizon, grace, quotas, notice, requeue)
 
 
 def _tenants(data: dict, fleet: Fleet) -> dict[str, dict[tuple[str, str], Quota]]:
@@ -158,21 +161,24 @@ def _whole(raw: dict, key: str, where: str, *, least: int, wanted: str) -> int:
     return value
 
 
-def write_outcomes(outcomes: Sequence[Outcome], *, quotas: bool = False) -> dict:
+def write_outcomes(outcomes: Sequence[Outcome], *, quotas: bool = False, requeue: bool = False) -> dict:
     """The answer of docs/traces.md: per request its admission time and, when admitted, its reconfigure and
     assignments as the placement trace writes them; a request never admitted has only id and null. Where
     the trace has tenants (`quotas`), each result also says whether it was borrowed and when it was
-    reclaimed."""
-    return {"results": [_result(outcome, quotas) for outcome in outcomes]}
+    reclaimed; where it requeues reclaimed pools (`requeue`), each result also lists, under "requeued", the
+    admissions of what was asked again after each reclaim, written as a result is, without the id."""
+    results = []
+    for outcome in outcomes:
+        result = _result(outcome, quotas)
+        if requeue:
+            result["requeued"] = [_result(again, quotas, named=False) for again in outcome.requeued]
+        results.append(result)
+    return {"results": results}
 
 
-def _result(outcome: Outcome, quotas: bool) -> dict:
+def _result(outcome: Outcome, quotas: bool, *, named: bool = True) -> dict:
     told = {"borrowed": outcome.borrowed, "reclaimed_at": outcome.reclaimed_at} if quotas else {}
+    found = {"id": outcome.request} if named else {}
     if outcome.admitted_at is None:
-        return {"id": outcome.request, "admitted_at": None, **told}
-    return {
-        "id": outcome.request,
-        "admitted_at": outcome.admitted_at,
-        **write_changes(outcome.placement),
-        **told,
-    }
+        return {**found, "admitted_at": None, **told}
+    return {**found, "admitted_at": outcome.admitted_at, **write_changes(outcome.placement), **told}

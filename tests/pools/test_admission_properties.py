@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pools.placement.admission import Holding, Ledger, Quota, asked_slices, choose_victims, reclaim_candidates
 from pools.placement.replay import check
-from pools.placement.simulation import SimulationTrace, TimedRequest, held_until, simulate
+from pools.placement.simulation import SimulationTrace, TimedRequest, held_until, requeued_requests, simulate
 from tests.pools.test_placement_properties import PROPERTY, gpus_, requests_
 
 TENANTS = ("a", "b", "c")
@@ -53,24 +53,27 @@ def quota_traces(draw) -> SimulationTrace:
 
 
 def timeline(trace, outcomes):
-    """(second, +1 admitted / -1 given back, position), in the order the queue saw them."""
+    """(second, +1 admitted / -1 given back, order, the request), in the order the queue saw them; what was
+    asked again after a reclaim (where the trace requeues) too."""
     events = []
-    for position, (timed, outcome) in enumerate(zip(trace.requests, outcomes, strict=True)):
-        if outcome.admitted_at is None:
-            continue
-        events.append((outcome.admitted_at, 1, outcome.sequence, position))
-        events.append((held_until(timed, outcome), 0, 0, position))  # given back before that second's run
-    return sorted(events)
+    for timed, outcome in zip(trace.requests, outcomes, strict=True):
+        units = zip((timed, *requeued_requests(timed, outcome)), (outcome, *outcome.requeued), strict=True)
+        for asked, one in units:
+            if one.admitted_at is None:
+                continue
+            events.append((one.admitted_at, 1, one.sequence, asked))
+            events.append((held_until(asked, one), 0, 0, asked))  # given back before that second's run
+    return sorted(events, key=lambda event: event[:3])
 
 
 @PROPERTY
-@given(quota_traces())
-def test_no_tenant_ever_holds_beyond_its_limit_and_every_answer_keeps_the_rules(trace):
+@given(quota_traces(), st.booleans())
+def test_no_tenant_ever_holds_beyond_its_limit_and_every_answer_keeps_the_rules(trace, requeue):
+    trace = replace(trace, requeue_reclaimed=requeue)
     result = simulate(trace)
     assert check(trace, result.outcomes) == []
     books = Ledger(quotas=trace.quotas)
-    for _at, admitted, _order, position in timeline(trace, result.outcomes):
-        timed = trace.requests[position]
+    for _at, admitted, _order, timed in timeline(trace, result.outcomes):
         slices = asked_slices(timed.items, timed.group)
         if admitted:
             books.take(timed.tenant, None, slices)

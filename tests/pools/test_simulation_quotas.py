@@ -2,12 +2,14 @@
 "Quotas and end dates in the simulation trace"): fair share, limits, and reclaim with notice."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from django.core.management import call_command
 
 from pools.mig import FULL_GPU
 from pools.placement.admission import Quota
+from pools.placement.replay import check
 from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
 from pools.placement.timetrace import TraceError, read_simulation_trace, write_outcomes
 from pools.placement.types import Item
@@ -44,6 +46,36 @@ def test_a_guaranteed_request_reclaims_the_borrowed_pool_after_its_notice():
     assert result.summary.reclaimed == 1 and result.summary.p95_within_wait_seconds == 600
     # Served: b1 whole, b2 until reclaimed, a1 whole.
     assert result.summary.served_slice_hours == pytest.approx((14 * 5000 + 14 * 690 + 14 * 1000) / 3600)
+
+
+def test_a_reclaimed_pool_is_asked_again_for_what_its_hold_had_left_where_the_trace_requeues():
+    trace = SimulationTrace(
+        FOUR,
+        (timed("b1", 0, 5000, 2, "b"), timed("b2", 10, 5000, 2, "b"), timed("a1", 100, 1000, 2, "a")),
+        horizon=20_000,
+        quotas=halves(),
+        reclaim_notice_seconds=600,
+        requeue_reclaimed=True,
+    )
+    result = simulate(trace)
+    assert check(trace, result.outcomes) == []
+    b2 = outcomes(result)["b2"]
+    (again,) = b2.requeued
+    assert (b2.reclaimed_at, again.admitted_at, again.reclaimed_at) == (700, 1100 + 600, None)  # when a1 ends
+    assert len(again.placement.assignments) == 2 and again.borrowed
+    # Served: b1 whole, b2 until reclaimed, a1 whole, and what b2 had left once admitted again.
+    assert result.summary.served_slice_hours == pytest.approx(
+        (14 * 5000 + 14 * 690 + 14 * 1000 + 14 * (5010 - 700)) / 3600
+    )
+    written = write_outcomes(result.outcomes, quotas=True, requeue=True)["results"]
+    assert written[1]["requeued"][0]["admitted_at"] == 1700 and "id" not in written[1]["requeued"][0]
+    assert written[0]["requeued"] == []
+    # The replay check sees what was asked again: an answer that leaves it out, or keeps it where the
+    # trace does not requeue, is refused.
+    assert check(trace, [replace(o, requeued=()) for o in result.outcomes]) == [
+        "'b2' was reclaimed at 700 and not asked again."
+    ]
+    assert "does not requeue" in check(replace(trace, requeue_reclaimed=False), result.outcomes)[0]
 
 
 def test_a_reclaim_is_called_off_where_room_comes_free_first_and_the_pool_keeps_its_end():
@@ -156,6 +188,7 @@ def test_the_trace_reads_tenants_their_quotas_and_each_requests_tenant():
         ({"tenants.0.auto_approve": "yes"}, '"auto_approve" must be true or false'),
         ({"tenants.0.name": ""}, '"name" must be a non-empty string'),
         ({"reclaim_notice_seconds": "soon"}, '"reclaim_notice_seconds" must be'),
+        ({"requeue_reclaimed": "yes"}, '"requeue_reclaimed" must be true or false'),
     ],
 )
 def test_bad_tenants_and_quotas_are_refused_saying_where(change, words):

@@ -99,7 +99,7 @@ class Command(BaseCommand):
         result = simulate(trace)
         elapsed = time.perf_counter() - started
         # Built in full before anything is written, so a failure leaves standard output empty.
-        answer = write_outcomes(result.outcomes, quotas=bool(trace.quotas))
+        answer = write_outcomes(result.outcomes, quotas=bool(trace.quotas), requeue=trace.requeue_reclaimed)
         self.stdout.write(json.dumps(answer, ensure_ascii=False, indent=2))
         self.stderr.write(summary_text(result, elapsed))
 
