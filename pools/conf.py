@@ -41,6 +41,9 @@ settings = AppSettings(
     # The notice a borrowed pool is given, once chosen to make room for a request within a guarantee, before
     # it is released.
     RECLAIM_NOTICE_SECONDS=Setting.int(900, minimum=0),
+    # A pool released at its notice's end has its request asked again: approved as before, it waits in the
+    # queue for room, so that borrowed work comes back when capacity does instead of being lost.
+    RECLAIM_REQUEUE=Setting.bool(True),
     # --- The queue -------------------------------------------------------------------------------------
     # How often beat runs the queue (it runs after each approval and release too: capacity may have freed up).
     QUEUE_RUN_SECONDS=Setting.int(60, minimum=1),

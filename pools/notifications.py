@@ -68,6 +68,7 @@ def send_event_email(event_id: int) -> str:
             "request": request,
             "pool": event.pool,
             "link": settings.PORTAL_BASE_URL + link,
+            "requeue": settings.RECLAIM_REQUEUE,
         },
         language=mail.language_of(person),
     )

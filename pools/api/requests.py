@@ -65,6 +65,12 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     )
     waiting_reason = serializers.SerializerMethodField(help_text=_("Why it waits, in the reader's language."))
     pool = serializers.SerializerMethodField()
+    asked_again_for = serializers.IntegerField(
+        source="asked_again_for_id",
+        allow_null=True,
+        read_only=True,
+        help_text=_("The reclaimed pool whose work this request asks for again; else null."),
+    )
     estimated_hourly_cost = serializers.SerializerMethodField(
         help_text=_("Null while a price of one of the items is unknown.")
     )
@@ -89,6 +95,7 @@ class PoolRequestSerializer(serializers.ModelSerializer):
             "decided_at",
             "decision_reason",
             "pool",
+            "asked_again_for",
             "estimated_hourly_cost",
         ]
 

@@ -137,6 +137,16 @@ class PoolRequest(models.Model):
     waiting_reason = models.CharField(_("why it waits"), max_length=500, blank=True)
     # The same reason as its template and values, to show it in the reader's language.
     waiting_reason_data = models.JSONField(null=True, blank=True, editable=False)
+    # Where the request asks again for the work of a pool that was reclaimed (RECLAIM_REQUEUE).
+    asked_again_for = models.ForeignKey(
+        "Pool",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="asked_again",
+        editable=False,
+        verbose_name=_("asked again for pool"),
+    )
 
     objects = PoolRequestQuerySet.as_manager()
 

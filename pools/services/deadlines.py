@@ -32,6 +32,7 @@ from pools.models import Pool, PoolEvent, PoolState
 from pools.placement.reasons import Reason
 from pools.services.provisioning import close_release, fail_pool, release_locked
 from pools.services.replacement import redrive_moves
+from pools.services.requests import ask_again
 from pools.whatif.runs import fail_overdue_runs
 from portal import dispatch
 
@@ -93,9 +94,10 @@ def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
 
 
 def release_reclaimed(*, now: datetime | None = None) -> list[int]:
-    """Release every pool whose notice has ended, billing stopping at its `reclaim_at`; returns the pools
-    released. The release runs the queue, where the requests they were reclaimed for go first. Safe to run
-    twice at once: the second finds them released, or locked and being released."""
+    """Release every pool whose notice has ended, billing stopping at its `reclaim_at`, and ask its request
+    again (RECLAIM_REQUEUE); returns the pools released. The release runs the queue, where the requests they
+    were reclaimed for go first. Safe to run twice at once: the second finds them released, or locked and
+    being released."""
     now = now or timezone.now()
     with transaction.atomic():
         due = list(
@@ -108,6 +110,7 @@ def release_reclaimed(*, now: datetime | None = None) -> list[int]:
             release_locked(
                 pool, at=pool.reclaim_at, reason=Reason(NOTICE_ENDED, request=pool.reclaimed_for_id)
             )
+            ask_again(pool=pool)
     return [pool.pk for pool in due]
 
 

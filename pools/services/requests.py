@@ -16,9 +16,11 @@ from django.utils.translation import gettext_lazy, gettext_noop
 
 from pools import placement, task_names
 from pools.apps import APPROVE
+from pools.conf import settings
 from pools.models import (
     REQUEST_TRANSITIONS,
     Cluster,
+    Pool,
     PoolRequest,
     RequestItem,
     RequestState,
@@ -37,6 +39,7 @@ from portal.permissions import made_it_or_administers, require_pool_requester, r
 
 MAX_ITEMS = 20
 BY_POLICY = gettext_noop("approved by the policy: within the tenant's guarantee")
+ASKED_AGAIN = gettext_noop("asked again for the work of pool #%(pool)s, reclaimed: approved as it was before")
 CANCELLED = gettext_noop("was cancelled")
 REJECTED = gettext_noop("was rejected")
 PRIORITY_SET = gettext_noop("priority set to %(p)s")  # an event's reason, translated when shown
@@ -213,12 +216,56 @@ def judge_against_quotas(project: Project, checked: Sequence[tuple[Spec, int]], 
     """What items of a new request for `project` are against its tenant's quotas, counting what the tenant
     holds and what its approved requests still wait for: within the guarantee, borrowed, or beyond a limit.
     The request form tells it before sending, and submission acts on it."""
-    books, _holdings = ledger([project.tenant_id], waiting=True)
-    asked = asked_slices(
-        [placement.Item(spec.gpu_model, spec.profile, count) for spec, count in checked], purpose
+    return _judged(
+        project, [placement.Item(spec.gpu_model, spec.profile, count) for spec, count in checked], purpose
     )
-    verdict = books.verdict(project.tenant_id, project.pk, asked)
+
+
+def _judged(project: Project, items: Sequence[placement.Item], purpose: str) -> Judged:
+    books, _holdings = ledger([project.tenant_id], waiting=True)
+    verdict = books.verdict(project.tenant_id, project.pk, asked_slices(items, purpose))
     return Judged(verdict.kind, books.in_force, verdict)
+
+
+def ask_again(*, pool: Pool) -> PoolRequest | None:
+    """The request of a pool just released at its reclaim's end, asked again (RECLAIM_REQUEUE): the same
+    project, cluster, purpose, items, priority and requester, approved as that work was before, waiting in
+    the queue for room like any request (and cancelled like one where the work is done). In the caller's
+    transaction. None where the setting is off, the project can take no pool any more, or the request would
+    now go beyond a limit."""
+    original = (
+        PoolRequest.objects.select_related("project", "cluster", "submitted_by")
+        .prefetch_related("items")
+        .get(pk=pool.request_id)
+    )
+    project = original.project
+    items = [placement.Item(i.gpu_model, i.profile, i.count) for i in original.items.all()]
+    judged = _judged(project, items, original.purpose)
+    if not settings.RECLAIM_REQUEUE or namespace_problem(project) or judged.kind == BEYOND_LIMIT:
+        return None
+    request = PoolRequest.objects.create(
+        project=project,
+        cluster=original.cluster,
+        purpose=original.purpose,
+        justification=original.justification,
+        submitted_by=original.submitted_by,
+        priority=original.priority,
+        quota_verdict=judged.kind if judged.in_force else "",
+        asked_again_for=pool,
+    )
+    RequestItem.objects.bulk_create(
+        RequestItem(request=request, gpu_model=i.gpu_model, profile=i.profile, count=i.count)
+        for i in original.items.all()
+    )
+    reason = Reason(ASKED_AGAIN, pool=pool.pk)
+    record_event(
+        tenant_id=project.tenant_id,
+        request=request,
+        to_state=RequestState.SUBMITTED,
+        reason=str(reason),
+        reason_data=reason.as_data(),
+    )
+    return _approve(request, None, reason=reason)
 
 
 def asked_or_administers(user, request: PoolRequest) -> bool:
@@ -312,6 +359,7 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
 
 __all__ = [
     "approve_request",
+    "ask_again",
     "cancel_request",
     "judge_against_quotas",
     "reject_request",

@@ -161,6 +161,8 @@ def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
         "refresh": refresh_while(pool.state in selectors.MOVING_POOL_STATES),
         "borrowed": pool.pk in borrowed_pool_ids([pool.pk]),
         "notice_minutes": settings.RECLAIM_NOTICE_SECONDS // 60,
+        "requeue": settings.RECLAIM_REQUEUE,
+        "asked_again": pool.asked_again.order_by("pk").last(),
     }
     return render(request, "pools/pool_detail.html", context)
 

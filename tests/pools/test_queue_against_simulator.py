@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pools.models import Pool, PoolState
+from pools.models import Pool, PoolRequest, PoolState
 from pools.placement.admission import Quota
 from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
 from pools.placement.types import Item
@@ -40,9 +40,12 @@ def stream(seed: int, tenants) -> list[dict]:
     return found
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, approver, settings, seed):
+@pytest.mark.parametrize(
+    ("seed", "requeue"), [(1, False), (2, False), (3, False), (4, False), (1, True), (4, True)]
+)
+def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, approver, settings, seed, requeue):
     settings.RECLAIM_NOTICE_SECONDS = NOTICE
+    settings.RECLAIM_REQUEUE = requeue  # a reclaimed pool's request asked again, "name+" for "name"
     settings.QUEUE_BACKFILL_GRACE_SECONDS = 10**9  # the simulator's None: wall time plays no part
     people = {
         tenancy.acme.pk: (tenancy.vision, tenancy.acme_member),
@@ -57,7 +60,7 @@ def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, appro
     h100s = type(h100s)(tuple(g for g in h100s.gpus if g.model == H100))
     # The stream through the database, second by second as the simulator runs it. A request beyond a limit as
     # it is submitted is refused there: it never joins the queue, and is left out of the simulator's stream.
-    by_id = {r["id"]: r for r in asked}
+    hold = {r["id"]: r["hold"] for r in asked}
     requests, pools, ends, notices = {}, {}, {}, {}
     arrivals = list(asked)
     got: dict[str, dict] = {}
@@ -80,8 +83,12 @@ def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, appro
             last = max(Pool.objects.filter(pk__in=due).values_list("reclaim_at", flat=True))
             assert sorted(release_reclaimed(now=last)) == sorted(due)
             for pool_id in due:
-                got[pools[pool_id]]["reclaimed_at"] = notices.pop(pool_id)
+                name = pools[pool_id]
+                got[name]["reclaimed_at"] = notices.pop(pool_id)
                 del ends[pool_id]
+                for again in PoolRequest.objects.filter(asked_again_for_id=pool_id):
+                    requests[again.pk] = f"{name}+"
+                    hold[f"{name}+"] = got[name]["admitted_at"] + hold[name] - got[name]["reclaimed_at"]
         while arrivals and arrivals[0]["arrive"] <= now:
             r = arrivals.pop(0)
             project, person = people[r["tenant"]]
@@ -100,7 +107,7 @@ def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, appro
             gpus = set(pool.allocations.values_list("gpu_id", flat=True))
             got[name] = {"admitted_at": now, "gpus": {str(g) for g in gpus}, "reclaimed_at": None,
                          "borrowed": pool.request.quota_verdict == "borrowed"}  # fmt: skip
-            ends[pool.pk] = now + by_id[name]["hold"]
+            ends[pool.pk] = now + hold[name]
         for pool in Pool.objects.filter(state=PoolState.RECLAIMING).exclude(pk__in=list(notices)):
             notices[pool.pk] = now + NOTICE
         for pool_id in [p for p in notices if Pool.objects.get(pk=p).state == PoolState.ACTIVE]:
@@ -124,8 +131,13 @@ def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, appro
         horizon=10**6,
         quotas=quotas,
         reclaim_notice_seconds=NOTICE,
+        requeue_reclaimed=requeue,
     )
-    expected = {o.request: o for o in simulate(trace).outcomes}
+    expected = {}
+    for outcome in simulate(trace).outcomes:
+        expected[outcome.request] = outcome
+        for number, again in enumerate(outcome.requeued, 1):
+            expected[outcome.request + "+" * number] = again
     for name, outcome in expected.items():
         mine = got.get(name)
         if outcome.admitted_at is None:
@@ -141,3 +153,5 @@ def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, appro
         assert any(o.reclaimed_at for o in expected.values())
     if seed in (2, 3):
         assert refused
+    if requeue:  # and what was asked again was admitted again, alike
+        assert any(name.endswith("+") and got[name]["admitted_at"] for name in got)

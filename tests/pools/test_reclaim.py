@@ -93,10 +93,47 @@ def test_the_notice_is_e_mailed_and_the_sweeper_releases_what_is_due(split, tena
     (message,) = mail.outbox
     assert f"pool #{borrowed.pk}" in message.subject and "reclaimed" in message.subject
     assert borrowed.reclaim_at.strftime("%Y-%m-%d %H:%M") in message.body
+    assert "asked again" in message.body  # RECLAIM_REQUEUE: its request comes back to the queue
     report = sweep_stuck_pools(now=borrowed.reclaim_at + timedelta(seconds=30))
     assert report.reclaimed == [borrowed.pk]
     borrowed.refresh_from_db()
     assert borrowed.released_at == borrowed.reclaim_at
+
+
+@pytest.mark.parametrize("requeue", [True, False])
+def test_a_pool_released_at_its_notice_s_end_has_its_request_asked_again(
+    split, tenancy, approver, settings, client, requeue
+):
+    settings.RECLAIM_REQUEUE = requeue
+    _within, borrowed = split
+    original = PoolRequest.objects.get(pk=borrowed.request_id)
+    PoolRequest.objects.filter(pk=original.pk).update(priority=5, justification="nightly training")
+    request = ask(tenancy, approver)
+    admit_waiting()
+    release_reclaimed(now=Pool.objects.get(pk=borrowed.pk).reclaim_at)
+    again = PoolRequest.objects.filter(asked_again_for=borrowed).first()
+    if not requeue:
+        assert again is None
+        return
+    assert (again.state, again.project, again.submitted_by, again.priority) == (
+        RequestState.APPROVED,
+        original.project,
+        original.submitted_by,
+        5,
+    )
+    assert again.justification == "nightly training" and again.decided_by is None
+    assert [(i.gpu_model, i.profile, i.count) for i in again.items.all()] == [(H100, "full", 4)]
+    assert again.quota_verdict == "borrowed"  # Globex holds its guarantee with the other pool
+    assert f"pool #{borrowed.pk}" in again.events.get(to_state=RequestState.APPROVED).reason
+    admit_waiting()  # the capacity freed is the reclaiming request's; the one asked again waits for room
+    assert PoolRequest.objects.get(pk=request.pk).state == RequestState.FULFILLED
+    assert PoolRequest.objects.get(pk=again.pk).state == RequestState.QUEUED
+    client.force_login(tenancy.globex_member)
+    page = client.get(f"/t/{tenancy.globex.slug}/pools/{borrowed.pk}/").content.decode()
+    assert f"/t/{tenancy.globex.slug}/requests/{again.pk}/" in page
+    page = client.get(f"/t/{tenancy.globex.slug}/requests/{again.pk}/").content.decode()
+    assert f"/t/{tenancy.globex.slug}/pools/{borrowed.pk}/" in page
+    assert client.get(f"/api/v1/pool-requests/{again.pk}/").json()["asked_again_for"] == borrowed.pk
 
 
 @pytest.mark.parametrize("how", ["cancelled", "rejected", "admitted otherwise"])
