@@ -13,6 +13,10 @@ Words used here (placement words are pools/placement/engine.py's):
 - verdict of a request: `within` when what it asks fits in what its tenant's guarantee leaves in every key,
   `borrowed` when some of it goes beyond the guarantee but no limit, `beyond_limit` when it would take its
   tenant or project past a limit (refused at submit; at a queue run it waits, and never starves others).
+  The guarantee is an amount its tenant's requests share: what the requests before this one (at submission,
+  those approved; in a queue run, those ahead of it in queue order) still wait for counts against it, so
+  that a backlog does not make every request of it within, nor reclaim more than the guarantee. A limit
+  counts only what is held.
 - share: a tenant's dominant share, the largest held / guaranteed over the keys where it has a guarantee;
   infinite where it has none. Among equal priorities the tenant with the lowest share goes first, then the
   earliest arrival. Where no tenant has a guarantee, that is priority, then arrival.
@@ -158,7 +162,15 @@ class Ledger:
         found = self.quotas.get(tenant, {}).get(key)
         return found if found is not None else Quota(0, self.default_limit)
 
-    def verdict(self, tenant: Hashable, project: Hashable, asked: Mapping[Key, int]) -> QuotaVerdict:
+    def verdict(
+        self,
+        tenant: Hashable,
+        project: Hashable,
+        asked: Mapping[Key, int],
+        ahead: Mapping[Key, int] | None = None,
+    ) -> QuotaVerdict:
+        """`ahead`: what the tenant's requests before this one still wait for, per key. It counts against the
+        guarantee (they come first to it), not against a limit (only what is held does)."""
         borrowed = 0
         for key, slices in sorted(asked.items()):
             quota, held = self.quota(tenant, key), self.held[tenant][key]
@@ -167,7 +179,8 @@ class Ledger:
             limit = self.project_limits.get(project, {}).get(key)
             if limit is not None and self.project_held[project][key] + slices > limit:
                 return QuotaVerdict(BEYOND_LIMIT, key, slices, self.project_held[project][key], limit, True)
-            borrowed += min(slices, max(0, held + slices - quota.guaranteed))
+            before = held + (ahead or {}).get(key, 0)
+            borrowed += min(slices, max(0, before + slices - quota.guaranteed))
         return QuotaVerdict(BORROWED if borrowed else WITHIN, borrowed=borrowed)
 
     def share(self, tenant: Hashable) -> float:
@@ -391,9 +404,10 @@ def run_queue(
     starving: list[tuple[Claim, bool]] = []  # each with whether it is within its tenant's guarantee
     decisions: list[Admitted | Waits] = []
     taken: set[Hashable] = set()
+    ahead: dict[Hashable, Counter] = defaultdict(Counter)  # per tenant, what its requests so far wait for
     while rest:
         request, rest = rest[0], rest[1:]
-        verdict = ledger.verdict(request.tenant, request.project, request.asked)
+        verdict = ledger.verdict(request.tenant, request.project, request.asked, ahead[request.tenant])
         if verdict.kind == BEYOND_LIMIT:
             decisions.append(Waits(request, verdict.reason(owner(request, verdict.project))))
             continue
@@ -408,6 +422,7 @@ def run_queue(
             may_keep_out_of_the_way(request.claim.wanted, wanted) and room.room_out_of_the_way(request)
         ):
             decisions.append(Waits(request, Reason(BEHIND_OLDER)))
+            ahead[request.tenant].update(request.asked)
             continue
         found = room.place(request, rest[:window], reclaimable=verdict.kind == BORROWED and ledger.guarantees)
         if found.placed and (not blockers or room.out_of_the_way(found, wanted)):
@@ -417,6 +432,7 @@ def run_queue(
             if ledger.guarantees:
                 rest = queue_order(rest, ledger)
             continue
+        ahead[request.tenant].update(request.asked)
         if blockers:
             decisions.append(Waits(request, Reason(BEHIND_OLDER)))
             continue

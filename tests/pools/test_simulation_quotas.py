@@ -78,6 +78,23 @@ def test_a_reclaimed_pool_is_asked_again_for_what_its_hold_had_left_where_the_tr
     assert "does not requeue" in check(replace(trace, requeue_reclaimed=False), result.outcomes)[0]
 
 
+def test_a_tenant_s_guarantee_is_an_amount_its_waiting_requests_share_and_reclaim_only_once():
+    trace = SimulationTrace(
+        FOUR,
+        (
+            *(timed(f"b{n}", n, 5000, 1, "b") for n in range(1, 5)),  # b has no guarantee: all borrowed
+            timed("a1", 100, 1000, 2, "a"),  # within a's 14 slices
+            timed("a2", 100, 1000, 2, "a"),  # within them alone too, but not after a1, which comes first
+        ),
+        horizon=20_000,
+        quotas={"a": {("", H100): Quota(14, None)}, "b": {("", H100): Quota(0, None)}},
+        reclaim_notice_seconds=600,
+    )
+    found = outcomes(simulate(trace))
+    assert [found[f"b{n}"].reclaimed_at for n in range(1, 5)] == [None, None, 700, 700]  # the newest two
+    assert (found["a1"].admitted_at, found["a2"].admitted_at) == (700, 1700)  # a2 when a1 ends
+
+
 def test_a_reclaim_is_called_off_where_room_comes_free_first_and_the_pool_keeps_its_end():
     trace = SimulationTrace(
         FOUR,
