@@ -395,7 +395,7 @@ def run_queue(
     pools waits on. One that would not fit even with every borrowed pool released says so. What such a
     request would be placed on once its pools are released (or were) is held for it in the room
     (pools/placement/holds.py), in queue order, so that nobody else takes it during the notice. A request
-    that would borrow is placed as reclaimable work, apart from work within guarantees (plan.py).
+    that would borrow is placed as reclaimable work, which work within guarantees keeps off (plan.py).
     `owner(request, project)` names the request's tenant (or project) in a limit's reason."""
     rest = queue_order(waiting, ledger)
     for request in rest:  # in queue order: the capacity freed for a request is its own before the next's

@@ -267,10 +267,8 @@ def _use_partial(
     index = context.index
     for profile in list(need):
         gpus = [gpu for bucket in buckets for gpu in bucket.partial.get(profile, ())]
-        if context.reclaimable:
-            gpus.sort(key=lambda gpu: -_tenants(index.gpus[gpu]))
-        else:
-            gpus.sort(key=lambda gpu: (_reclaimable_only(index.gpus[gpu]), -_tenants(index.gpus[gpu])))
+        apart = not context.reclaimable
+        gpus.sort(key=lambda gpu: (apart and _reclaimable_only(index.gpus[gpu]), -_tenants(index.gpus[gpu])))
         for gpu in gpus:
             need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
             if not need[profile]:

@@ -14,8 +14,11 @@ Words used here (placement words are pools/placement/engine.py's):
   by priority and fair share, holds no tenant past its limit, and reclaims for a request within its tenant's
   guarantee: the borrowed pools chosen get `reclaim_notice_seconds` of notice, and at its end give their
   instances back (their hold cut short: `reclaimed_at`), the run at that second admitting the request first.
-  Where the request is admitted otherwise first, its pools keep their own end. A request's `declared_hold`
-  (its end date) caps its hold.
+  Where the request is admitted otherwise first, its pools keep their own end. What the request would be
+  placed on once they are released is held for it meanwhile (pools/placement/holds.py), and borrowed pools'
+  instances are marked reclaimable, as the queue marks them. With `requeue_reclaimed`, a pool reclaimed at
+  its notice's end has its request asked again then, for what its hold had left (the answer's `requeued`).
+  A request's `declared_hold` (its end date) caps its hold.
 - re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
   as in the queue; by the next run its MIG manager is done. The trace's own marks count for the first run.
   Each run reads the fleet afresh, as the queue reads its snapshot from the database.

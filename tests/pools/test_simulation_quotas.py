@@ -30,14 +30,20 @@ def outcomes(result) -> dict:
     return {o.request: o for o in result.outcomes}
 
 
-def test_a_guaranteed_request_reclaims_the_borrowed_pool_after_its_notice():
-    trace = SimulationTrace(
+def b_lends_then_a_asks(**options) -> SimulationTrace:
+    """b holds the four GPUs, two of them borrowed; then a asks for its guarantee, two."""
+    return SimulationTrace(
         FOUR,
         (timed("b1", 0, 5000, 2, "b"), timed("b2", 10, 5000, 2, "b"), timed("a1", 100, 1000, 2, "a")),
         horizon=20_000,
         quotas=halves(),
         reclaim_notice_seconds=600,
+        **options,
     )
+
+
+def test_a_guaranteed_request_reclaims_the_borrowed_pool_after_its_notice():
+    trace = b_lends_then_a_asks()
     result = simulate(trace)
     found = outcomes(result)
     assert (found["b1"].borrowed, found["b2"].borrowed) == (False, True)
@@ -49,14 +55,7 @@ def test_a_guaranteed_request_reclaims_the_borrowed_pool_after_its_notice():
 
 
 def test_a_reclaimed_pool_is_asked_again_for_what_its_hold_had_left_where_the_trace_requeues():
-    trace = SimulationTrace(
-        FOUR,
-        (timed("b1", 0, 5000, 2, "b"), timed("b2", 10, 5000, 2, "b"), timed("a1", 100, 1000, 2, "a")),
-        horizon=20_000,
-        quotas=halves(),
-        reclaim_notice_seconds=600,
-        requeue_reclaimed=True,
-    )
+    trace = b_lends_then_a_asks(requeue_reclaimed=True)
     result = simulate(trace)
     assert check(trace, result.outcomes) == []
     b2 = outcomes(result)["b2"]
