@@ -233,6 +233,8 @@ def ask_again(*, pool: Pool) -> PoolRequest | None:
     the queue for room like any request (and cancelled like one where the work is done). In the caller's
     transaction. None where the setting is off, the project can take no pool any more, or the request would
     now go beyond a limit."""
+    if not settings.RECLAIM_REQUEUE:
+        return None
     original = (
         PoolRequest.objects.select_related("project", "cluster", "submitted_by")
         .prefetch_related("items")
@@ -241,7 +243,7 @@ def ask_again(*, pool: Pool) -> PoolRequest | None:
     project = original.project
     items = [placement.Item(i.gpu_model, i.profile, i.count) for i in original.items.all()]
     judged = _judged(project, items, original.purpose)
-    if not settings.RECLAIM_REQUEUE or namespace_problem(project) or judged.kind == BEYOND_LIMIT:
+    if namespace_problem(project) or judged.kind == BEYOND_LIMIT:
         return None
     request = PoolRequest.objects.create(
         project=project,
