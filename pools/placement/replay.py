@@ -3,7 +3,10 @@
 It replays the outcomes on the trace's fleet in time order: at each admission time, first the releases due by
 then, then that time's admissions (each applied as engine.apply applies it, which refuses a layout change on
 a GPU that holds work, an invalid layout, and an instance or GPU given twice), then the releases of what was
-admitted there with a hold of 0 — the order pools/placement/simulation.py runs them in. A queue run admits
+admitted there with a hold of 0 — the order pools/placement/simulation.py runs them in. Where a second saw
+more than one queue run (a pool reclaimed with no notice frees room for another run), the outcomes say which
+run admitted each (`run`), and each run's admissions come after the releases the run before it made. A
+queue run admits
 in queue order (priority and fair share): that second's admissions are taken in the order the outcomes
 say (`sequence`) where they say it; else (an answer read from JSON, which does not write it down) those
 with re-cuts first (an admission on a GPU re-cut in that second came after the re-cut), in arrival order,
@@ -56,7 +59,7 @@ def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
         problems += _requeued(trace, timed, outcome)
         again = requeued_requests(timed, outcome)
         units += zip(again, outcome.requeued[: len(again)], strict=True)
-    admitted: list[tuple[int, int]] = []  # (admission time, unit)
+    admitted: list[tuple[int, int, int]] = []  # (admission time, queue run, unit)
     for unit, (timed, outcome) in enumerate(units):
         if outcome.admitted_at is None:
             if outcome.placement.placed:
@@ -71,10 +74,10 @@ def check(trace: SimulationTrace, outcomes: Sequence[Outcome]) -> list[str]:
             continue
         problems += [f"{_name(timed, outcome)}: {p}" for p in _admission(trace, timed, outcome)]
         problems += [f"{_name(timed, outcome)}: {p}" for p in _fulfils(timed, outcome.placement, gpus)]
-        admitted.append((at, unit))
+        admitted.append((at, outcome.run or 0, unit))
     events = {timed.arrive for timed, _outcome in units}
-    events |= {held_until(*units[unit]) for _at, unit in admitted}
-    for at, unit in admitted:
+    events |= {held_until(*units[unit]) for _at, _run, unit in admitted}
+    for at, _run, unit in admitted:
         if at not in events:
             problems.append(
                 f"{_name(*units[unit])}: nothing arrived or was released at {at}, so no queue ran then."
@@ -154,18 +157,18 @@ def _listed(counts: Counter[tuple[str, str]]) -> str:
 
 
 def _replay(
-    fleet: Fleet, units: Sequence[tuple[TimedRequest, Outcome]], admitted: list[tuple[int, int]]
+    fleet: Fleet, units: Sequence[tuple[TimedRequest, Outcome]], admitted: list[tuple[int, int, int]]
 ) -> list[str]:
     outcomes = [outcome for _timed, outcome in units]
     problems: list[str] = []
     holding: list[tuple[int, int]] = []  # heap of (release time, position) of what the fleet holds now
     number = 0
     while number < len(admitted):
-        at = admitted[number][0]
+        at, run = admitted[number][:2]
         fleet = _release_until(fleet, holding, at, outcomes, problems)
         left = []
-        while number < len(admitted) and admitted[number][0] == at:
-            left.append(admitted[number][1])
+        while number < len(admitted) and admitted[number][:2] == (at, run):
+            left.append(admitted[number][2])
             number += 1
         # In the order they were admitted where the outcomes say it; else re-cuts first (an admission on a GPU
         # re-cut in the same second came after the re-cut).

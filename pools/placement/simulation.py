@@ -131,6 +131,8 @@ class Outcome:
     reclaimed_at: int | None = None  # when its notice ended and its instances were given back, if reclaimed
     # How many were admitted before it (a run admits in queue order): the replay's, not part of the answer.
     sequence: int | None = field(default=None, compare=False)
+    # Which queue run admitted it (a second may see several, the releases between them): the replay's too.
+    run: int | None = field(default=None, compare=False)
     # Where reclaimed pools are requeued: each later admission of what its hold had left, in order.
     requeued: tuple[Outcome, ...] = ()
 
@@ -345,6 +347,8 @@ class _Queue:
         self.order: dict[int, int] = {}  # position -> how many were admitted before it
         self.marked: set[int] = set()  # live pools whose instances the fleet marks reclaimable
         self.holds = Holds()  # GPUs held in this run for requests that reclaimed them
+        self.runs = 0  # queue runs so far
+        self.run_of: dict[int, int] = {}  # position -> the run that admitted it
         self._buckets = buckets
         for timed in self.trace.requests:
             self._add(timed)
@@ -433,6 +437,7 @@ class _Queue:
         """One queue run under the admission policy (pools/placement/admission.py), this queue its room."""
         self._demand = None  # counted once per run, and only if something is placed
         self._now = now
+        self.runs += 1
         self._stamp(self.holds.clear())
         waiting = [self._waiting(position, now) for position in self.waiting]
         holdings = self._holdings() if self.ledger.guarantees else []
@@ -587,6 +592,7 @@ class _Queue:
             self._stranded_now = None
         self.admitted[position] = (now, placement)
         self.order[position] = len(self.order)  # admissions of one second keep the order they came in
+        self.run_of[position] = self.runs
         self.due[position] = now + self.requests[position].held_for
         heapq.heappush(self.releases, (self.due[position], position))
 
@@ -642,7 +648,15 @@ class _Queue:
             return Outcome(timed.id, None, Placement(timed.id, False, reason=reason))
         at, placement = self.admitted[position]
         reclaimed = self.reclaimed_at.get(position)
-        return Outcome(timed.id, at, placement, position in self.borrowed, reclaimed, self.order[position])
+        return Outcome(
+            timed.id,
+            at,
+            placement,
+            position in self.borrowed,
+            reclaimed,
+            self.order[position],
+            run=self.run_of[position],
+        )
 
 
 def p95(waits: Sequence[int]) -> int | None:

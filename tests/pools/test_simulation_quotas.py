@@ -94,6 +94,26 @@ def test_a_tenant_s_guarantee_is_an_amount_its_waiting_requests_share_and_reclai
     assert (found["a1"].admitted_at, found["a2"].admitted_at) == (700, 1700)  # a2 when a1 ends
 
 
+def test_a_second_run_in_one_second_is_replayed_after_the_releases_before_it():
+    # At 5: a run admits r2 (held for 0 s) and reclaims b's r0 with no notice for r5; the run that follows
+    # in that second admits r5 where r0 was, and r3 where r2 was, once both are given back.
+    two = fleet(gpu("g0", off=True, node="n0"), gpu("g1", off=True, node="n0"))
+    full = [timed("r0", 0, 30, 1, "b"), *(timed(f"r{n}", 0, 0, 1, "a") for n in range(1, 5))]
+    ones = TimedRequest("r5", 5, 0, (Item(H100, "1g.10gb", 1),), None, "a")
+    trace = SimulationTrace(
+        two,
+        (*full, ones),
+        horizon=50,
+        quotas={"a": {("", H100): Quota(8, 8)}, "b": {}},
+        reclaim_notice_seconds=0,
+    )
+    result = simulate(trace)
+    found = outcomes(result)
+    assert (found["r0"].reclaimed_at, found["r2"].admitted_at, found["r3"].admitted_at) == (5, 5, 5)
+    assert found["r3"].run > found["r2"].run
+    assert check(trace, result.outcomes) == []
+
+
 def test_a_reclaim_is_called_off_where_room_comes_free_first_and_the_pool_keeps_its_end():
     trace = SimulationTrace(
         FOUR,
