@@ -207,6 +207,10 @@ class Ledger:
             found[holding.pool] = beyond
         return found
 
+    def borrowed_pools(self, holdings: Iterable[Holding]) -> set[Hashable]:
+        """The pools of `holdings` that hold borrowed slices (`borrowed`), counted over all of them."""
+        return {pool for pool, beyond in self.borrowed(holdings).items() if any(beyond.values())}
+
     def take(self, tenant: Hashable, project: Hashable, slices: Mapping[Key, int]) -> None:
         self.held[tenant].update(slices)
         self.project_held[project].update(slices)

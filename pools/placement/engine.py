@@ -20,7 +20,7 @@ and the plain data in pools/placement/types.py.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
 
@@ -31,7 +31,7 @@ from pools.placement.plan import QUEUE_WINDOW, plan_request, wanted_by_model
 from pools.placement.reasons import shortfall as cluster_shortfall
 from pools.placement.types import Assignment, Fleet, Gpu, Placement, Reconfigure, Request, Slot
 
-__all__ = ["apply", "fleet_index", "place", "place_all", "shortfall", "validate_request"]
+__all__ = ["apply", "fleet_index", "place", "place_all", "shortfall", "validate_request", "with_gpus"]
 
 
 def fleet_index(fleet: Fleet) -> FleetIndex:
@@ -154,8 +154,14 @@ def apply(fleet: Fleet, placement: Placement) -> Fleet:
         for position in index.nodes[node]:
             if not gpus[position].reconfiguring:
                 gpus[position] = replace(gpus[position], reconfiguring=True)
+    return with_gpus(fleet, gpus, changed, nodes)
+
+
+def with_gpus(fleet: Fleet, gpus: Sequence[Gpu], changed: Iterable[int], reconfiguring=()) -> Fleet:
+    """The fleet of `gpus`, which differ from `fleet`'s only at the `changed` positions, with `fleet`'s index
+    carried forward to it (a cache on the immutable fleet): how apply, release and the like make a fleet."""
     after = Fleet(tuple(gpus))
-    object.__setattr__(after, "_index", index.updated(after.gpus, changed, nodes))
+    object.__setattr__(after, "_index", fleet_index(fleet).updated(after.gpus, changed, reconfiguring))
     return after
 
 

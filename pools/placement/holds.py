@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Iterable
 from dataclasses import replace
 
-from pools.placement.engine import fleet_index
+from pools.placement.engine import fleet_index, with_gpus
 from pools.placement.types import Fleet, Placement
 
 __all__ = ["Holds", "fence", "placement_gpus"]
@@ -37,9 +37,7 @@ def fence(fleet: Fleet, gpus: Collection[str]) -> Fleet:
     found = list(fleet.gpus)
     for position in positions:
         found[position] = replace(found[position], schedulable=False)
-    after = Fleet(tuple(found))
-    object.__setattr__(after, "_index", index.updated(after.gpus, positions, ()))
-    return after
+    return with_gpus(fleet, found, positions)
 
 
 class Holds:

@@ -60,7 +60,7 @@ from pools.placement.admission import (
 )
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
-from pools.placement.engine import apply, fleet_index, place
+from pools.placement.engine import apply, fleet_index, place, with_gpus
 from pools.placement.holds import Holds
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Request
@@ -232,10 +232,7 @@ def release(fleet: Fleet, placement: Placement) -> Fleet:
             raise ValueError(f"The placement names GPU {assignment.gpu!r}, which is not in the fleet.")
         gpus[position] = _free(gpus[position], assignment)
         changed.add(position)
-    after = Fleet(tuple(gpus))
-    # The index carried forward as engine.apply carries it: a cache on the immutable fleet.
-    object.__setattr__(after, "_index", index.updated(after.gpus, changed, ()))
-    return after
+    return with_gpus(fleet, gpus, changed)
 
 
 def mark(fleet: Fleet, placement: Placement, *, reclaimable: bool) -> Fleet:
@@ -256,9 +253,7 @@ def mark(fleet: Fleet, placement: Placement, *, reclaimable: bool) -> Fleet:
             ),
         )
         changed.add(position)
-    after = Fleet(tuple(gpus))
-    object.__setattr__(after, "_index", index.updated(after.gpus, changed, ()))
-    return after
+    return with_gpus(fleet, gpus, changed)
 
 
 def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
@@ -467,7 +462,7 @@ class _Queue:
     def _mark_borrowed(self, holdings: list[Holding]) -> None:
         """The instances of the pools borrowed now marked reclaimable in the fleet, the rest not, as the
         queue's snapshot marks them (a pool turns within as its tenant's earlier pools end)."""
-        now = {pool for pool, beyond in self.ledger.borrowed(holdings).items() if any(beyond.values())}
+        now = self.ledger.borrowed_pools(holdings)
         for position in now.symmetric_difference(self.marked):
             if position in self.due:
                 self.fleet = mark(self.fleet, self.admitted[position][1], reclaimable=position in now)

@@ -257,7 +257,7 @@ def borrowed_pool_ids(pool_ids: Iterable[int]) -> set[int]:
     if not tenants:
         return set()
     books, found = ledger(tenants)
-    return {pool for pool, beyond in books.borrowed(found).items() if any(beyond.values()) and pool in ids}
+    return books.borrowed_pools(found) & ids
 
 
 def approves_within_guarantee(tenant_id: int) -> bool:

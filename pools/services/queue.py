@@ -200,11 +200,7 @@ def admit_waiting() -> list[Admission]:
         books, holdings = ledger()
         # Borrowed pools are marked in the fleet, so that placement keeps work within guarantees apart from
         # them and a reclaim frees GPUs whole (pools/placement/plan.py).
-        borrowed = (
-            {pool for pool, beyond in books.borrowed(holdings).items() if any(beyond.values())}
-            if books.guarantees
-            else set()
-        )
+        borrowed = books.borrowed_pools(holdings) if books.guarantees else set()
         room = _Clusters(
             requests, clusters, grouped, fleet_snapshot(clusters, grouped, borrowed), queue_demand(now=now)
         )

@@ -179,20 +179,15 @@ def submit_request(
             % {"why": render_reason(judged.refusal(project).as_data())}
         )
     with transaction.atomic():
-        request = PoolRequest.objects.create(
-            project=project,
+        request = _file(
+            project,
+            [placement.Item(spec.gpu_model, spec.profile, count) for spec, count in checked],
+            judged,
+            actor=user,
             cluster=cluster,
             purpose=purpose,
             justification=justification,
             submitted_by=user,
-            quota_verdict=judged.kind if judged.in_force else "",
-        )
-        RequestItem.objects.bulk_create(
-            RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
-            for spec, count in checked
-        )
-        record_event(
-            tenant_id=project.tenant_id, request=request, actor=user, to_state=RequestState.SUBMITTED
         )
         if judged.kind == WITHIN and judged.in_force and approves_within_guarantee(project.tenant_id):
             _approve(request, None, reason=Reason(BY_POLICY))
@@ -245,29 +240,39 @@ def ask_again(*, pool: Pool) -> PoolRequest | None:
     judged = _judged(project, items, original.purpose)
     if namespace_problem(project) or judged.kind == BEYOND_LIMIT:
         return None
-    request = PoolRequest.objects.create(
-        project=project,
+    reason = Reason(ASKED_AGAIN, pool=pool.pk)
+    request = _file(
+        project,
+        items,
+        judged,
+        actor=None,
+        reason=reason,
         cluster=original.cluster,
         purpose=original.purpose,
         justification=original.justification,
         submitted_by=original.submitted_by,
         priority=original.priority,
-        quota_verdict=judged.kind if judged.in_force else "",
         asked_again_for=pool,
     )
-    RequestItem.objects.bulk_create(
-        RequestItem(request=request, gpu_model=i.gpu_model, profile=i.profile, count=i.count)
-        for i in original.items.all()
-    )
-    reason = Reason(ASKED_AGAIN, pool=pool.pk)
-    record_event(
-        tenant_id=project.tenant_id,
-        request=request,
-        to_state=RequestState.SUBMITTED,
-        reason=str(reason),
-        reason_data=reason.as_data(),
-    )
     return _approve(request, None, reason=reason)
+
+
+def _file(
+    project: Project, items: Sequence[placement.Item], judged: Judged, *, actor, reason=None, **fields
+) -> PoolRequest:
+    """A new request of `project` for `items`, with its verdict against the quotas and its submitted event
+    (`reason` a Reason, where one says why); in the caller's transaction."""
+    request = PoolRequest.objects.create(
+        project=project, quota_verdict=judged.kind if judged.in_force else "", **fields
+    )
+    RequestItem.objects.bulk_create(
+        RequestItem(request=request, gpu_model=i.model, profile=i.profile, count=i.count) for i in items
+    )
+    told = {"reason": str(reason), "reason_data": reason.as_data()} if reason else {}
+    record_event(
+        tenant_id=project.tenant_id, request=request, actor=actor, to_state=RequestState.SUBMITTED, **told
+    )
+    return request
 
 
 def asked_or_administers(user, request: PoolRequest) -> bool:
