@@ -14,7 +14,7 @@ the next one's, and they end when the request is admitted. Pure: plain data in a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable
 from dataclasses import replace
 
 from pools.placement.engine import fleet_index, with_gpus
@@ -47,9 +47,6 @@ class Holds:
         self._held: dict[Hashable, frozenset[str]] = {}
         self._views: dict[tuple[int, Hashable], tuple[Fleet, Fleet]] = {}
 
-    def __bool__(self) -> bool:
-        return bool(self._held)
-
     def hold(self, request: Hashable, placement: Placement) -> frozenset[str]:
         """Keep for `request` the GPUs of `placement` (where it would go); returns them."""
         gpus = placement_gpus(placement) if placement.placed else frozenset()
@@ -71,9 +68,6 @@ class Holds:
         self._held.clear()
         self._views.clear()
         return gpus
-
-    def held(self) -> Iterable[frozenset[str]]:
-        return self._held.values()
 
     def view(self, fleet: Fleet, request: Hashable) -> Fleet:
         """`fleet` as `request` sees it: the GPUs held for other requests out of its reach."""
