@@ -1,9 +1,10 @@
 """Metering arithmetic: which periods have ended, and how many seconds of each spec a pool held in one.
 
 Time is cut into fixed periods of `period` seconds counted from the Unix epoch (UTC), so a period
-starts at a multiple of `period`. A pool holds its items from the moment its capacity was reserved
-until it was released (or failed); both moments count in whole seconds (fractions dropped), so the
-seconds metered over all periods add up to exactly `released - reserved` per instance held.
+starts at a multiple of `period`. Each allocation of a pool is held from the moment it was reserved
+until it was released (or its pool failed), or until its pool's end date where that comes first; both
+moments count in whole seconds (fractions dropped), so the seconds metered over all periods add up to
+exactly `until - reserved` per instance held.
 
 Plain data in and out: no Django, no clock, no database.
 """
@@ -11,13 +12,14 @@ Plain data in and out: no Django, no clock, no database.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 
 @dataclass(frozen=True)
 class Holding:
-    """`count` instances of one spec held by a pool from `reserved` to `released` (None: still held)."""
+    """`count` instances of one spec held by a pool from `reserved` to `released` (None: still held), or to
+    `ends` (the pool's end date) where that comes first."""
 
     pool_id: int
     gpu_model: str
@@ -25,6 +27,14 @@ class Holding:
     count: int
     reserved: int  # whole seconds since the epoch
     released: int | None
+    ends: int | None = None
+
+    @property
+    def until(self) -> int | None:
+        """The second billing stops; None while it runs on."""
+        if self.ends is None or self.released is None:
+            return self.released if self.ends is None else self.ends
+        return min(self.released, self.ends)
 
 
 @dataclass(frozen=True)
@@ -67,14 +77,27 @@ def ended_periods(first: int, now: int, period: int, delay: int = 0) -> range:
 def held(holding: Holding, start: int, period: int) -> int:
     """Seconds of [start, start + period) in which the holding was held."""
     end = start + period
-    until = end if holding.released is None else min(holding.released, end)
+    until = end if holding.until is None else min(holding.until, end)
     return max(0, until - max(holding.reserved, start))
 
 
 def usage_in_period(holdings: Iterable[Holding], start: int, period: int) -> list[Usage]:
-    """One usage per holding that held anything in the period."""
+    """One usage per pool and spec that held anything in the period (`merged`)."""
     seconds = ((holding, held(holding, start, period)) for holding in holdings)
-    return [_usage(holding, start, held_for) for holding, held_for in seconds if held_for]
+    return merged(_usage(holding, start, held_for) for holding, held_for in seconds if held_for)
+
+
+def merged(usages: Iterable[Usage]) -> list[Usage]:
+    """One usage per pool, spec and period: the holdings of a pool's instances of one spec reserved or
+    released at different moments (a resize, a move) add up, their counts and their seconds."""
+    found: dict[tuple, Usage] = {}
+    for usage in usages:
+        key = (usage.pool_id, usage.gpu_model, usage.profile, usage.period_start)
+        before = found.get(key)
+        found[key] = usage if before is None else replace(
+            before, count=before.count + usage.count, seconds=before.seconds + usage.seconds
+        )
+    return list(found.values())
 
 
 def _usage(holding: Holding, start: int, seconds: int) -> Usage:
@@ -88,10 +111,10 @@ def held_periods(holding: Holding, starts: range) -> range:
     """The starts among `starts` (period starts, `starts.step` apart) of the periods in which the holding
     held anything: from the period of its reservation to the one holding its release."""
     period = starts.step
-    if holding.released is not None and holding.released <= holding.reserved:
+    if holding.until is not None and holding.until <= holding.reserved:
         return range(starts.start, starts.start, period)
     first = max(starts.start, period_start(holding.reserved, period))
-    stop = starts.stop if holding.released is None else min(starts.stop, holding.released)
+    stop = starts.stop if holding.until is None else min(starts.stop, holding.until)
     return range(first, max(first, stop), period)
 
 
@@ -106,7 +129,7 @@ def usage_in_periods(holdings: Iterable[Holding], starts: range) -> list[Usage]:
         found.extend(
             _usage(holding, start, held(holding, start, period)) for start in held_periods(holding, starts)
         )
-    return found
+    return merged(found)
 
 
 def bounded(holdings: Sequence[Holding], starts: range, records: int) -> range:
@@ -130,5 +153,5 @@ def bounded(holdings: Sequence[Holding], starts: range, records: int) -> range:
 
 def billable_seconds(holding: Holding, until: int) -> int:
     """Instance-seconds the holding is billed for up to `until` (the sum of its usages up to there)."""
-    end = until if holding.released is None else min(holding.released, until)
+    end = until if holding.until is None else min(holding.until, until)
     return holding.count * max(0, end - holding.reserved)

@@ -1,7 +1,7 @@
 """Billing's state changes: metering (usage records per pool, spec and period) and prices.
 
-Metering reads each ended period's holdings (the items of every pool whose reservation overlaps
-it), counts their seconds with `billing.metering`, copies the price in force at the period's
+Metering reads each ended period's holdings (the allocations held in it, each from its own reservation to
+its own release or its pool's end date), counts their seconds with `billing.metering`, copies the price in force at the period's
 start, and writes the records with the unique constraint as the guard: a second, concurrent or
 late run writes nothing twice. Periods are metered oldest first, from the one after the last
 metered period, so a run after an outage catches up on every period it missed.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
@@ -32,7 +32,7 @@ from billing import metering
 from billing.conf import settings
 from billing.models import MeteredPeriod, Price, PriceList
 from billing.prices import check_price, in_force_over, metered_until
-from pools.models import Pool, RequestItem
+from pools.models import Allocation, Pool
 from portal import audit
 
 log = logging.getLogger(__name__)
@@ -112,19 +112,7 @@ def _meter_part(starts: range) -> tuple[range, int]:
         # Runs queue up here; the later one finds the periods metered and writes nothing for them.
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [METERING_LOCK])
-        holdings = [
-            metering.Holding(
-                pool_id, model, profile, count, metering.whole_seconds(reserved),
-                None if released is None else metering.whole_seconds(released),
-            )
-            for pool_id, model, profile, count, reserved, released in RequestItem.objects.filter(
-                Q(request__pool__released_at__isnull=True) | Q(request__pool__released_at__gt=begins),
-                request__pool__reserved_at__lt=ends,
-            ).values_list(
-                "request__pool__id", "gpu_model", "profile", "count",
-                "request__pool__reserved_at", "request__pool__released_at",
-            )
-        ]  # fmt: skip
+        holdings = allocation_holdings(begins=begins, ends=ends)
         part = metering.bounded(holdings, starts, RECORDS_PER_TRANSACTION)
         last = metering.moment(part[-1])
         done = {
@@ -139,6 +127,41 @@ def _meter_part(starts: range) -> tuple[range, int]:
         usages = [u for u in metering.usage_in_periods(holdings, part) if u.period_start not in done]
         _write(usages, todo, prices=in_force_over(begins, last))
     return part, len(usages)
+
+
+def allocation_holdings(
+    *, begins: datetime, ends: datetime, pools: QuerySet | None = None
+) -> list[metering.Holding]:
+    """What the allocations of every pool (or of `pools`) held in [begins, ends): each allocation from its
+    own reservation to its own release, or to its pool's end date where that comes first, so that billing
+    stops exactly at the end even before the pool is released (the sweeper runs late, or the workers were
+    down). Allocations of one pool and spec reserved and released together are one holding of their count."""
+    rows = Allocation.objects.filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=begins), allocated_at__lt=ends
+    )
+    if pools is not None:
+        rows = rows.filter(pool__in=pools)
+    found = (
+        rows.values_list("pool_id", "gpu__model", "profile", "allocated_at", "released_at", "pool__end_at")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    return [
+        metering.Holding(
+            pool_id,
+            model,
+            profile,
+            count,
+            metering.whole_seconds(reserved),
+            _seconds(released),
+            _seconds(end),
+        )
+        for pool_id, model, profile, reserved, released, end, count in found
+    ]
+
+
+def _seconds(moment: datetime | None) -> int | None:
+    return None if moment is None else metering.whole_seconds(moment)
 
 
 # Rows travel as one array per column: a model instance per row would cost more than the rest of

@@ -11,7 +11,8 @@ Words:
   number that leaves that usage out.
 
 A month is the calendar month in BILLING_TIME_ZONE; a period belongs to the month where it starts, as on
-invoices. The projection assumes that what is held now stays held, at today's prices, to the month's end.
+invoices. The projection assumes that what is held now stays held, at today's prices, to the month's end or
+its pool's end date, whichever comes first.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from billing.conf import settings
 from billing.models import Price, UsageRecord
 from billing.prices import valid_during
 from billing.selectors import month_bounds
-from billing.services import first_unmetered
-from pools.models import Pool, RequestItem
+from billing.services import allocation_holdings, first_unmetered
+from pools.models import Pool
 
 HOUR = invoicing.HOUR
 ZERO = Decimal(0)
@@ -48,7 +49,7 @@ class Spend:
     ever_ps: Decimal | None = ZERO
     rate: Decimal | None = ZERO  # per hour, of what is held now
     holding: bool = False
-    seconds_left: int = 0  # from now to the month's end
+    ahead_ps: Decimal | None = ZERO  # what is held now adds from now to the month's end (or its pool's end)
 
     @property
     def to_date(self) -> Decimal | None:
@@ -60,9 +61,9 @@ class Spend:
 
     @property
     def projected(self) -> Decimal | None:
-        if self.month_ps is None or self.rate is None:
+        if self.month_ps is None or self.ahead_ps is None:
             return None
-        return (self.month_ps + self.rate * self.seconds_left) / HOUR
+        return (self.month_ps + self.ahead_ps) / HOUR
 
     def __add__(self, other: Spend) -> Spend:
         return Spend(
@@ -70,7 +71,7 @@ class Spend:
             _add(self.ever_ps, other.ever_ps),
             _add(self.rate, other.rate),
             self.holding or other.holding,
-            max(self.seconds_left, other.seconds_left),
+            _add(self.ahead_ps, other.ahead_ps),
         )
 
 
@@ -123,7 +124,7 @@ def pool_spend(*, pools: QuerySet[Pool], now: datetime | None = None, ever: bool
     # The first period that starts in the month (the month starts on a period boundary where the zone's
     # offset is whole hours).
     month_from = _next_period_start(month_start, period)
-    left = max(0, metering.whole_seconds(month_end) - now_s)
+    month_end_s = metering.whole_seconds(month_end)
     ids = pools.values("pk")
     found: dict[int, Spend] = {}
 
@@ -149,13 +150,12 @@ def pool_spend(*, pools: QuerySet[Pool], now: datetime | None = None, ever: bool
         found[row["pool_id"]] = Spend(
             month_ps=None if row["month_unpriced"] else row["month"] or ZERO,
             ever_ps=None if row["ever_unpriced"] else row["ever"] or ZERO,
-            seconds_left=left,
         )
 
     first = first_unmetered()
     tail_from = now_s if first is None else (first if ever else max(first, month_from))
     tail_from = min(tail_from, now_s)
-    holdings = _holdings(ids, metering.moment(tail_from), now)
+    holdings = allocation_holdings(begins=metering.moment(tail_from), ends=now, pools=ids)
     if not holdings:
         return found
     prices = _prices_between(metering.moment(tail_from), now)
@@ -163,7 +163,7 @@ def pool_spend(*, pools: QuerySet[Pool], now: datetime | None = None, ever: bool
     pieces = [(begins, ends, _in_force(prices, metering.moment(begins))) for begins, ends in pairwise(bounds)]
     prices_now = _in_force(prices, now)
     for holding in holdings:
-        spend = found.get(holding.pool_id, Spend(seconds_left=left))
+        spend = found.get(holding.pool_id, Spend())
         spec = (holding.gpu_model, holding.profile)
         for begins, ends, table in pieces:
             seconds = metering.billable_seconds(holding, ends) - metering.billable_seconds(holding, begins)
@@ -175,9 +175,15 @@ def pool_spend(*, pools: QuerySet[Pool], now: datetime | None = None, ever: bool
                 ever_ps=_add(spend.ever_ps, cost),
                 month_ps=_add(spend.month_ps, cost) if begins >= month_from else spend.month_ps,
             )
-        if holding.released is None:
+        if holding.until is None or holding.until > now_s:  # held now
             rate = None if prices_now.get(spec) is None else holding.count * prices_now[spec]
-            spend = replace(spend, rate=_add(spend.rate, rate), holding=True)
+            left = max(0, min(month_end_s, holding.until or month_end_s) - now_s)
+            spend = replace(
+                spend,
+                rate=_add(spend.rate, rate),
+                holding=True,
+                ahead_ps=_add(spend.ahead_ps, None if rate is None else rate * left),
+            )
         found[holding.pool_id] = spend
     return found
 
@@ -189,25 +195,6 @@ def _next_period_start(moment_: datetime, period: int) -> int:
         seconds += 1  # a fraction of a second after a whole one
     start = metering.period_start(seconds, period)
     return start if start == seconds else start + period
-
-
-def _holdings(pool_ids: QuerySet, since: datetime, now: datetime) -> list[metering.Holding]:
-    """What the pools held from `since` on (the same rows metering reads), and what they hold now."""
-    rows = RequestItem.objects.filter(
-        Q(request__pool__released_at__isnull=True) | Q(request__pool__released_at__gt=since),
-        request__pool__in=pool_ids,
-        request__pool__reserved_at__lte=now,
-    ).values_list(
-        "request__pool__id", "gpu_model", "profile", "count",
-        "request__pool__reserved_at", "request__pool__released_at",
-    )  # fmt: skip
-    return [
-        metering.Holding(
-            pool_id, model, profile, count, metering.whole_seconds(reserved),
-            None if released is None else metering.whole_seconds(released),
-        )
-        for pool_id, model, profile, count, reserved, released in rows
-    ]  # fmt: skip
 
 
 def _prices_between(start: datetime, end: datetime) -> list[Price]:

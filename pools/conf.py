@@ -44,6 +44,10 @@ settings = AppSettings(
     # A pool released at its notice's end has its request asked again: approved as before, it waits in the
     # queue for room, so that borrowed work comes back when capacity does instead of being lost.
     RECLAIM_REQUEUE=Setting.bool(True),
+    # --- Pools that end (pools/services/lifecycle.py) ----------------------------------------------------
+    # Days before a pool's end at which its people are reminded (by e-mail and on the pool's page), each once
+    # per end; an extension starts them again. Fractions allowed (0.25: six hours); empty: no reminders.
+    POOL_END_REMINDERS=Setting.numbers((7, 2, 1), minimum=0),
     # --- The queue -------------------------------------------------------------------------------------
     # How often beat runs the queue (it runs after each approval and release too: capacity may have freed up).
     QUEUE_RUN_SECONDS=Setting.int(60, minimum=1),

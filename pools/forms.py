@@ -41,6 +41,19 @@ class PoolRequestForm(forms.Form):
     justification = forms.CharField(
         label=_("Why you need it"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 3})
     )
+    end_at = forms.DateTimeField(
+        label=_("Ends on"),
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text=_("The pool is released by itself then, and billing stops."),
+    )
+    duration_hours = forms.IntegerField(
+        label=_("Or for so many hours"),
+        min_value=1,
+        max_value=87_600,
+        required=False,
+        help_text=_("Counted from when the pool is admitted."),
+    )
 
     def __init__(self, *args, specs=(), rows: int = ITEM_ROWS, **kwargs):
         super().__init__(*args, **kwargs)
@@ -71,6 +84,58 @@ class PoolRequestForm(forms.Form):
         return [
             (data[f"spec_{n}"], data[f"count_{n}"] or 1) for n in range(self.rows) if data.get(f"spec_{n}")
         ]
+
+    def end(self) -> dict:
+        """The end asked for, as `submit_request` takes it."""
+        hours = self.cleaned_data.get("duration_hours")
+        return {
+            "end_at": self.cleaned_data.get("end_at"),
+            "hold_seconds": None if hours is None else hours * 3600,
+        }
+
+
+def _moment_field(label, help_text="") -> forms.DateTimeField:
+    return forms.DateTimeField(
+        label=label,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text=help_text,
+    )
+
+
+class ExtendForm(forms.Form):
+    """A later end for a pool, and why."""
+
+    end_at = _moment_field(_("New end"))
+    justification = forms.CharField(
+        label=_("Why it needs longer"),
+        max_length=4000,
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+
+class GrowForm(forms.Form):
+    """More of one spec in a pool."""
+
+    spec = forms.ChoiceField(label=_("GPU"))
+    count = forms.IntegerField(label=_("Count"), min_value=1, max_value=10_000, initial=1)
+    justification = forms.CharField(
+        label=_("Why you need it"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+
+    def __init__(self, *args, specs=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["spec"].choices = [(spec.id, spec.label) for spec in specs]
+
+
+class ShrinkForm(forms.Form):
+    """Live allocations of a pool to give back, by their ids."""
+
+    allocation = forms.TypedMultipleChoiceField(label=_("Give back"), coerce=int)
+
+    def __init__(self, *args, allocation_ids=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["allocation"].choices = [(n, n) for n in allocation_ids]
 
 
 def copied_request(request: PoolRequest) -> dict:

@@ -9,6 +9,7 @@ sends nothing twice.
 from __future__ import annotations
 
 from django.urls import reverse
+from django.utils.translation import gettext_noop
 
 from pools import task_names
 from pools.apps import EMAIL_TOPIC
@@ -16,6 +17,9 @@ from pools.conf import settings
 from pools.models import PoolEvent, PoolState, RequestState
 from portal import dispatch, mail
 from portal.models import Preferences
+
+# A pool's reminder of its end: an event with no change of state, e-mailed as the states below are.
+END_REMINDER = gettext_noop("ends on %(at)s: ask for an extension before then to keep it")
 
 NOTIFIED = {
     RequestState.APPROVED,
@@ -37,6 +41,8 @@ def _template(event: PoolEvent) -> str:
     """The e-mail of an event: one per state it comes to, and its own for a reclaim called off."""
     if event.from_state == PoolState.RECLAIMING and event.to_state == PoolState.ACTIVE:
         return "reclaim_called_off"
+    if (event.reason_data or {}).get("template") == END_REMINDER:
+        return "end_reminder"
     return event.to_state
 
 

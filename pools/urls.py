@@ -37,4 +37,7 @@ urlpatterns = [
     path("t/<slug:tenant_slug>/pools/", requests.tenant_pools, name="tenant-pools"),
     path("t/<slug:tenant_slug>/pools/<int:pk>/", requests.pool_detail, name="pool"),
     path("t/<slug:tenant_slug>/pools/<int:pk>/release/", requests.pool_release, name="pool-release"),
+    path("t/<slug:tenant_slug>/pools/<int:pk>/extend/", requests.pool_extend, name="pool-extend"),
+    path("t/<slug:tenant_slug>/pools/<int:pk>/grow/", requests.pool_grow, name="pool-grow"),
+    path("t/<slug:tenant_slug>/pools/<int:pk>/shrink/", requests.pool_shrink, name="pool-shrink"),
 ]

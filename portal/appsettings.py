@@ -68,9 +68,22 @@ class Setting:
     def list(cls, default) -> Setting:
         return cls(env.list, default)
 
+    @classmethod
+    def numbers(cls, default, *, minimum: float | None = None) -> Setting:
+        """Numbers separated by commas, e.g. `7,2,1` (empty: none); `minimum` holds for each."""
+        return cls(_numbers, tuple(default), minimum)
+
 
 def _optional_int(name: str) -> int | None:
     return None if env.str(name).strip().lower() in ("", "none") else env.int(name)
+
+
+def _numbers(name: str) -> tuple[float, ...]:
+    parts = [part.strip() for part in env.str(name).split(",") if part.strip()]
+    try:
+        return tuple(float(part) for part in parts)
+    except ValueError:
+        raise ValueError(f"not numbers separated by commas: {env.str(name)!r}") from None
 
 
 def _decimal(name: str) -> Decimal:
@@ -107,8 +120,10 @@ class AppSettings:
                 value = setting.read(name)
             except (ValueError, ImproperlyConfigured) as error:
                 raise ImproperlyConfigured(f"{name}: {error}") from None
-            if setting.minimum is not None and value is not None and value < setting.minimum:
-                raise ImproperlyConfigured(f"{name} must be at least {setting.minimum}, not {value}.")
+            values = value if isinstance(value, tuple) else (value,)
+            for one in values:
+                if setting.minimum is not None and one is not None and one < setting.minimum:
+                    raise ImproperlyConfigured(f"{name} must be at least {setting.minimum}, not {one}.")
             return value
         return setting.default(self) if callable(setting.default) else setting.default
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from django.db.models import Prefetch
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import serializers, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from pools import services
-from pools.api.requests import RequestItemSerializer
-from pools.models import Allocation, Pool, PoolState
+from pools import selectors, services
+from pools.api.requests import PoolRequestSerializer, RequestItemSerializer
+from pools.models import Allocation, Pool, PoolRequest, PoolState
 from pools.pricing import estimated_hourly_cost
+from pools.selectors.ends import upcoming_reminders
 from pools.selectors.quotas import borrowed_pool_ids
 from pools.specs import Spec
 
@@ -27,6 +28,7 @@ class AllocationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Allocation
         fields = [
+            "id",
             "cluster",
             "node",
             "gpu_uuid",
@@ -36,6 +38,11 @@ class AllocationSerializer(serializers.ModelSerializer):
             "resource_name",
             "instance_uuid",
         ]
+
+
+class ReminderSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    sent = serializers.BooleanField()
 
 
 class PoolSerializer(serializers.ModelSerializer):
@@ -49,6 +56,17 @@ class PoolSerializer(serializers.ModelSerializer):
     hourly_cost = serializers.SerializerMethodField(help_text=_("Null while a price is unknown."))
     borrowed = serializers.SerializerMethodField(
         help_text=_("Whether it holds slices beyond its tenant's guarantee: such a pool may be reclaimed.")
+    )
+    billing_ended_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text=_(
+            "When billing stopped: the end date or reclaim deadline where one passed, else the release; null "
+            "while it is billed."
+        ),
+    )
+    reminders = serializers.SerializerMethodField(
+        help_text=_("The reminders of its end: when each is due and whether it was sent.")
     )
 
     class Meta:
@@ -69,10 +87,13 @@ class PoolSerializer(serializers.ModelSerializer):
             "hourly_cost",
             "borrowed",
             "reclaim_at",
+            "end_at",
+            "billing_ended_at",
+            "reminders",
         ]
 
     def _specs(self, pool) -> list[tuple[Spec, int]]:
-        return [(Spec(i.gpu_model, i.profile), i.count) for i in pool.request.items.all()]
+        return [(Spec(i.gpu_model, i.profile), i.count) for i in pool.items.all()]
 
     @extend_schema_field(RequestItemSerializer(many=True))
     def get_items(self, pool) -> list[dict]:
@@ -95,6 +116,42 @@ class PoolSerializer(serializers.ModelSerializer):
         cost = estimated_hourly_cost(self._specs(pool))
         return None if cost is None else str(cost)
 
+    @extend_schema_field(ReminderSerializer(many=True))
+    def get_reminders(self, pool) -> list[dict]:
+        return [{"at": at, "sent": sent} for at, sent in upcoming_reminders(pool)]
+
+
+class ExtendSerializer(serializers.Serializer):
+    end_at = serializers.DateTimeField(help_text=_("The pool's new end, after its present one."))
+    justification = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+
+
+class ResizeSerializer(serializers.Serializer):
+    add = RequestItemSerializer(
+        many=True, required=False, allow_empty=False, max_length=20, help_text=_("Grow: more of these specs.")
+    )
+    release_allocations = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        allow_empty=False,
+        max_length=10_000,
+        help_text=_("Shrink: these live allocations of the pool are given back at once."),
+    )
+    release = RequestItemSerializer(
+        many=True,
+        required=False,
+        allow_empty=False,
+        max_length=20,
+        help_text=_("Shrink: so many of these specs, the portal choosing those that free whole GPUs first."),
+    )
+    justification = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs):
+        given = [key for key in ("add", "release_allocations", "release") if key in attrs]
+        if len(given) != 1:
+            raise serializers.ValidationError(_("Give exactly one of add, release_allocations and release."))
+        return attrs
+
 
 class PoolViewSet(viewsets.ReadOnlyModelViewSet):
     """Pools: members see their tenant's, platform staff see all; who asked (or a tenant admin) releases."""
@@ -106,7 +163,7 @@ class PoolViewSet(viewsets.ReadOnlyModelViewSet):
             Pool.objects.visible_to(self.request.user)
             .select_related("cluster", "project", "request")
             .prefetch_related(
-                "request__items",
+                "items",
                 Prefetch("allocations", queryset=Allocation.objects.select_related("gpu__node__cluster")),
             )
             .order_by("-reserved_at", "-pk")
@@ -118,3 +175,50 @@ class PoolViewSet(viewsets.ReadOnlyModelViewSet):
         pool = self.get_object()
         services.release_pool(pool_id=pool.pk, user=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=pool.pk)).data)
+
+    @extend_schema(request=ExtendSerializer, responses={201: PoolRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        """Ask for a later end: an extension request, decided by approvers like any request."""
+        pool = self.get_object()
+        body = ExtendSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        asked = services.request_extension(
+            pool_id=pool.pk,
+            user=request.user,
+            end_at=body.validated_data["end_at"],
+            justification=body.validated_data["justification"],
+        )
+        return self._request(request, asked)
+
+    @extend_schema(request=ResizeSerializer, responses={201: PoolRequestSerializer, 200: PoolSerializer})
+    @action(detail=True, methods=["post"])
+    def resize(self, request, pk=None):
+        """Grow (`add`: a resize request, decided and placed like any request) or shrink
+        (`release_allocations` or `release`: given back at once, the namespace's quota lowered first)."""
+        pool = self.get_object()
+        body = ResizeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = body.validated_data
+        if "add" in values:
+            asked = services.request_growth(
+                pool_id=pool.pk,
+                user=request.user,
+                items=[(item["spec"], item["count"]) for item in values["add"]],
+                justification=values["justification"],
+            )
+            return self._request(request, asked)
+        services.shrink_pool(
+            pool_id=pool.pk,
+            user=request.user,
+            allocation_ids=values.get("release_allocations"),
+            release=[(item["spec"], item["count"]) for item in values["release"]]
+            if "release" in values
+            else None,
+        )
+        return Response(self.get_serializer(self.get_queryset().get(pk=pool.pk)).data)
+
+    def _request(self, request, asked) -> Response:
+        found = PoolRequest.objects.select_related("cluster", "submitted_by", "decided_by").get(pk=asked.pk)
+        context = {"request": request, "positions": selectors.queue_positions()}
+        return Response(PoolRequestSerializer(found, context=context).data, status=status.HTTP_201_CREATED)

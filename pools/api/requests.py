@@ -43,6 +43,22 @@ class PoolRequestCreateSerializer(serializers.Serializer):
         help_text=PURPOSE_HELP,
     )
     justification = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+    end_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=_(
+            "When the pool is released by itself; absent or null: no end (unless its tenant needs one)."
+        ),
+    )
+    duration_hours = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        max_value=87_600,
+        help_text=_("Instead of end_at: how long the pool lives once admitted."),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -74,11 +90,26 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     estimated_hourly_cost = serializers.SerializerMethodField(
         help_text=_("Null while a price of one of the items is unknown.")
     )
+    kind = serializers.CharField(
+        read_only=True,
+        help_text=_("new (a pool), extension (of its pool's end) or resize (growth of its pool)"),
+    )
+    end_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text=_("The end asked for (or set by the approver); for an extension, the pool's new end."),
+    )
+    duration_hours = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text=_("Where the request gives a duration instead of an end date: its hours; else null."),
+    )
 
     class Meta:
         model = PoolRequest
         fields = [
             "id",
+            "kind",
             "project",
             "cluster",
             "purpose",
@@ -97,6 +128,8 @@ class PoolRequestSerializer(serializers.ModelSerializer):
             "pool",
             "asked_again_for",
             "estimated_hourly_cost",
+            "end_at",
+            "duration_hours",
         ]
 
     def _specs(self, request) -> list[tuple[Spec, int]]:
@@ -116,7 +149,11 @@ class PoolRequestSerializer(serializers.ModelSerializer):
     def get_queue_position(self, request) -> int | None:
         return self.context["positions"].get(request.pk)
 
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_pool(self, request) -> int | None:
+        """The pool an extension or a resize changes; the pool a new request got, once admitted."""
+        if request.target_pool_id is not None:
+            return request.target_pool_id
         return getattr(getattr(request, "pool", None), "pk", None)
 
     def get_estimated_hourly_cost(self, request) -> str | None:
@@ -126,6 +163,12 @@ class PoolRequestSerializer(serializers.ModelSerializer):
 
 class ApproveSerializer(serializers.Serializer):
     priority = serializers.IntegerField(required=False, min_value=-1000, max_value=1000)
+    end_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=_("A sooner end than the one asked for (never later); absent: as asked."),
+    )
 
 
 class RejectSerializer(serializers.Serializer):
@@ -170,6 +213,8 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
             cluster=values.get("cluster"),
             purpose=values["purpose"],
             justification=values["justification"],
+            end_at=values["end_at"],
+            hold_seconds=None if values["duration_hours"] is None else values["duration_hours"] * 3600,
         )
         return self._answer(created, status.HTTP_201_CREATED)
 
@@ -180,7 +225,10 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
         body = ApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.approve_request(
-            request_id=target.pk, approver=request.user, priority=body.validated_data.get("priority")
+            request_id=target.pk,
+            approver=request.user,
+            priority=body.validated_data.get("priority"),
+            end_at=body.validated_data["end_at"],
         )
         return self._answer(target)
 

@@ -7,7 +7,10 @@
 - Allocation: one MIG instance (a run of memory slices on a GPU) or one full GPU bound
   to a pool. A database exclusion constraint makes two live allocations of one GPU's
   memory slices impossible, whatever the code above it does.
+- PoolItem: what a pool holds by design, per spec: its request's items, grown and shrunk since.
 - PoolEvent: who moved a request or pool from which state to which, when and why.
+
+A request is of one kind: a new pool, the extension of a pool's end, or the growth of a pool (resize).
 
 States move only through `pools.services`, along the transitions listed here.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import IntegerRangeField, RangeOperators
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from pools.conf import settings
@@ -79,6 +83,14 @@ class PoolRequestQuerySet(ProjectRowsQuerySet):
         return self.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED]).order_by(
             "-priority", "approved_at", "pk"
         )
+
+
+class RequestKind(models.TextChoices):
+    """What a request asks for: a new pool, a later end of a pool, or more GPUs in a pool."""
+
+    NEW = "new", _("new pool")
+    EXTENSION = "extension", _("extension")
+    RESIZE = "resize", _("resize")
 
 
 class QuotaVerdict(models.TextChoices):
@@ -148,6 +160,29 @@ class PoolRequest(models.Model):
         verbose_name=_("asked again for pool"),
     )
 
+    kind = models.CharField(_("kind"), max_length=16, choices=RequestKind.choices, default=RequestKind.NEW)
+    # The pool an extension or a resize changes (a new pool's request has its pool as `pool`).
+    target_pool = models.ForeignKey(
+        "Pool",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="changes",
+        verbose_name=_("pool changed"),
+    )
+    end_at = models.DateTimeField(
+        _("ends"),
+        null=True,
+        blank=True,
+        help_text=_("When the pool is released by itself; for an extension, the new end. Empty: no end."),
+    )
+    hold_seconds = models.PositiveIntegerField(
+        _("duration"),
+        null=True,
+        blank=True,
+        help_text=_("How long the pool lives once admitted, where the request gives a duration, not a date."),
+    )
+
     objects = PoolRequestQuerySet.as_manager()
 
     class Meta:
@@ -159,11 +194,25 @@ class PoolRequest(models.Model):
             models.CheckConstraint(
                 condition=models.Q(state__in=RequestState.values), name="pool_request_state_valid"
             ),
+            models.CheckConstraint(
+                condition=models.Q(kind=RequestKind.NEW, target_pool__isnull=True)
+                | (~models.Q(kind=RequestKind.NEW) & models.Q(target_pool__isnull=False)),
+                name="pool_request_change_names_its_pool",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(end_at__isnull=True) | models.Q(hold_seconds__isnull=True),
+                name="pool_request_one_end",
+            ),
         ]
         indexes = [models.Index(fields=["state", "-priority", "approved_at"], name="pool_request_queue")]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.project}"
+
+    @property
+    def duration_hours(self) -> int | None:
+        """The duration asked for, in whole hours (as the form and the API take it); None: none."""
+        return None if self.hold_seconds is None else self.hold_seconds // 3600
 
 
 class RequestItem(models.Model):
@@ -214,6 +263,10 @@ class Pool(models.Model):
         related_name="reclaims",
         verbose_name=_("reclaimed for"),
     )
+    # When the pool is released by itself, billing stopping exactly there; None: it lives until released.
+    end_at = models.DateTimeField(_("ends"), null=True, blank=True)
+    # The reminders of the end sent, as seconds before `end_at`: emptied when the end moves.
+    reminders_sent = models.JSONField(_("reminders sent"), default=list, blank=True, editable=False)
     # Per node, the MIG config provisioning asked the GPU Operator for: {"node-name": "portal-node-…"}.
     mig_configs = models.JSONField(_("MIG configs asked for"), default=dict, blank=True)
 
@@ -230,6 +283,7 @@ class Pool(models.Model):
                 fields=["reserved_at"], condition=models.Q(released_at__isnull=True), name="pool_live"
             ),
             models.Index(fields=["released_at"], name="pool_released_at"),
+            models.Index(fields=["end_at"], condition=models.Q(released_at__isnull=True), name="pool_ends"),
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(state__in=PoolState.values), name="pool_state_valid"),
@@ -237,6 +291,14 @@ class Pool(models.Model):
 
     def __str__(self) -> str:
         return f"pool #{self.pk} of {self.project}"
+
+    @property
+    def billing_ended_at(self):
+        """When billing stopped: at the release, or at the end date where that came first (also before the
+        sweeper releases the pool); None while it is billed."""
+        if self.end_at is not None and self.end_at <= (self.released_at or timezone.now()):
+            return self.end_at
+        return self.released_at
 
 
 class Allocation(models.Model):
@@ -251,13 +313,30 @@ class Allocation(models.Model):
     slices = IntegerRangeField(_("memory slices"))
     resource_name = models.CharField(_("resource"), max_length=64)
     instance_uuid = models.CharField(_("instance UUID"), max_length=64, blank=True)
-    allocated_at = models.DateTimeField(_("allocated"), auto_now_add=True)
+    # Billed from its own reservation to its own release (billing/services.py).
+    allocated_at = models.DateTimeField(_("allocated"), default=timezone.now)
     released_at = models.DateTimeField(_("released"), null=True, blank=True)
+    # The request that reserved it: the pool's own, or a resize that grew it; empty for a move.
+    request = models.ForeignKey(
+        PoolRequest,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="allocations",
+        verbose_name=_("reserved for request"),
+    )
 
     class Meta:
         ordering = ["gpu_id", "slices"]
         verbose_name = _("allocation")
         verbose_name_plural = _("allocations")
+        indexes = [
+            # Metering asks each period which allocations were held in it, as for pools.
+            models.Index(
+                fields=["allocated_at"], condition=models.Q(released_at__isnull=True), name="allocation_live"
+            ),
+            models.Index(fields=["released_at"], name="allocation_released_at"),
+        ]
         constraints = [
             # Over-commit is impossible, not unlikely: live allocations of one GPU never share a slice.
             ExclusionConstraint(
@@ -273,6 +352,28 @@ class Allocation(models.Model):
     @property
     def start(self) -> int | None:
         return None if self.profile == FULL_GPU else self.slices.lower
+
+
+class PoolItem(models.Model):
+    """What a pool holds by design of one spec: its request's count, plus what resizes added, less what they
+    gave back. A live allocation short of it is missing (pools/services/replacement.py)."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="items", verbose_name=_("pool"))
+    gpu_model = models.CharField(_("GPU model"), max_length=32)
+    profile = models.CharField(_("profile"), max_length=32)
+    count = models.PositiveSmallIntegerField(_("count"))
+
+    class Meta:
+        ordering = ["pk"]
+        verbose_name = _("pool item")
+        verbose_name_plural = _("pool items")
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "gpu_model", "profile"], name="pool_item_once"),
+            models.CheckConstraint(condition=models.Q(count__gt=0), name="pool_item_count_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.count} × {self.gpu_model} {profile_label(self.profile)}"
 
 
 class PoolEvent(models.Model):

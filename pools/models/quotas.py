@@ -84,6 +84,12 @@ class TenantPolicy(models.Model):
         default=False,
         help_text=_("A request within the tenant's guarantee skips the approver, approved by the policy."),
     )
+    max_duration_hours = models.PositiveIntegerField(
+        _("longest a pool may live, in hours"),
+        null=True,
+        blank=True,
+        help_text=_("Every request must then give an end within this many hours; empty: no end is required."),
+    )
 
     class Meta:
         verbose_name = _("tenant admission policy")

@@ -49,6 +49,6 @@ def tenant_holdings(*, tenant: Tenant) -> QuerySet[Pool]:
     return (
         Pool.objects.filter(project__tenant=tenant, state__in=LIVE_POOL_STATES)
         .select_related("project", "cluster", "request")
-        .prefetch_related("request__items")
+        .prefetch_related("items")
         .order_by("-reserved_at", "-pk")
     )

@@ -43,7 +43,7 @@ def _pool_rows(queryset: QuerySet[Pool]) -> QuerySet[Pool]:
     """Pools as lists show them, newest first: a fixed number of queries however many rows."""
     return (
         queryset.select_related("project", "cluster", "request")
-        .prefetch_related("request__items")
+        .prefetch_related("items")
         .order_by("-reserved_at", "-pk")
     )
 
@@ -137,7 +137,7 @@ def visible_pool(*, user, tenant_slug: str, pk: int) -> Pool:
         Pool.objects.visible_to(user)
         .select_related("project__tenant", "cluster", "request")
         .prefetch_related(
-            "request__items",
+            "items",
             "events__actor",
             Prefetch("allocations", queryset=Allocation.objects.select_related("gpu__node").order_by("pk")),
         ),

@@ -14,6 +14,7 @@ from pools.services.capacity import (
     set_node_group,
 )
 from pools.services.inventory import request_sync, sync_inventory
+from pools.services.lifecycle import request_extension, request_growth, shrink_pool
 from pools.services.provisioning import fail_pool, finish_release, provision_step, release_pool
 from pools.services.queue import admit_waiting
 from pools.services.requests import (
@@ -39,11 +40,14 @@ __all__ = [
     "register_cluster",
     "reject_request",
     "release_pool",
+    "request_extension",
+    "request_growth",
     "request_sync",
     "set_gpu_drained",
     "set_node_drained",
     "set_node_group",
     "set_priority",
+    "shrink_pool",
     "submit_request",
     "sync_inventory",
 ]

@@ -9,7 +9,9 @@ pool re-placed onto GPUs whose MIG change is in flight (pools/services/replaceme
 past POOL_REDRIVE_SECONDS; settling gives up a change stuck past MIG_PENDING_TIMEOUT_SECONDS. A kept what-if
 run queued or running past its deadline (WHATIF_RUN_SECONDS) is failed (pools/whatif/runs.py). A pool
 `reclaiming` is released once its notice ends (`release_reclaimed`, pools/services/reclaims.py): on time by
-the task sent for that moment, and here for any that task missed.
+the task sent for that moment, and here for any that task missed. A pool whose end date has come is released,
+billed to its end (`release_ended`), and the reminders before an end are sent (`send_reminders`), both
+pools/services/lifecycle.py.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pools import task_names
 from pools.conf import settings
 from pools.models import Pool, PoolEvent, PoolState
 from pools.placement.reasons import Reason
+from pools.services.lifecycle import release_ended, send_reminders
 from pools.services.provisioning import close_release, fail_pool, release_locked
 from pools.services.replacement import redrive_moves
 from pools.services.requests import ask_again
@@ -47,6 +50,8 @@ class SweepReport:
     released: list[int] = field(default_factory=list)
     whatif_failed: list[int] = field(default_factory=list)  # what-if runs, not pools
     reclaimed: list[int] = field(default_factory=list)  # pools whose reclaim notice ended
+    ended: list[int] = field(default_factory=list)  # pools whose end date came
+    reminded: list[int] = field(default_factory=list)  # pools reminded of their end
 
     def summary(self) -> str:
         text = (
@@ -55,6 +60,10 @@ class SweepReport:
         )
         if self.reclaimed:
             text += f", {len(self.reclaimed)} released as their reclaim notice ended"
+        if self.ended:
+            text += f", {len(self.ended)} released at their end date"
+        if self.reminded:
+            text += f", {len(self.reminded)} reminded of their end"
         if self.whatif_failed:
             text += f", {len(self.whatif_failed)} what-if runs failed past their deadline"
         return text
@@ -86,6 +95,11 @@ def sweep_stuck_pools(*, now: datetime | None = None) -> SweepReport:
         report.reclaimed = release_reclaimed(now=now)
     except Exception:
         log.exception("the sweeper could not release the pools whose reclaim notice ended")
+    try:  # billing stops at each end whenever this runs: a late sweep costs nobody anything
+        report.ended = release_ended(now=now)
+        report.reminded = send_reminders(now=now)
+    except Exception:
+        log.exception("the sweeper could not release the pools whose end came, or remind those ending")
     try:
         report.whatif_failed = fail_overdue_runs(now=now)
     except Exception:  # the pools' deadlines are kept whatever befalls the what-if runs'

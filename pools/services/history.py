@@ -26,6 +26,7 @@ from pools.models import (
     GpuCapacity,
     Pool,
     PoolEvent,
+    PoolItem,
     PoolRequest,
     PoolState,
     RequestItem,
@@ -119,7 +120,8 @@ def _place(
 
 @dataclass
 class _Rows:
-    """The rows whose moments are written over once they exist (creating one stamps it with the present)."""
+    """The rows written together at the end; events' moments are written over once they exist (creating one
+    stamps it with the present)."""
 
     requests: list[PoolRequest] = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)
@@ -132,14 +134,11 @@ class _Rows:
 
     def write(self) -> None:
         PoolRequest.objects.bulk_update(self.requests, ["submitted_at"])
-        for model, rows, stamp in (
-            (Allocation, self.allocations, "allocated_at"),
-            (PoolEvent, self.events, "at"),
-        ):
-            model.objects.bulk_create(rows)
-            for row in rows:
-                setattr(row, stamp, row.when)
-            model.objects.bulk_update(rows, [stamp], batch_size=500)
+        Allocation.objects.bulk_create(self.allocations)
+        PoolEvent.objects.bulk_create(self.events)
+        for event in self.events:
+            event.at = event.when
+        PoolEvent.objects.bulk_update(self.events, ["at"], batch_size=500)
 
 
 def _record(past: PastPool, cluster_id: int, chosen: list[_Slot], rows: _Rows) -> Pool:
@@ -158,21 +157,26 @@ def _record(past: PastPool, cluster_id: int, chosen: list[_Slot], rows: _Rows) -
     )  # fmt: skip
     request.submitted_at = submitted
     rows.requests.append(request)
+    specs = [(parse_spec(spec_id), count) for spec_id, count in past.items]
     RequestItem.objects.bulk_create(
         RequestItem(request=request, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
-        for spec, count in ((parse_spec(spec_id), count) for spec_id, count in past.items)
+        for spec, count in specs
     )
     pool = Pool.objects.create(
         request=request, project=past.project, cluster_id=cluster_id, state=PoolState.RELEASED,
         reserved_at=reserved, active_at=active, released_at=released,
     )  # fmt: skip
+    PoolItem.objects.bulk_create(
+        PoolItem(pool=pool, gpu_model=spec.gpu_model, profile=spec.profile, count=count)
+        for spec, count in specs
+    )
     for slot in chosen:
         slot.held.append((reserved, released))
         allocation = Allocation(
             pool=pool, gpu=slot.gpu, profile=slot.profile, slices=NumericRange(slot.lower, slot.upper),
             resource_name=mig.resource_name(slot.profile), instance_uuid=slot.uuid, released_at=released,
+            allocated_at=reserved, request=request,
         )  # fmt: skip
-        allocation.when = reserved
         rows.allocations.append(allocation)
     rows.event(request, submitted, RequestState.SUBMITTED, actor=who)
     rows.event(request, approved, RequestState.APPROVED, actor=approver, was=RequestState.SUBMITTED)

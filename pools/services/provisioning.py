@@ -41,6 +41,7 @@ from pools.drivers.base import (
 from pools.mig import FULL_GPU, MigState
 from pools.models import IN_USE_STATES, Allocation, GpuCapacity, Pool, PoolState
 from pools.placement.reasons import Reason
+from pools.services.ends import cancel_changes
 from pools.services.inventory import sync_inventory
 from pools.services.requests import asked_or_administers
 from pools.services.reservations import lock_capacity, recount_allocated
@@ -299,6 +300,7 @@ def release_locked(
     transition(pool, PoolState.RELEASING, actor=actor, reason=reason or "")
     pool.released_at = _free(pool, at)
     pool.save(update_fields=["state", "released_at"])
+    cancel_changes(pool)
     dispatch.after_commit(task_names.FINISH_RELEASE, pool.pk)
     return pool
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -26,7 +26,7 @@ from django.utils.translation import gettext_noop
 
 from pools import placement, task_names
 from pools.conf import settings
-from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestState
+from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestKind, RequestState
 from pools.placement.admission import Claim, Holding, Reclaims, Waiting, Waits, run_queue
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.holds import Holds
@@ -37,14 +37,18 @@ from pools.selectors import fleet_snapshot, ready_clusters
 from pools.selectors.demand import queue_demand
 from pools.selectors.fleet import engine_request, held_assignments
 from pools.selectors.quotas import ledger, quota_owner, request_slices
+from pools.services.ends import cancel_by_portal
 from pools.services.reclaims import call_off, give_notice
-from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan
+from pools.services.reservations import add_items, lock_capacity, recount_allocated, reserve_plan
 from pools.services.transitions import record_event, transition
 from portal import dispatch
 
 NO_CLUSTER = gettext_noop("no cluster is ready")
 CLOSEST = gettext_noop("closest on cluster %(cluster)s: %(reason)s")
 ADMITTED_OTHERWISE = gettext_noop("was admitted on other capacity")
+END_PASSED = gettext_noop("its end date passed before it could be admitted")
+POOL_GONE = gettext_noop("pool #%(pool)s is no longer active: there is nothing to grow")
+GROWN = gettext_noop("grown by request #%(request)s: %(items)s")
 
 
 def waiting_entry(
@@ -167,18 +171,61 @@ class Admission:
 
 
 def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, now: datetime) -> Pool:
+    """The new pool of an admitted request, billed from `now`, ending where the request says; provisioning
+    is sent for after commit."""
     pool = Pool.objects.create(
         request=request,
         project=request.project,
         cluster=cluster,
         state=PoolState.PROVISIONING,
         reserved_at=now,
+        end_at=pool_end(request, now),
     )
-    recount_allocated(reserve_plan(pool, plan))
+    recount_allocated(reserve_plan(pool, plan, at=now, request=request))
+    add_items(pool, plan)
     record_event(
         tenant_id=request.project.tenant_id, request=request, pool=pool, to_state=PoolState.PROVISIONING
     )
+    dispatch.after_commit(task_names.PROVISION, pool.pk)
     return pool
+
+
+def _grow(request: PoolRequest, plan: placement.Placement, now: datetime) -> Pool:
+    """An admitted resize: its instances join the pool it grows, billed from `now`; the MIG changes and the
+    namespace's larger quota are settled after commit as a move's are (pools/services/replacement.py)."""
+    pool = Pool.objects.select_for_update().select_related("project").get(pk=request.target_pool_id)
+    recount_allocated(reserve_plan(pool, plan, at=now, request=request))
+    add_items(pool, plan)
+    reason = Reason(GROWN, request=request.pk, items=", ".join(str(item) for item in request.items.all()))
+    record_event(
+        tenant_id=pool.project.tenant_id,
+        action="pool.grown",
+        request=request,
+        pool=pool,
+        from_state=pool.state,
+        to_state=pool.state,
+        reason=str(reason),
+        reason_data=reason.as_data(),
+    )
+    dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, True)
+    return pool
+
+
+def pool_end(request: PoolRequest, admitted: datetime) -> datetime | None:
+    """When the pool of a request admitted at `admitted` ends: its end date, or its duration from then."""
+    if request.hold_seconds is not None:
+        return admitted + timedelta(seconds=request.hold_seconds)
+    return request.end_at
+
+
+def _unadmittable(request: PoolRequest, now: datetime) -> Reason | None:
+    """Why a waiting request can no longer be admitted: its end date passed while it waited, or the pool it
+    would grow is no longer in use."""
+    if request.kind == RequestKind.NEW and request.end_at is not None and request.end_at <= now:
+        return Reason(END_PASSED)
+    if request.kind == RequestKind.RESIZE and request.target_pool.state != PoolState.ACTIVE:
+        return Reason(POOL_GONE, pool=request.target_pool_id)
+    return None
 
 
 def admit_waiting() -> list[Admission]:
@@ -189,13 +236,14 @@ def admit_waiting() -> list[Admission]:
         waiting = list(
             PoolRequest.objects.waiting()
             .select_for_update(of=("self",))
-            .select_related("cluster", "project__tenant")
+            .select_related("cluster", "project__tenant", "target_pool")
             .prefetch_related("items")
         )
+        now = timezone.now()
+        waiting = [request for request in waiting if not _cancel_unadmittable(request, now)]
         if not waiting:
             return []
         clusters, grouped = ready_clusters()
-        now = timezone.now()
         requests = {request.pk: request for request in waiting}
         books, holdings = ledger()
         # Borrowed pools are marked in the fleet, so that placement keeps work within guarantees apart from
@@ -232,8 +280,10 @@ def admit_waiting() -> list[Admission]:
             request.waiting_reason, request.waiting_reason_data = "", None  # nothing waits any more
             request.quota_verdict = decision.verdict.kind if books.in_force else ""  # as it was admitted
             request.save(update_fields=["state", "waiting_reason", "waiting_reason_data", "quota_verdict"])
-            pool = _reserve(request, room.where[request.pk], decision.placement, now)
-            dispatch.after_commit(task_names.PROVISION, pool.pk)
+            if request.kind == RequestKind.RESIZE:
+                pool = _grow(request, decision.placement, now)
+            else:
+                pool = _reserve(request, room.where[request.pk], decision.placement, now)
             results.append(Admission(request.pk, True, pool.pk))
         return results
 
@@ -275,6 +325,14 @@ def place_request(
 def as_reason(reason: str) -> Reason:
     """The engine's reasons keep their templates; a plain message (a malformed request) is wrapped."""
     return reason if isinstance(reason, Reason) else Reason("%(text)s", text=str(reason))
+
+
+def _cancel_unadmittable(request: PoolRequest, now: datetime) -> bool:
+    """Cancel a waiting request that can no longer be admitted, saying why; whether it was."""
+    reason = _unadmittable(request, now)
+    if reason is not None:
+        cancel_by_portal(request, reason)
+    return reason is not None
 
 
 def _wait(request: PoolRequest, reason: Reason) -> Admission:

@@ -3,8 +3,9 @@
 Words used here:
 - misplaced allocation: a live allocation on a GPU that takes no new work: drained (itself or its node),
   unhealthy, or gone from its cluster. Draining keeps it running; re-placing moves it.
-- missing instance: one the pool's request asks for, and so is billed for, that no live allocation holds.
-  Only a move whose MIG change failed leaves one behind (see `settle_move`); the next re-placing fills it.
+- missing instance: one the pool holds by design (its items) that no live allocation holds, and so is not
+  billed. Only a move whose MIG change failed leaves one behind (see `settle_move`); the next re-placing
+  fills it.
 - move: one re-placing. The placement engine the queue admits with is asked for room for exactly the
   misplaced and missing instances (same cluster, same GPU group, same GPU models and profiles), so every
   rule of admission holds: free provisioned instances first, only wholly free GPUs re-partitioned, no
@@ -17,8 +18,8 @@ Words used here:
 A move with no room changes nothing and says why in the engine's words. `replaceable` answers whether a
 move fits now, for pages, with the same code that moves (`_assess`).
 
-Billing is per pool, from its reservation to its release (billing/services.py reads the pool's request
-items and those two moments), so moving allocations neither adds nor drops a second of it.
+Billing is per allocation, from its reservation to its release (billing/services.py), and a move releases
+the old allocations at the very moment it reserves the new ones, so it neither adds nor drops a second.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from pools.services.provisioning import (
     project_quota,
     settle_quota,
 )
-from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan
+from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan, take_items
 from pools.services.transitions import record_event
 from portal import dispatch
 from portal.errors import Conflict
@@ -133,7 +134,7 @@ def _assess(pool: Pool, live: list[Allocation], context: _Context) -> _Assessmen
     """What a move of `pool` would take and where it would go (its plan), or why it cannot."""
     found = _Assessment(moving=[a for a in live if _takes_no_work(a.gpu)])
     held = Counter((a.gpu.model, a.profile) for a in live)
-    asked = Counter({(i.gpu_model, i.profile): i.count for i in pool.request.items.all()})
+    asked = Counter({(i.gpu_model, i.profile): i.count for i in pool.items.all()})
     found.missing = asked - held if pool.state in IN_USE_STATES else Counter()
     if not found.needed:
         found.reason = _("Every instance of pool #%(id)s is on a healthy GPU.") % {"id": pool.pk}
@@ -211,7 +212,7 @@ def replaceable_pools(pools: list[Pool]) -> dict[int, Replaceability]:
     pools = list(
         Pool.objects.filter(pk__in=[p.pk for p in pools])
         .select_related("cluster", "request")
-        .prefetch_related("request__items")
+        .prefetch_related("items")
     )
     if not pools:
         return {}
@@ -257,13 +258,8 @@ def replace(*, pool: Pool, actor) -> Pool:
         GpuCapacity.objects.filter(pk__in=old_gpus, planned_layout__isnull=False).exclude(
             allocations__released_at__isnull=True
         ).update(planned_layout=None)
-        nodes = reserve_plan(pool, found.plan)
-        # Each new allocation begins the instant the one it replaces ends: held time has no gap or overlap,
-        # even for a reader that counts allocations rather than the pool.
-        kept = [a.pk for a in live if a not in found.moving]
-        Allocation.objects.filter(pool=pool, released_at__isnull=True).exclude(pk__in=kept).update(
-            allocated_at=now
-        )
+        # Each new allocation begins the instant the one it replaces ends: billed time has no gap or overlap.
+        nodes = reserve_plan(pool, found.plan, at=now)
         recount_allocated(nodes | {a.gpu.node_id for a in found.moving})
         # Nodes this move re-partitions are asked for their MIG change anew by `settle_move`.
         repartitioned = {gpus[int(c.gpu)].node.name for c in found.plan.reconfigure}
@@ -355,20 +351,27 @@ def _give_up(*, pool_id: int, reason: str) -> bool:
             allocations__released_at__isnull=True
         ).update(planned_layout=None)
         recount_allocated({a.gpu.node_id for a in rows})
+        # Instances a resize added never came: the pool does not grow by them (a move's are missing instead).
+        grown = [a for a in rows if a.request_id not in (None, pool.request_id)]
+        take_items(pool, Counter((a.gpu.model, a.profile) for a in grown))
+        if grown:
+            text = _(
+                "Growing the pool did not finish (%(reason)s); its %(count)s new instance(s) went back to "
+                "the fleet and the pool holds what it held before."
+            ) % {"reason": reason, "count": len(grown)}
+        else:
+            text = _(
+                "Re-placing did not finish (%(reason)s); %(count)s instance(s) are missing until the "
+                "pool is re-placed again."
+            ) % {"reason": reason, "count": len(rows)}
         record_event(
             tenant_id=pool.project.tenant_id,
-            action="pool.move_failed",
+            action="pool.grow_failed" if grown else "pool.move_failed",
             request_id=pool.request_id,
             pool=pool,
             from_state=pool.state,
             to_state=pool.state,
-            reason=(
-                _(
-                    "Re-placing did not finish (%(reason)s); %(count)s instance(s) are missing until the "
-                    "pool is re-placed again."
-                )
-                % {"reason": reason, "count": len(rows)}
-            )[:4000],
+            reason=text[:4000],
         )
         dispatch.after_commit(task_names.ADMIT)
     log.warning("pool %s: its move failed: %s", pool_id, reason)

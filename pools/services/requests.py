@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -23,12 +24,14 @@ from pools.models import (
     Pool,
     PoolRequest,
     RequestItem,
+    RequestKind,
     RequestState,
 )
 from pools.placement.admission import BEYOND_LIMIT, WITHIN, QuotaVerdict, asked_slices
 from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture, render_reason
 from pools.selectors.quotas import approves_within_guarantee, ledger, quota_owner
+from pools.services.ends import check_end, extend, set_approved_end
 from pools.services.reclaims import call_off
 from pools.services.transitions import record_event, transition
 from pools.specs import Spec, UnknownSpec, parse_spec
@@ -158,9 +161,13 @@ def submit_request(
     cluster: Cluster | None = None,
     purpose: str = "",
     justification: str = "",
+    end_at: datetime | None = None,
+    hold_seconds: int | None = None,
 ) -> PoolRequest:
-    """A member (or admin) of the project's tenant asks for GPUs: items are (spec id, count)."""
+    """A member (or admin) of the project's tenant asks for GPUs: items are (spec id, count); the pool ends
+    at `end_at`, or `hold_seconds` after its admission, or (neither given) when released."""
     require_pool_requester(user=user, tenant_id=project.tenant_id)
+    check_end(project.tenant_id, end_at=end_at, hold_seconds=hold_seconds, now=timezone.now())
     problem = namespace_problem(project)
     if problem:
         raise InvalidInput(
@@ -188,10 +195,17 @@ def submit_request(
             purpose=purpose,
             justification=justification,
             submitted_by=user,
+            end_at=end_at,
+            hold_seconds=hold_seconds,
         )
-        if judged.kind == WITHIN and judged.in_force and approves_within_guarantee(project.tenant_id):
-            _approve(request, None, reason=Reason(BY_POLICY))
+        approve_by_policy(request, judged)
     return request
+
+
+def approve_by_policy(request: PoolRequest, judged: Judged) -> None:
+    """Approve a request just filed where its tenant's policy approves what lies within its guarantee."""
+    if judged.kind == WITHIN and judged.in_force and approves_within_guarantee(request.project.tenant_id):
+        _approve(request, None, reason=Reason(BY_POLICY))
 
 
 @dataclass(frozen=True)
@@ -240,6 +254,8 @@ def ask_again(*, pool: Pool) -> PoolRequest | None:
     judged = _judged(project, items, original.purpose)
     if namespace_problem(project) or judged.kind == BEYOND_LIMIT:
         return None
+    if pool.end_at is not None and pool.end_at <= timezone.now():
+        return None  # the work was to end by now anyway
     reason = Reason(ASKED_AGAIN, pool=pool.pk)
     request = _file(
         project,
@@ -253,6 +269,7 @@ def ask_again(*, pool: Pool) -> PoolRequest | None:
         submitted_by=original.submitted_by,
         priority=original.priority,
         asked_again_for=pool,
+        end_at=pool.end_at,
     )
     return _approve(request, None, reason=reason)
 
@@ -291,24 +308,44 @@ def _check_priority(priority: int) -> None:
         raise InvalidInput(_("Priority goes from -1000 to 1000."))
 
 
-def approve_request(*, request_id: int, approver, priority: int | None = None) -> PoolRequest:
-    """Approve; the queue then admits the request when placement finds room."""
+def approve_request(
+    *, request_id: int, approver, priority: int | None = None, end_at: datetime | None = None
+) -> PoolRequest:
+    """Approve, with the end asked for or (`end_at`) a sooner one; the queue then admits the request when
+    placement finds room, and an extension moves its pool's end at once."""
     _require_approver(approver)
     if priority is not None:
         _check_priority(priority)
     with transaction.atomic():
-        return _approve(_locked(request_id), approver, priority=priority)
+        return _approve(_locked(request_id), approver, priority=priority, end_at=end_at)
 
 
-def _approve(request: PoolRequest, approver, *, priority: int | None = None, reason: Reason | None = None):
+def _approve(
+    request: PoolRequest,
+    approver,
+    *,
+    priority: int | None = None,
+    reason: Reason | None = None,
+    end_at: datetime | None = None,
+):
     """Approve a locked request: by an approver, or (`approver` None) by the policy, `reason` saying why."""
-    transition(request, RequestState.APPROVED, actor=approver, reason=reason or "")
     now = timezone.now()
+    if request.kind == RequestKind.NEW and request.end_at is not None and request.end_at <= now:
+        raise Conflict(_("Request #%(id)s ends at a moment already past.") % {"id": request.pk})
+    reason = set_approved_end(request, end_at, now) or reason
+    transition(request, RequestState.APPROVED, actor=approver, reason=reason or "")
     request.decided_by, request.decided_at, request.approved_at = approver, now, now
     if priority is not None:
         request.priority = priority
-    request.save(update_fields=["state", "decided_by", "decided_at", "approved_at", "priority"])
-    dispatch.after_commit(task_names.ADMIT)
+    request.save(
+        update_fields=[
+            "state", "decided_by", "decided_at", "approved_at", "priority", "end_at", "hold_seconds",
+        ]
+    )  # fmt: skip
+    if request.kind == RequestKind.EXTENSION:
+        extend(request, approver)
+    else:
+        dispatch.after_commit(task_names.ADMIT)
     return request
 
 
@@ -365,6 +402,7 @@ def set_priority(*, request_id: int, approver, priority: int) -> PoolRequest:
 
 
 __all__ = [
+    "approve_by_policy",
     "approve_request",
     "ask_again",
     "cancel_request",

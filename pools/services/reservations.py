@@ -8,12 +8,15 @@ impossible even if two portals disagreed about the lock.
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import datetime
+
 from django.db import connection
 from django.db.backends.postgresql.psycopg_any import NumericRange
-from django.db.models import Count
+from django.db.models import Count, F
 
 from pools import capacity_version, mig, placement
-from pools.models import Allocation, GpuCapacity, Pool, SpecAndCount
+from pools.models import Allocation, GpuCapacity, Pool, PoolItem, PoolRequest, SpecAndCount
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of reserved capacity (the admission queue's)
 
@@ -26,9 +29,12 @@ def lock_capacity() -> None:
     capacity_version.changed()
 
 
-def reserve_plan(pool: Pool, plan: placement.Placement) -> set[int]:
-    """The allocations of a placed plan for `pool`, and the planned layouts of the GPUs it re-partitions
-    (admission and re-placing share this); returns the ids of the nodes whose counts changed."""
+def reserve_plan(
+    pool: Pool, plan: placement.Placement, *, at: datetime, request: PoolRequest | None = None
+) -> set[int]:
+    """The allocations of a placed plan for `pool`, reserved (and billed from) `at` for `request` (the pool's
+    own or a resize; None for a move), and the planned layouts of the GPUs it re-partitions (admission,
+    growth and re-placing share this); returns the ids of the nodes whose counts changed."""
     gpus = {g.pk: g for g in GpuCapacity.objects.filter(pk__in=[int(a.gpu) for a in plan.assignments])}
     for change in plan.reconfigure:
         GpuCapacity.objects.filter(pk=int(change.gpu)).update(
@@ -48,10 +54,41 @@ def reserve_plan(pool: Pool, plan: placement.Placement) -> set[int]:
                 a.start, a.start + mig.gpu_model(gpus[int(a.gpu)].model).profile(a.profile).memory_slices
             ),
             resource_name=mig.resource_name(a.profile),
+            allocated_at=at,
+            request=request,
         )
         for a in plan.assignments
     )
     return {g.node_id for g in gpus.values()}
+
+
+def add_items(pool: Pool, plan: placement.Placement) -> None:
+    """What the pool holds by design grows by the plan's instances (its admission, or a resize's)."""
+    models = dict(
+        GpuCapacity.objects.filter(pk__in={int(a.gpu) for a in plan.assignments}).values_list("pk", "model")
+    )
+    counted = Counter((models[int(a.gpu)], a.profile) for a in plan.assignments)
+    for (model, profile), count in sorted(counted.items()):
+        updated = PoolItem.objects.filter(pool=pool, gpu_model=model, profile=profile).update(
+            count=F("count") + count
+        )
+        if not updated:
+            PoolItem.objects.create(pool=pool, gpu_model=model, profile=profile, count=count)
+
+
+def take_items(pool: Pool, given_back: Counter) -> None:
+    """What the pool holds by design shrinks by `given_back`, (GPU model, profile) → count."""
+    for (model, profile), count in sorted(given_back.items()):
+        item = (
+            PoolItem.objects.select_for_update().filter(pool=pool, gpu_model=model, profile=profile).first()
+        )
+        if item is None:
+            continue
+        if item.count <= count:
+            item.delete()
+        else:
+            item.count -= count
+            item.save(update_fields=["count"])
 
 
 def recount_allocated(node_ids: set[int]) -> None:

@@ -35,6 +35,12 @@ TABS = {"decide": gettext_lazy("To decide"), "queue": gettext_lazy("Approved, wa
 
 class ApproveForm(forms.Form):
     priority = forms.IntegerField(label=gettext_lazy("Priority"), required=False)
+    end_at = forms.DateTimeField(
+        label=gettext_lazy("End"),
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text=gettext_lazy("Empty: as asked. An approver may shorten the end, not move it later."),
+    )
 
 
 class RejectForm(forms.Form):
@@ -130,7 +136,7 @@ def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
         ApproveForm(request.POST),
         "approve_form",
         lambda data: services.approve_request(
-            request_id=pk, approver=request.user, priority=data["priority"]
+            request_id=pk, approver=request.user, priority=data["priority"], end_at=data["end_at"]
         ),
         _("Request #%(id)s approved; the queue admits it when it fits.") % {"id": pk},
         redirect("approvals"),

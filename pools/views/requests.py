@@ -16,12 +16,21 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from pools import selectors, services
 from pools.conf import settings
-from pools.forms import ListFilterForm, PoolRequestForm, copied_request, rows_for
+from pools.forms import (
+    ExtendForm,
+    GrowForm,
+    ListFilterForm,
+    PoolRequestForm,
+    ShrinkForm,
+    copied_request,
+    rows_for,
+)
 from pools.manifest import pods
 from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
+from pools.selectors.ends import longest_duration, upcoming_reminders
 from pools.selectors.quotas import approves_within_guarantee, borrowed_pool_ids, tenant_quotas
-from pools.services.requests import judge_against_quotas
+from pools.services.requests import asked_or_administers, judge_against_quotas
 from pools.specs import UnknownSpec, parse_spec
 from pools.views.refresh import refresh_while
 from portal import selectors as tenancy
@@ -77,6 +86,7 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
                     cluster=form.cleaned_data["cluster"],
                     purpose=form.cleaned_data["purpose"],
                     justification=form.cleaned_data["justification"],
+                    **form.end(),
                 )
             except PortalError as error:
                 form.add_error(None, error.message)
@@ -87,7 +97,15 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
                 )
                 return redirect("pool-request", tenant_slug=tenant_slug, pk=created.pk)
     rows = [(offer, hourly_price(offer.spec)) for offer in offered]
-    context = {"project": project, "tenant": project.tenant, "form": form, "specs": rows, "quotas": quotas}
+    longest = longest_duration(project.tenant_id)
+    context = {
+        "project": project,
+        "tenant": project.tenant,
+        "form": form,
+        "specs": rows,
+        "quotas": quotas,
+        "longest_hours": None if longest is None else int(longest.total_seconds() // 3600),
+    }
     if judged is not None and judged.in_force:
         context["judged"] = judged
         refusal = judged.refusal(project)
@@ -150,6 +168,12 @@ def request_cancel(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespo
 @login_required
 def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
     pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    return _pool_page(request, pool)
+
+
+def _pool_page(request: HttpRequest, pool, *, status: int = 200, **forms) -> HttpResponse:
+    """The pool's page; `forms` a refused form of its changes (extend_form, grow_form, shrink_form), shown
+    with its errors."""
     live = [a for a in pool.allocations.all() if a.released_at is None]
     context = {
         "pool": pool,
@@ -163,8 +187,105 @@ def pool_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
         "notice_minutes": settings.RECLAIM_NOTICE_SECONDS // 60,
         "requeue": settings.RECLAIM_REQUEUE,
         "asked_again": pool.asked_again.order_by("pk").last(),
+        **_changes_context(request, pool, live, **forms),
     }
-    return render(request, "pools/pool_detail.html", context)
+    return render(request, "pools/pool_detail.html", context, status=status)
+
+
+def _changes_context(
+    request: HttpRequest, pool, live, *, extend_form=None, grow_form=None, shrink_form=None
+) -> dict:
+    """What the pool page shows of the pool's end and size: reminders, its extensions and resizes, and the
+    forms to ask for more, for who may change the pool."""
+    may_change = asked_or_administers(request.user, pool.request)
+    in_use = pool.state in (PoolState.ACTIVE, PoolState.RECLAIMING)
+    return {
+        "reminders": upcoming_reminders(pool),
+        "changes": pool.changes.select_related("submitted_by").prefetch_related("items").order_by("-pk"),
+        "billing_ended_at": pool.billing_ended_at,
+        "may_extend": may_change and in_use and pool.end_at is not None,
+        "may_resize": may_change and pool.state == PoolState.ACTIVE,
+        "extend_form": extend_form or ExtendForm(),
+        "grow_form": grow_form or GrowForm(specs=[offer.spec for offer in selectors.spec_offers()]),
+        "shrink_form": shrink_form,
+        "live_allocations": live,
+    }
+
+
+def _change_pool(request: HttpRequest, tenant_slug: str, pk: int, form_class, call, done: str, **kwargs):
+    """One change of a pool asked from its page (extend, grow, shrink): a form that does not parse, or the
+    service's refusal, shows the page again with the reason and nothing changed."""
+    pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    form = form_class(request.POST, **kwargs)
+    if form.is_valid():
+        try:
+            result = call(pool, form.cleaned_data)
+        except PortalError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, done % {"id": getattr(result, "pk", pool.pk)})
+            return redirect("pool", tenant_slug=tenant_slug, pk=pool.pk)
+    return pool, form
+
+
+@login_required
+@require_POST
+def pool_extend(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    outcome = _change_pool(
+        request,
+        tenant_slug,
+        pk,
+        ExtendForm,
+        lambda pool, data: services.request_extension(
+            pool_id=pool.pk, user=request.user, end_at=data["end_at"], justification=data["justification"]
+        ),
+        _("Extension #%(id)s asked for; the end moves once an approver approves it."),
+    )
+    return outcome if isinstance(outcome, HttpResponse) else _pool_again(request, *outcome, "extend_form")
+
+
+@login_required
+@require_POST
+def pool_grow(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    outcome = _change_pool(
+        request,
+        tenant_slug,
+        pk,
+        GrowForm,
+        lambda pool, data: services.request_growth(
+            pool_id=pool.pk,
+            user=request.user,
+            items=[(data["spec"], data["count"])],
+            justification=data["justification"],
+        ),
+        _("Resize #%(id)s asked for; once approved, the queue places it in this pool."),
+        specs=[offer.spec for offer in selectors.spec_offers()],
+    )
+    return outcome if isinstance(outcome, HttpResponse) else _pool_again(request, *outcome, "grow_form")
+
+
+@login_required
+@require_POST
+def pool_shrink(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse:
+    pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
+    live = [a.pk for a in pool.allocations.all() if a.released_at is None]
+    outcome = _change_pool(
+        request,
+        tenant_slug,
+        pk,
+        ShrinkForm,
+        lambda pool, data: services.shrink_pool(
+            pool_id=pool.pk, user=request.user, allocation_ids=data["allocation"]
+        ),
+        _("Pool #%(id)s gave those instances back; billing for them stopped now."),
+        allocation_ids=live,
+    )
+    return outcome if isinstance(outcome, HttpResponse) else _pool_again(request, *outcome, "shrink_form")
+
+
+def _pool_again(request: HttpRequest, pool, form, name: str) -> HttpResponse:
+    """The pool page again, with the refused form and its errors (400)."""
+    return _pool_page(request, pool, status=400, **{name: form})
 
 
 @login_required

@@ -23,6 +23,7 @@ def billed(tenancy):
         valid_from=NOVEMBER_START - timedelta(days=1),
     )
     mine = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.full", 2)],
         reserved_at=NOVEMBER_START,
@@ -30,6 +31,7 @@ def billed(tenancy):
         state="released",
     )
     theirs = PoolFactory(
+        allocated=True,
         project__tenant=tenancy.globex,
         request__items=[("h100-80gb.full", 1)],
         reserved_at=NOVEMBER_START,

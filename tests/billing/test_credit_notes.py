@@ -32,6 +32,7 @@ def november_invoices(tenancy) -> dict[str, Invoice]:
     )
     for project, count in ((tenancy.vision, 2), (tenancy.recsys, 1)):
         PoolFactory(
+            allocated=True,
             project=project,
             request__items=[("h100-80gb.full", count)],
             reserved_at=NOVEMBER_START,

@@ -37,6 +37,7 @@ def november(db):
     )
     acme, globex = ProjectFactory(tenant__slug="acme"), ProjectFactory(tenant__slug="globex")
     PoolFactory(
+        allocated=True,
         project=acme,
         request__items=[("h100-80gb.full", 1)],
         reserved_at=start + 10 * HOUR,
@@ -44,12 +45,14 @@ def november(db):
         state="released",
     )
     PoolFactory(
+        allocated=True,
         project=acme,
         request__items=[("h100-80gb.mig-1g.10gb", 3)],
         reserved_at=start - 5 * HOUR,
         released_at=None,
     )
     PoolFactory(
+        allocated=True,
         project=globex,
         request__items=[("h100-80gb.full", 2)],
         reserved_at=start + HOUR / 2,
@@ -102,7 +105,7 @@ def test_a_month_not_over_or_badly_written_is_refused_and_nothing_is_written(mon
 
 
 def test_a_month_not_yet_metered_to_its_end_is_refused(db):
-    PoolFactory(reserved_at=NOVEMBER[1] - 3 * HOUR, released_at=None)
+    PoolFactory(allocated=True, reserved_at=NOVEMBER[1] - 3 * HOUR, released_at=None)
     meter(now=NOVEMBER[1] - HOUR)
     with pytest.raises(InvalidInput, match=r"run manage\.py meter"):
         close_month("2026-11", now=AFTER)

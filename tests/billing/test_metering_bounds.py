@@ -67,8 +67,14 @@ def test_a_long_outage_of_minute_periods_is_caught_up_under_one_lock(db, minutes
     outage = 10 * DAY  # 14,400 periods: a lock each overflows the lock table of a default PostgreSQL
     project = ProjectFactory()
     pools = [
-        PoolFactory(project=project, request__items=[(SPEC, 2), (FULL, 1)], reserved_at=now - outage),
         PoolFactory(
+            allocated=True,
+            project=project,
+            request__items=[(SPEC, 2), (FULL, 1)],
+            reserved_at=now - outage,
+        ),
+        PoolFactory(
+            allocated=True,
             project=project,
             request__items=[(SPEC, 3)],
             state=PoolState.RELEASED,
@@ -92,6 +98,7 @@ def test_the_periodic_task_catches_up_in_parts_of_a_bounded_size(db, minutes, mo
     project = ProjectFactory()
     busy = [
         PoolFactory(
+            allocated=True,
             project=project,
             request__items=[(SPEC, 1)],
             state=PoolState.RELEASED,
@@ -100,7 +107,7 @@ def test_the_periodic_task_catches_up_in_parts_of_a_bounded_size(db, minutes, mo
         )
         for _ in range(16)
     ]
-    calm = PoolFactory(project=project, request__items=[(FULL, 2)], reserved_at=now - DAY)
+    calm = PoolFactory(allocated=True, project=project, request__items=[(FULL, 2)], reserved_at=now - DAY)
     assert meter_usage().startswith("metered ")
     periods, records = per_transaction(MeteredPeriod), per_transaction(UsageRecord)
     assert max(records) <= services.RECORDS_PER_TRANSACTION
@@ -122,9 +129,9 @@ def test_every_period_length_allowed_meters_each_second_once_at_its_price(db, se
     PriceFactory(gpu_model="H100-80GB", profile="1g.10gb", hourly_price=Decimal("650"), valid_from=change)
     project = ProjectFactory()
     pools = [
-        PoolFactory(project=project, request__items=[(SPEC, 2), (FULL, 1)],
+        PoolFactory(allocated=True, project=project, request__items=[(SPEC, 2), (FULL, 1)],
                     reserved_at=now - 2 * DAY + timedelta(seconds=0.25)),
-        PoolFactory(project=project, request__items=[(SPEC, 3)], state=PoolState.RELEASED,
+        PoolFactory(allocated=True, project=project, request__items=[(SPEC, 3)], state=PoolState.RELEASED,
                     reserved_at=now - 30 * timedelta(hours=1), released_at=now - DAY + timedelta(seconds=41)),
     ]  # fmt: skip
     meter(now=now)

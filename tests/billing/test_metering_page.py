@@ -13,7 +13,7 @@ def test_operators_see_the_lag_and_the_metered_periods(db, client_for, staff_use
     operator = client_for(staff_user("operator"))
     assert url in operator.get("/", follow=True).content.decode()  # linked in the top bar
     assert "up to date" in operator.get(url).content.decode() or "none" in operator.get(url).content.decode()
-    PoolFactory(reserved_at=datetime.now(UTC) - timedelta(hours=6), released_at=None)
+    PoolFactory(allocated=True, reserved_at=datetime.now(UTC) - timedelta(hours=6), released_at=None)
     page = operator.get(url).content.decode()
     assert "behind" in page and "Nothing metered yet" in page
     meter()

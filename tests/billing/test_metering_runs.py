@@ -55,6 +55,7 @@ def test_every_pool_is_metered_for_exactly_the_seconds_it_held(db, pools, runs):
         made = [
             (
                 PoolFactory(
+                    allocated=True,
                     project=project,
                     request__items=[(SPEC, count)],
                     state=PoolState.RELEASED if released else PoolState.ACTIVE,
@@ -81,7 +82,7 @@ def test_the_price_in_force_at_each_period_is_copied_and_a_later_change_rewrites
     PriceFactory(gpu_model="H100-80GB", profile="1g.10gb", hourly_price=Decimal("600"),
                  valid_from=start - HOUR, valid_to=MONTH_END)  # fmt: skip
     PriceFactory(gpu_model="H100-80GB", profile="1g.10gb", hourly_price=Decimal("650"), valid_from=MONTH_END)
-    pool = PoolFactory(request__items=[(SPEC, 2)], reserved_at=start, released_at=None)
+    pool = PoolFactory(allocated=True, request__items=[(SPEC, 2)], reserved_at=start, released_at=None)
     meter(now=MONTH_END + 2 * HOUR + timedelta(minutes=5))
     records = UsageRecord.objects.filter(pool=pool).order_by("period_start")
     prices = list(records.values_list("unit_price", flat=True))
@@ -92,7 +93,7 @@ def test_the_price_in_force_at_each_period_is_copied_and_a_later_change_rewrites
 
 
 def test_a_run_after_an_outage_catches_up_and_the_lag_shows_it(db):
-    pool = PoolFactory(request__items=[(SPEC, 1)], reserved_at=MONTH_END, released_at=None)
+    pool = PoolFactory(allocated=True, request__items=[(SPEC, 1)], reserved_at=MONTH_END, released_at=None)
     meter(now=MONTH_END + HOUR + timedelta(minutes=2))
     assert metering_lag(now=MONTH_END + HOUR + timedelta(minutes=2)) == timedelta(0)
     later = MONTH_END + timedelta(days=3, minutes=2)
@@ -105,7 +106,12 @@ def test_a_run_after_an_outage_catches_up_and_the_lag_shows_it(db):
 
 
 def test_the_command_meters_now_and_says_how_far_behind(db, capsys):
-    PoolFactory(request__items=[(SPEC, 1)], reserved_at=datetime.now(UTC) - 3 * HOUR, released_at=None)
+    PoolFactory(
+        allocated=True,
+        request__items=[(SPEC, 1)],
+        reserved_at=datetime.now(UTC) - 3 * HOUR,
+        released_at=None,
+    )
     call_command("meter")
     out = capsys.readouterr().out
     assert "metered 3 period(s)" in out or "metered 2 period(s)" in out  # the third ends within the delay
@@ -119,6 +125,7 @@ def test_concurrent_runs_on_separate_connections_write_each_record_once():
     project = ProjectFactory()
     pools = [
         PoolFactory(
+            allocated=True,
             project=project,
             request__items=[(SPEC, n % 3 + 1)],
             reserved_at=MONTH_END - n * HOUR / 7,
@@ -154,7 +161,7 @@ def test_concurrent_runs_on_separate_connections_write_each_record_once():
 def test_billing_stops_when_the_capacity_is_freed_not_when_the_release_finishes(db, tenancy):
     from pools.services import release_pool
 
-    pool = PoolFactory(project=tenancy.vision, request__submitted_by=tenancy.acme_member,
+    pool = PoolFactory(allocated=True, project=tenancy.vision, request__submitted_by=tenancy.acme_member,
                        reserved_at=datetime.now(UTC) - 2 * HOUR)  # fmt: skip
     before = datetime.now(UTC)
     released = release_pool(pool_id=pool.pk, user=tenancy.acme_member)

@@ -21,7 +21,13 @@ def lag() -> float:
 def test_the_metering_lag_is_billings_own_figure(tenancy):
     assert lag() == 0  # nothing to meter
     held_since = timezone.now() - timedelta(hours=3)  # hours ended and not metered
-    PoolFactory(project=tenancy.vision, cluster=ClusterFactory(), state="active", reserved_at=held_since)
+    PoolFactory(
+        allocated=True,
+        project=tenancy.vision,
+        cluster=ClusterFactory(),
+        state="active",
+        reserved_at=held_since,
+    )
 
     found = lag()
 

@@ -61,7 +61,7 @@ def test_an_overlapping_price_is_refused_by_the_service_and_by_the_database(db):
 
 def test_metered_time_keeps_its_prices(db):
     start = datetime(2026, 11, 30, 15, tzinfo=UTC)
-    PoolFactory(reserved_at=start, released_at=None)
+    PoolFactory(allocated=True, reserved_at=start, released_at=None)
     meter(now=start + timedelta(hours=2, minutes=5))  # metered up to start + 2 h
     with pytest.raises(InvalidInput, match="metered"):
         add_price(**price_args(valid_from=start + timedelta(hours=1)))
@@ -100,6 +100,6 @@ def test_the_price_in_force_reaches_specs_estimates_and_pools(db, tenancy, api_f
     assert Decimal(specs["h100-80gb.full"]["hourly_price"]) == Decimal("4200")
     assert Decimal(specs["h100-80gb.mig-1g.10gb"]["hourly_price"]) == Decimal("600")
     assert specs["h100-80gb.mig-2g.20gb"]["hourly_price"] is None
-    pool = PoolFactory(project=tenancy.vision, request__items=[("h100-80gb.mig-1g.10gb", 3)])
+    pool = PoolFactory(allocated=True, project=tenancy.vision, request__items=[("h100-80gb.mig-1g.10gb", 3)])
     shown = client.get(f"/api/v1/pools/{pool.pk}/").json()
     assert Decimal(shown["hourly_cost"]) == Decimal("1800")

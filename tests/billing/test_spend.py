@@ -51,11 +51,13 @@ def pools(prices, tenancy):
     are still held; and one of globex, which no acme figure includes."""
     return {
         "since_october": PoolFactory(
+            allocated=True,
             project=tenancy.vision,
             request__items=[("h100-80gb.full", 2)],
             reserved_at=datetime(2026, 10, 31, 12, 17, 5, 400000, tzinfo=UTC),
         ),
         "across_the_change": PoolFactory(
+            allocated=True,
             project=tenancy.vision,
             request__items=[("h100-80gb.mig-1g.10gb", 3), ("h100-80gb.full", 1)],
             reserved_at=datetime(2026, 11, 9, 10, 0, 30, tzinfo=UTC),
@@ -63,6 +65,7 @@ def pools(prices, tenancy):
             state="released",
         ),
         "metered_already": PoolFactory(
+            allocated=True,
             project=tenancy.vision,
             request__items=[("h100-80gb.full", 1)],
             reserved_at=datetime(2026, 11, 5, tzinfo=UTC),
@@ -70,6 +73,7 @@ def pools(prices, tenancy):
             state="released",
         ),
         "elsewhere": PoolFactory(
+            allocated=True,
             project__tenant=tenancy.globex,
             request__items=[("h100-80gb.full", 4)],
             reserved_at=datetime(2026, 11, 2, tzinfo=UTC),
@@ -107,6 +111,7 @@ def test_cost_to_date_is_what_metering_writes_for_the_same_time(pools, tenancy):
 
 def test_a_tail_counted_at_the_price_in_force_at_each_periods_start(prices, tenancy):
     pool = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.mig-1g.10gb", 1)],
         reserved_at=PRICE_CHANGE - hours(1),
@@ -123,9 +128,13 @@ def test_a_tail_counted_at_the_price_in_force_at_each_periods_start(prices, tena
 
 def test_the_projection_adds_the_hourly_rate_for_the_rest_of_the_month(prices, tenancy):
     held = PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.full", 2)], reserved_at=MONTH_START
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.full", 2)],
+        reserved_at=MONTH_START,
     )
     released = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.full", 1)],
         reserved_at=MONTH_START + hours(1),
@@ -156,6 +165,7 @@ def test_the_projection_adds_the_hourly_rate_for_the_rest_of_the_month(prices, t
 
 def test_figures_are_rounded_once_to_the_minor_unit(prices, tenancy, settings):
     pool = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.mig-1g.10gb", 1)],
         reserved_at=NOW - timedelta(seconds=1801),
@@ -170,10 +180,16 @@ def test_figures_are_rounded_once_to_the_minor_unit(prices, tenancy, settings):
 
 def test_a_missing_price_makes_the_figure_unknown_not_smaller(prices, tenancy):
     unpriced = PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.mig-2g.20gb", 1)], reserved_at=NOW - hours(3)
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.mig-2g.20gb", 1)],
+        reserved_at=NOW - hours(3),
     )
     priced = PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.full", 1)], reserved_at=NOW - hours(3)
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.full", 1)],
+        reserved_at=NOW - hours(3),
     )
     found = spend.pool_spend(pools=Pool.objects.filter(project=tenancy.vision), now=NOW)
     assert (found[unpriced.pk].to_date, found[unpriced.pk].rate, found[unpriced.pk].projected) == (
@@ -185,6 +201,7 @@ def test_a_missing_price_makes_the_figure_unknown_not_smaller(prices, tenancy):
     shown = spend.figures(spend.total(found.values()))
     assert (shown.to_date, shown.hourly, shown.projected) == (None, None, None)
     ended = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.mig-2g.20gb", 1)],
         reserved_at=NOW - hours(3),
@@ -199,6 +216,7 @@ def test_a_missing_price_makes_the_figure_unknown_not_smaller(prices, tenancy):
 
 def test_only_this_month_counts_and_the_month_is_the_billing_time_zones(prices, tenancy):
     october = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.full", 1)],
         reserved_at=MONTH_START - hours(5),
@@ -215,7 +233,10 @@ def test_no_query_per_pool(prices, tenancy, django_assert_max_num_queries):
     for index in range(12):
         project = tenancy.vision if index % 2 else ProjectFactory(tenant=tenancy.acme)
         PoolFactory(
-            project=project, request__items=[("h100-80gb.full", 1)], reserved_at=NOW - hours(index + 1)
+            allocated=True,
+            project=project,
+            request__items=[("h100-80gb.full", 1)],
+            reserved_at=NOW - hours(index + 1),
         )
     meter(now=NOW - hours(4) + timedelta(minutes=1))
     with django_assert_max_num_queries(5):
@@ -232,7 +253,10 @@ def frozen(monkeypatch):
 
 def test_every_member_sees_the_cost_on_the_tenant_project_and_pool_pages(prices, tenancy, frozen, client_for):
     pool = PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.full", 2)], reserved_at=NOW - hours(5)
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.full", 2)],
+        reserved_at=NOW - hours(5),
     )
     client = client_for(tenancy.acme_viewer)
 
@@ -253,6 +277,7 @@ def test_every_member_sees_the_cost_on_the_tenant_project_and_pool_pages(prices,
 
 def test_a_released_pool_says_billing_stopped(prices, tenancy, frozen, client_for):
     pool = PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.full", 1)],
         reserved_at=NOW - hours(5),
@@ -266,7 +291,10 @@ def test_a_released_pool_says_billing_stopped(prices, tenancy, frozen, client_fo
 
 def test_a_missing_price_shows_a_dash(prices, tenancy, frozen, client_for):
     PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.mig-2g.20gb", 1)], reserved_at=NOW - hours(1)
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.mig-2g.20gb", 1)],
+        reserved_at=NOW - hours(1),
     )
     page = client_for(tenancy.acme_viewer).get(reverse("tenant", kwargs={"slug": "acme"})).content.decode()
     section = page[page.index("Cost in 2026-11") :]
@@ -282,11 +310,15 @@ def test_the_sections_do_not_query_per_row(prices, tenancy, frozen, client_for):
     client = client_for(tenancy.acme_viewer)
     tenant_page = reverse("tenant", kwargs={"slug": "acme"})
     project_page = reverse("project", kwargs={"tenant_slug": "acme", "slug": "vision"})
-    PoolFactory(project=tenancy.vision, reserved_at=NOW - hours(2))
+    PoolFactory(allocated=True, project=tenancy.vision, reserved_at=NOW - hours(2))
     few = queries(tenant_page), queries(project_page)
     for index in range(8):
-        PoolFactory(project=tenancy.vision, reserved_at=NOW - hours(index + 1))
-        PoolFactory(project=ProjectFactory(tenant=tenancy.acme), reserved_at=NOW - hours(index + 1))
+        PoolFactory(allocated=True, project=tenancy.vision, reserved_at=NOW - hours(index + 1))
+        PoolFactory(
+            allocated=True,
+            project=ProjectFactory(tenant=tenancy.acme),
+            reserved_at=NOW - hours(index + 1),
+        )
     assert (queries(tenant_page), queries(project_page)) == few
 
 
@@ -296,7 +328,7 @@ def test_month_bounds_match_the_figures_month(db):
 
 def test_a_long_cost_table_pages_with_its_own_parameter(prices, tenancy, frozen, client_for):
     made = [
-        PoolFactory(project=tenancy.vision, reserved_at=NOW - hours(1) - timedelta(minutes=i))
+        PoolFactory(allocated=True, project=tenancy.vision, reserved_at=NOW - hours(1) - timedelta(minutes=i))
         for i in range(21)
     ]
     client = client_for(tenancy.acme_viewer)

@@ -124,6 +124,7 @@ def issued(tenancy):
         valid_from=NOVEMBER_START - timedelta(1),
     )
     PoolFactory(
+        allocated=True,
         project=tenancy.vision,
         request__items=[("h100-80gb.full", 2)],
         reserved_at=NOVEMBER_START,

@@ -29,16 +29,22 @@ def test_the_tenant_section_shows_billings_own_to_date_and_projection(tenancy, f
     )
     training = ProjectFactory(tenant=tenancy.acme, name="Training")
     PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.full", 2)], reserved_at=NOW - timedelta(hours=5)
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.full", 2)],
+        reserved_at=NOW - timedelta(hours=5),
     )
     PoolFactory(
+        allocated=True,
         project=training,
         request__items=[("h100-80gb.full", 1)],
         reserved_at=NOW - timedelta(days=3),
         released_at=NOW - timedelta(days=1),
         state="released",
     )
-    PoolFactory(project=tenancy.recsys, reserved_at=NOW - timedelta(days=2))  # globex's: not in acme's total
+    PoolFactory(
+        allocated=True, project=tenancy.recsys, reserved_at=NOW - timedelta(days=2)
+    )  # globex's: not in acme's total
 
     found = spend.pool_spend(pools=Pool.objects.filter(project__tenant=tenancy.acme), now=NOW)
     total = spend.figures(spend.total(found.values()))

@@ -8,7 +8,7 @@ from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.utils import timezone
 
 from pools import mig
-from pools.models import PoolState, RequestState
+from pools.models import PoolItem, PoolState, RequestState
 from pools.specs import parse_spec
 from tests.factories.capacity import ClusterFactory, GpuCapacityFactory
 from tests.factories.tenancy import ProjectFactory, UserFactory
@@ -67,10 +67,13 @@ class PoolFactory(factory.django.DjangoModelFactory):
     `PoolFactory(project=vision, state=PoolState.RELEASED, reserved_at=t0, released_at=t1)`.
     A released or failed pool was released now, or at `released_at=` if given, never before it was
     reserved; any other pool has no `released_at`; a reclaiming one is under notice. Passing `request=`
-    needs `project=request.project`."""
+    needs `project=request.project`. It holds its request's items by design (its PoolItems); with
+    `allocated=True` it holds them for real too, each instance on a new GPU of its cluster, reserved with
+    the pool (and released with it), as admission reserves them: what billing meters."""
 
     class Meta:
         model = "pools.Pool"
+        skip_postgeneration_save = True
 
     project = factory.SubFactory(ProjectFactory)
     request = factory.SubFactory(
@@ -98,6 +101,29 @@ class PoolFactory(factory.django.DjangoModelFactory):
         if kwargs["request"].project_id != kwargs["project"].pk:
             raise ValueError("A pool belongs to its request's project: pass project=request.project.")
         return super()._create(model_class, *args, **kwargs)
+
+    @factory.post_generation
+    def items(obj, create, extracted, **kwargs):
+        if create:
+            PoolItem.objects.bulk_create(
+                PoolItem(pool=obj, gpu_model=i.gpu_model, profile=i.profile, count=i.count)
+                for i in obj.request.items.all()
+            )
+
+    @factory.post_generation
+    def allocated(obj, create, extracted, **kwargs):
+        if not (create and extracted):
+            return
+        for item in obj.request.items.all():
+            for _n in range(item.count):
+                gpu = GpuCapacityFactory(
+                    node__cluster=obj.cluster,
+                    node__gpu_model=item.gpu_model,
+                    mig=None if item.profile == mig.FULL_GPU else {item.profile: 1},
+                )
+                AllocationFactory(
+                    pool=obj, gpu=gpu, profile=item.profile, allocated_at=obj.reserved_at, request=obj.request
+                )
 
 
 def _gpu_model_offering(profile: str) -> str:

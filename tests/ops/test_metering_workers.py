@@ -54,8 +54,14 @@ def backdated_pools(minutes: int) -> list[Pool]:
 
     project = ProjectFactory()
     return [
-        PoolFactory(project=project, request__items=[("h100-80gb.full", 2)], reserved_at=ago(minutes, 0.25)),
         PoolFactory(
+            allocated=True,
+            project=project,
+            request__items=[("h100-80gb.full", 2)],
+            reserved_at=ago(minutes, 0.25),
+        ),
+        PoolFactory(
+            allocated=True,
             project=project,
             request__items=[("h100-80gb.full", 1), (TWO_MIG, 3)],
             state=PoolState.RELEASED,
@@ -63,6 +69,7 @@ def backdated_pools(minutes: int) -> list[Pool]:
             released_at=ago(minutes * 0.3, 7.75),
         ),
         PoolFactory(
+            allocated=True,
             project=project,
             request__items=[("h200-141gb.mig-1g.18gb", 5)],
             state=PoolState.RELEASED,
@@ -70,6 +77,7 @@ def backdated_pools(minutes: int) -> list[Pool]:
             released_at=ago(minutes * 0.5, -40.25),
         ),
         PoolFactory(
+            allocated=True,
             project=project,
             request__items=[("h100-80gb.full", 4)],
             state=PoolState.FAILED,
