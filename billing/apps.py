@@ -66,7 +66,7 @@ class BillingConfig(AppConfig):
     )
 
     def ready(self) -> None:
-        from billing import prices
+        from billing import invoicing, prices
         from pools import pricing
 
         conf.settings.check()
@@ -75,6 +75,7 @@ class BillingConfig(AppConfig):
             price=prices.hourly_price,
             currency=lambda: conf.settings.BILLING_CURRENCY,
             time_zone=lambda: conf.settings.BILLING_TIME_ZONE,
+            round_money=lambda amount: invoicing.round_money(amount, conf.settings.BILLING_CURRENCY),
         )
         # However a price is saved or deleted (admin, service, shell), estimates stop using the old one.
         for signal in (post_save, post_delete):

@@ -1,9 +1,9 @@
 """Billing's state changes: metering (usage records per pool, spec and period) and prices.
 
 Metering reads each ended period's holdings (the allocations held in it, each from its own reservation to
-its own release or its pool's end date), counts their seconds with `billing.metering`, copies the price in force at the period's
-start, and writes the records with the unique constraint as the guard: a second, concurrent or
-late run writes nothing twice. Periods are metered oldest first, from the one after the last
+its own release or its pool's end date), counts their seconds with `billing.metering`, copies the price in
+force at the period's start, and writes the records with the unique constraint as the guard: a second,
+concurrent or late run writes nothing twice. Periods are metered oldest first, from the one after the last
 metered period, so a run after an outage catches up on every period it missed.
 
 However many periods a run meters (two months of minute periods for the demo's history, or the

@@ -11,6 +11,8 @@ from portal.shell import AppPlugin, EmailTopic, Link, Periodic
 EMAIL_TOPIC = "alerts"
 # The e-mails about a GPU fault under a pool (monitoring/faults/), to its people and to approvers.
 FAULT_EMAIL_TOPIC = "gpu-faults"
+# The e-mail of a billed pool gone idle (monitoring/notifications/idle.py), to who asked and the admins.
+IDLE_EMAIL_TOPIC = "idle-pools"
 
 
 class MonitoringConfig(AppConfig):
@@ -24,7 +26,11 @@ class MonitoringConfig(AppConfig):
             Link(_("Alerts"), "monitoring-alerts", permission="monitoring.view_alert"),
             Link(_("GPU faults"), "monitoring-faults", permission="monitoring.view_gpufault"),
         ),
-        pool_sections=("monitoring.pages.tenant.pool_section", "monitoring.faults.views.pool_section"),
+        pool_sections=(
+            "monitoring.pages.idle.pool_section",
+            "monitoring.pages.tenant.pool_section",
+            "monitoring.faults.views.pool_section",
+        ),
         capacity_sections=("monitoring.pages.capacity.section",),
         tenant_sections=("monitoring.pages.tenant.tenant_section",),
         metrics=("monitoring.metrics.collect",),
@@ -52,6 +58,14 @@ class MonitoringConfig(AppConfig):
                 FAULT_EMAIL_TOPIC,
                 _("e-mail me GPU faults under pools"),
                 _("When a GPU holding one of my pools fails and is drained; approvers hear of every pool."),
+            ),
+            EmailTopic(
+                IDLE_EMAIL_TOPIC,
+                _("e-mail me idle pools"),
+                _(
+                    "When a pool I asked for, or one of a tenant I administer, is billed but idle: once each "
+                    "time it goes idle, with what the idle hours cost."
+                ),
             ),
         ),
     )

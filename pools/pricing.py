@@ -1,15 +1,15 @@
-"""Hourly prices of specs and billing's calendar, as far as pools need them (estimates before submitting,
-a month's history, what-if months).
+"""Hourly prices of specs, money's rounding and billing's calendar, as far as pools and the apps above them
+need them (estimates before submitting, a pool's hourly cost, a month's history, what-if months).
 
 Prices, the currency and the time zone of billing's months belong to billing; billing registers them here
 when it is installed, so that pools never import billing. Without billing, prices are unknown (None), no
-currency is named, and months are UTC's.
+currency is named, money is rounded to the cent, and months are UTC's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from pools.specs import Spec
 
@@ -17,20 +17,31 @@ PriceLookup = Callable[[Spec], Decimal | None]
 _lookup: PriceLookup | None = None
 _currency: Callable[[], str] | None = None
 _time_zone: Callable[[], str] | None = None
+_round: Callable[[Decimal], Decimal] | None = None
+CENT = Decimal("0.01")
 
 
 def register_billing(
-    *, price: PriceLookup, currency: Callable[[], str], time_zone: Callable[[], str]
+    *,
+    price: PriceLookup,
+    currency: Callable[[], str],
+    time_zone: Callable[[], str],
+    round_money: Callable[[Decimal], Decimal] | None = None,
 ) -> None:
-    """Billing's price lookup, and how to read its currency and the time zone of its months (read each time,
-    so that a changed setting counts at once)."""
-    global _lookup, _currency, _time_zone
-    _lookup, _currency, _time_zone = price, currency, time_zone
+    """Billing's price lookup, how to read its currency and the time zone of its months (read each time,
+    so that a changed setting counts at once), and how it rounds an amount to its currency's minor unit."""
+    global _lookup, _currency, _time_zone, _round
+    _lookup, _currency, _time_zone, _round = price, currency, time_zone, round_money
 
 
 def currency() -> str | None:
     """The currency prices are in, or None without billing."""
     return _currency() if _currency else None
+
+
+def round_money(amount: Decimal) -> Decimal:
+    """An amount rounded once as billing rounds it (its currency's minor unit), else to the cent."""
+    return _round(amount) if _round else amount.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def month_time_zone() -> str:
@@ -51,3 +62,15 @@ def estimated_hourly_cost(items: list[tuple[Spec, int]]) -> Decimal | None:
             return None
         total += price * count
     return total
+
+
+def pool_items(pool) -> list[tuple[Spec, int]]:
+    """What a pool holds by design, grown and shrunk since its request: (spec, count) per item (prefetch
+    `items` when listing)."""
+    return [(Spec(item.gpu_model, item.profile), item.count) for item in pool.items.all()]
+
+
+def pool_hourly_cost(pool) -> Decimal | None:
+    """What a pool costs per hour, or None while any price is unknown: the one figure the pool's API and
+    its pages show."""
+    return estimated_hourly_cost(pool_items(pool))

@@ -20,8 +20,10 @@ What holds and what clears, kind by kind:
 - silent_node: a node that has reported figures, but none in the last `duration`. Cleared by a newer one.
 - silent_agent: an agent token used before, not in the last `duration`, and not revoked.
 - idle_pool: an active pool whose every live allocation's SM activity stayed under the level for the
-  last `duration`, covered as for thresholds (an allocation younger than that is not idle yet). Cleared
-  once the pool is no longer active, or an allocation's newest figure reaches the level.
+  last `duration`, covered as for thresholds (an allocation younger than that is not idle yet); idle since
+  the window's start. Cleared once the pool is no longer active, or an allocation's newest figure reaches
+  the level. An open alert is the pool's idle spell, which its people are told of
+  (monitoring/notifications/recording.py).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Finding:
     pool_id: int | None = None
     agent_token_id: int | None = None
     severity: str | None = None  # None: the rule's
+    since: datetime | None = None  # when the condition began, where the rule knows it
 
 
 @dataclass
@@ -346,6 +349,7 @@ def idle_pool(rule: AlertRule, *, now: datetime, open: dict[str, Alert]) -> Verd
         FROM live l LEFT JOIN per_allocation p ON p.id = l.id
         GROUP BY l.pool_id
         HAVING bool_and(COALESCE(p.idle, false))
+        ORDER BY l.pool_id
         """,
         params,
     )
@@ -361,7 +365,7 @@ def idle_pool(rule: AlertRule, *, now: datetime, open: dict[str, Alert]) -> Verd
             "minutes": f"{rule.duration_seconds / 60:g}",
             "peak": peak,
         }
-        verdict.findings.append(Finding(f"pool:{pool_id}", message, peak, now, pool_id=pool_id))
+        verdict.findings.append(Finding(f"pool:{pool_id}", message, peak, now, pool_id=pool_id, since=start))
     holding = {f.subject for f in verdict.findings}
     waiting = [int(s.split(":")[1]) for s in open if s not in holding]
     if waiting:

@@ -120,6 +120,7 @@ def _fire(
                         severity=severity,
                         fired_at=now,
                         last_seen_at=finding.seen_at,
+                        condition_since=finding.since,
                     )
                 )
         except IntegrityError:

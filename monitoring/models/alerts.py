@@ -4,7 +4,8 @@
   how grave it is, and whom to tell besides the operators.
 - Alert: one raising of a rule for one subject (a GPU, an instance, a node, an agent, a pool). It is open
   from `fired_at` until `resolved_at`; an operator may acknowledge it meanwhile. The database allows one open
-  alert per (rule, subject), so a rule evaluated twice at once still fires once.
+  alert per (rule, subject), so a rule evaluated twice at once still fires once. An idle pool's alert is
+  also its idle spell, which began at `condition_since` (monitoring/selectors/idle.py).
 """
 
 from __future__ import annotations
@@ -197,6 +198,12 @@ class Alert(models.Model):
     )
     value = models.FloatField(_("value"), null=True, blank=True)
     fired_at = models.DateTimeField(_("fired"))
+    condition_since = models.DateTimeField(
+        _("condition since"),
+        null=True,
+        blank=True,
+        help_text=_("When the condition began, where the rule knows it: the first moment of an idle pool."),
+    )
     last_seen_at = models.DateTimeField(
         _("condition last seen"), help_text=_("When evaluation last found the condition, or the last event.")
     )

@@ -1,7 +1,7 @@
 """Notifications: one message over one channel (an e-mail, a webhook's POST) to one target, about an event
-of an alert (fired or resolved), a GPU fault, or both at once — the alert a fault's event fired and the
-fault itself, for a person who hears of both — sent once, retried with back-off until it is sent or gives
-up.
+of an alert (fired or resolved, or an idle pool's alert told to the pool's own people), a GPU fault, or both
+at once — the alert a fault's event fired and the fault itself, for a person who hears of both — sent once,
+retried with back-off until it is sent or gives up.
 
 A person hears of an alert's event once and of a fault once (two unique constraints), so that a fault whose
 event fires an alert makes one e-mail per person, however the two are told. Faults go by e-mail only.
@@ -21,6 +21,8 @@ class Delivery(models.Model):
     class Event(models.TextChoices):
         FIRED = "fired", _("fired")
         RESOLVED = "resolved", _("resolved")
+        # An idle pool's alert told to the pool's people (who asked, the tenant's admins), once per spell.
+        IDLE = "idle", _("idle pool, to its people")
 
     class Channel(models.TextChoices):
         EMAIL = "email", _("e-mail")

@@ -6,6 +6,8 @@ Who:
   EMAIL_TOPIC on, the rule's extra addresses (by e-mail), the portal's webhook
   (MONITORING_ALERT_WEBHOOK_URL) and the rule's own;
 - a GPU fault: its audience (monitoring/faults/audience.py), by e-mail;
+- an idle pool's alert firing: besides the above, the pool's own people, once per idle spell
+  (monitoring/notifications/idle.py), by e-mail;
 - both at once when an XID or ECC alert fires on a GPU whose fault nobody has been told of yet: the alert
   its fatal event fired. Each person then gets one e-mail for the two, saying what fired and which pools
   it affects: the row of the alert's event and of the fault.
@@ -26,6 +28,7 @@ from monitoring.conf import settings
 from monitoring.faults.audience import Told, audience
 from monitoring.models import Alert, Delivery, GpuFault
 from monitoring.models.alerts import RuleKind
+from monitoring.notifications import idle
 from portal import permissions
 from portal.models import Preferences
 from portal.roles import PlatformRole
@@ -70,7 +73,8 @@ def _fault_row(fault: GpuFault, told: Told, *, now: datetime, **row) -> Delivery
 
 def record(alert: Alert, event: str, *, operators: list[str], now: datetime) -> int:
     """The notifications of one event of `alert`, due now, with those of the fault its event fired when
-    nobody has been told of that fault yet; returns how many rows are new."""
+    nobody has been told of that fault yet, and those of the idle spell it begins; returns how many rows
+    are new."""
     rule = alert.rule
     emails = _unique([*operators, *rule.email_addresses()])
     hooks = _unique([settings.MONITORING_ALERT_WEBHOOK_URL, rule.webhook_url])
@@ -93,6 +97,8 @@ def record(alert: Alert, event: str, *, operators: list[str], now: datetime) -> 
         for url in hooks
         if (Channel.WEBHOOK, url) not in recorded
     ]
+    if idle.tells(alert, event):
+        rows += idle.deliveries(alert, now=now)
     Delivery.objects.bulk_create(rows, ignore_conflicts=True)  # the constraints have the last word
     return len(rows)
 

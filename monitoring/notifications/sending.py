@@ -1,5 +1,6 @@
 """Sending notifications: each `Delivery` row once, retried until sent or given up; an e-mail per address
-(about an alert's event, a GPU fault, or both) and a JSON POST per webhook.
+(about an alert's event, a GPU fault, or both, or to a pool's people about its idle spell) and a JSON POST
+per webhook.
 
 `deliver_due` takes one due row at a time under a row lock that concurrent runs skip, sends it, and records
 the outcome in the same transaction: sent, or the error and the next attempt, after
@@ -29,6 +30,7 @@ from django.utils.functional import lazy
 from monitoring.conf import settings
 from monitoring.faults.audience import describe
 from monitoring.models import Alert, Delivery
+from monitoring.selectors import idle
 from pools.models import Pool
 from portal import mail, outbound
 
@@ -76,8 +78,7 @@ def _fault_context(delivery: Delivery) -> dict:
                 "pool": pool,
                 "tenant": pool.project.tenant,
                 "project": pool.project,
-                "link": base
-                + reverse("pool", kwargs={"tenant_slug": pool.project.tenant.slug, "pk": pool.pk}),
+                "link": _pool_link(pool),
             }
             for pool in pools
         ],
@@ -86,8 +87,41 @@ def _fault_context(delivery: Delivery) -> dict:
     }
 
 
-def _email(delivery: Delivery) -> None:
-    if delivery.fault_id is not None:
+def _pool_link(pool: Pool) -> str:
+    return settings.PORTAL_BASE_URL + reverse(
+        "pool", kwargs={"tenant_slug": pool.project.tenant.slug, "pk": pool.pk}
+    )
+
+
+def _idle_context(delivery: Delivery, *, now: datetime) -> dict:
+    """What the e-mail of an idle spell says to the pool's people: the pool, its page, and the spell's figures
+    as its page shows them, up to now (or to the spell's end, where it ended before this was sent)."""
+    alert = delivery.alert
+    pool = (
+        Pool.objects.select_related("project__tenant")
+        .prefetch_related("items")
+        .get(pk=alert.pool_id)
+    )
+    alert.pool = pool
+    return {
+        "pool": pool,
+        "project": pool.project,
+        "tenant": pool.project.tenant,
+        "level": f"{alert.rule.threshold:g}",
+        "spell": idle.spell_of(alert, now=now),
+        "link": _pool_link(pool),
+        "settings_link": settings.PORTAL_BASE_URL + reverse("preferences"),
+    }
+
+
+def _email(delivery: Delivery, *, now: datetime) -> None:
+    if delivery.event == Delivery.Event.IDLE:
+        key, template, context = (
+            f"monitoring.idle:{delivery.alert_id}",
+            "monitoring/email/idle_pool",
+            _idle_context(delivery, now=now),
+        )
+    elif delivery.fault_id is not None:
         key, template, context = (
             f"monitoring.fault:{delivery.fault_id}",
             "monitoring/email/fault",
@@ -103,7 +137,7 @@ def _email(delivery: Delivery) -> None:
     mail.send_once(key=key, to=[delivery.target], template=template, context=context)
 
 
-def _webhook(delivery: Delivery) -> None:
+def _webhook(delivery: Delivery, *, now: datetime) -> None:
     with outbound.Session() as session:
         response = session.post(
             delivery.target,
@@ -162,7 +196,7 @@ def deliver_due(*, now: datetime | None = None, limit: int = 500) -> Delivered:
             delivery.attempts += 1
             try:
                 with transaction.atomic():  # what a failed send did to the database is undone, alone
-                    SENDERS[delivery.channel](delivery)
+                    SENDERS[delivery.channel](delivery, now=moment)
             except Exception as error:  # any failure is this delivery's, never the whole queue's
                 delivery.last_error = _failure(error)[:1000]
                 if delivery.attempts >= settings.MONITORING_ALERT_MAX_ATTEMPTS:

@@ -12,10 +12,9 @@ from rest_framework.response import Response
 from pools import selectors, services
 from pools.api.requests import PoolRequestSerializer, RequestItemSerializer
 from pools.models import Allocation, Pool, PoolRequest, PoolState
-from pools.pricing import estimated_hourly_cost
+from pools.pricing import pool_hourly_cost, pool_items
 from pools.selectors.ends import upcoming_reminders
 from pools.selectors.quotas import borrowed_pool_ids
-from pools.specs import Spec
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -92,12 +91,9 @@ class PoolSerializer(serializers.ModelSerializer):
             "reminders",
         ]
 
-    def _specs(self, pool) -> list[tuple[Spec, int]]:
-        return [(Spec(i.gpu_model, i.profile), i.count) for i in pool.items.all()]
-
     @extend_schema_field(RequestItemSerializer(many=True))
     def get_items(self, pool) -> list[dict]:
-        return [{"spec": spec.id, "count": n} for spec, n in self._specs(pool)]
+        return [{"spec": spec.id, "count": n} for spec, n in pool_items(pool)]
 
     @extend_schema_field(AllocationSerializer(many=True))
     def get_allocations(self, pool) -> list[dict]:
@@ -113,7 +109,7 @@ class PoolSerializer(serializers.ModelSerializer):
         return pool.pk in self.context["borrowed"]
 
     def get_hourly_cost(self, pool) -> str | None:
-        cost = estimated_hourly_cost(self._specs(pool))
+        cost = pool_hourly_cost(pool)
         return None if cost is None else str(cost)
 
     @extend_schema_field(ReminderSerializer(many=True))
