@@ -94,8 +94,10 @@ def merged(usages: Iterable[Usage]) -> list[Usage]:
     for usage in usages:
         key = (usage.pool_id, usage.gpu_model, usage.profile, usage.period_start)
         before = found.get(key)
-        found[key] = usage if before is None else replace(
-            before, count=before.count + usage.count, seconds=before.seconds + usage.seconds
+        found[key] = (
+            usage
+            if before is None
+            else replace(before, count=before.count + usage.count, seconds=before.seconds + usage.seconds)
         )
     return list(found.values())
 

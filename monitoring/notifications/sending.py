@@ -97,11 +97,7 @@ def _idle_context(delivery: Delivery, *, now: datetime) -> dict:
     """What the e-mail of an idle spell says to the pool's people: the pool, its page, and the spell's figures
     as its page shows them, up to now (or to the spell's end, where it ended before this was sent)."""
     alert = delivery.alert
-    pool = (
-        Pool.objects.select_related("project__tenant")
-        .prefetch_related("items")
-        .get(pk=alert.pool_id)
-    )
+    pool = Pool.objects.select_related("project__tenant").prefetch_related("items").get(pk=alert.pool_id)
     alert.pool = pool
     return {
         "pool": pool,
