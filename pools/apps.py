@@ -63,6 +63,16 @@ class PoolsConfig(AppConfig):
                     "Requests within the tenant's guarantee are approved by the policy, skipping approvers."
                 ),
             ),
+            TenantSetting(
+                "max_duration_hours",
+                int,
+                read="pools.api.quotas.read_max_duration",
+                write="pools.api.quotas.write_max_duration",
+                help_text=_(
+                    "Each request of the tenant gives an end within this many hours; null: no end required."
+                ),
+                nullable=True,
+            ),
         ),
         email_topics=(
             EmailTopic(

@@ -155,7 +155,9 @@ SETTING_FIELDS = {bool: serializers.BooleanField, int: serializers.IntegerField,
 def tenant_settings_serializer() -> type[serializers.Serializer]:
     """The body of a change of tenant settings: each app's, each optional; anything else is refused."""
     fields = {
-        name: SETTING_FIELDS[setting.kind](required=False, help_text=setting.help_text)
+        name: SETTING_FIELDS[setting.kind](
+            required=False, allow_null=setting.nullable, help_text=setting.help_text
+        )
         for name, setting in shell.tenant_settings().items()
     }
     return type("TenantSettingsSerializer", (serializers.Serializer,), fields)

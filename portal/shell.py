@@ -102,6 +102,7 @@ class TenantSetting:
     read: str
     write: str
     help_text: str = ""
+    nullable: bool = False  # null is a value of it (e.g. "no limit")
 
 
 @dataclass(frozen=True)

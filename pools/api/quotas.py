@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from pools.models import TenantPolicy
 from pools.selectors.quotas import quota_rows
-from pools.services.quotas import UNSET, set_auto_approve, set_quota
+from pools.services.quotas import UNSET, set_auto_approve, set_max_duration, set_quota
 from portal.errors import InvalidInput
 from portal.models import Project, Tenant, visible_tenant_ids
 
@@ -105,3 +105,16 @@ def read_auto_approve(tenants) -> dict[int, bool]:
 
 def write_auto_approve(*, actor, tenant, value: bool) -> None:
     set_auto_approve(actor=actor, tenant=tenant, on=value)
+
+
+def read_max_duration(tenants) -> dict[int, int | None]:
+    hours = dict(
+        TenantPolicy.objects.filter(tenant__in=[t.pk for t in tenants]).values_list(
+            "tenant_id", "max_duration_hours"
+        )
+    )
+    return {tenant.pk: hours.get(tenant.pk) for tenant in tenants}
+
+
+def write_max_duration(*, actor, tenant, value: int | None) -> None:
+    set_max_duration(actor=actor, tenant=tenant, hours=value)

@@ -29,6 +29,8 @@ QUOTA_SET = gettext_noop(
 )
 AUTO_APPROVE_ON = gettext_noop("%(tenant)s: requests within the guarantee are approved by the policy")
 AUTO_APPROVE_OFF = gettext_noop("%(tenant)s: every request goes to the approvers")
+MAX_DURATION_SET = gettext_noop("%(tenant)s: every pool ends within %(hours)s hours")
+MAX_DURATION_OFF = gettext_noop("%(tenant)s: pools need no end")
 NO_LIMIT = gettext_noop("none")
 UNSET = object()
 MAX_SLICES = 10_000_000
@@ -219,4 +221,28 @@ def set_auto_approve(*, actor, tenant: Tenant, on: bool) -> TenantPolicy:
     return policy
 
 
-__all__ = ["check_quota", "set_auto_approve", "set_quota"]
+def set_max_duration(*, actor, tenant: Tenant, hours: int | None) -> TenantPolicy:
+    """The longest a pool of the tenant may live, in hours: every request must then give an end within it
+    (pools/services/ends.py); None: no end required. Pools already admitted keep their ends."""
+    _require_quota_setter(actor)
+    if hours is not None and (
+        not isinstance(hours, int) or isinstance(hours, bool) or not 1 <= hours <= 87_600
+    ):
+        raise InvalidInput(_("max_duration_hours is a whole number of hours from 1 to 87600, or null."))
+    with transaction.atomic():
+        policy, _created = TenantPolicy.objects.select_for_update().get_or_create(tenant=tenant)
+        if policy.max_duration_hours != hours:
+            policy.max_duration_hours = hours
+            policy.save(update_fields=["max_duration_hours"])
+            audit.record(
+                "tenant.max_duration",
+                summary=MAX_DURATION_SET if hours is not None else MAX_DURATION_OFF,
+                values={"tenant": tenant.name, "hours": hours},
+                actor=actor,
+                tenant_id=tenant.pk,
+                subject=("tenant", tenant.pk),
+            )
+    return policy
+
+
+__all__ = ["check_quota", "set_auto_approve", "set_max_duration", "set_quota"]
