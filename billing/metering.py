@@ -11,6 +11,7 @@ Plain data in and out: no Django, no clock, no database.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -138,8 +139,26 @@ def bounded(holdings: Sequence[Holding], starts: range, records: int) -> range:
     """The longest leading part of `starts` whose periods give at most `records` usages, and never less
     than its first period (which alone may give more): the periods one transaction may meter."""
 
+    # Per pool and spec, the periods its holdings held, as runs of period numbers [first, last).
+    runs: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for holding in holdings:
+        held_in = held_periods(holding, starts)
+        if holding.count and held_in:
+            first = (held_in.start - starts.start) // starts.step
+            runs[(holding.pool_id, holding.gpu_model, holding.profile)].append((first, first + len(held_in)))
+
     def usages(periods: int) -> int:
-        return sum(len(held_periods(holding, starts[:periods])) for holding in holdings)
+        """The usages of the first `periods` periods: per pool and spec, each period any of its holdings
+        held, counted once (`merged`)."""
+        found = 0
+        for spans in runs.values():
+            reached = 0
+            for first, last in sorted(spans):
+                first, last = max(first, reached), min(last, periods)
+                if last > first:
+                    found += last - first
+                    reached = last
+        return found
 
     if len(starts) <= 1 or usages(len(starts)) <= records:
         return starts

@@ -198,7 +198,10 @@ def test_the_page_shows_what_the_tenant_spends_as_billing_computes_it(
         valid_from=NOW - timedelta(days=60),
     )
     PoolFactory(
-        project=tenancy.vision, request__items=[("h100-80gb.full", 2)], reserved_at=NOW - timedelta(hours=5)
+        allocated=True,
+        project=tenancy.vision,
+        request__items=[("h100-80gb.full", 2)],
+        reserved_at=NOW - timedelta(hours=5),
     )
     request = PoolRequestFactory(project=tenancy.vision)
     body = client_for(approver).get(page_of(request.pk)).content.decode()
