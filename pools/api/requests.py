@@ -126,6 +126,14 @@ class PoolRequestSerializer(serializers.ModelSerializer):
 
 class ApproveSerializer(serializers.Serializer):
     priority = serializers.IntegerField(required=False, min_value=-1000, max_value=1000)
+    override_budget = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=_(
+            "Approve although the request would take its month's projected cost past a hard budget; "
+            "without it such a request is refused (409)."
+        ),
+    )
 
 
 class RejectSerializer(serializers.Serializer):
@@ -180,7 +188,10 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
         body = ApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.approve_request(
-            request_id=target.pk, approver=request.user, priority=body.validated_data.get("priority")
+            request_id=target.pk,
+            approver=request.user,
+            priority=body.validated_data.get("priority"),
+            override_budget=body.validated_data["override_budget"],
         )
         return self._answer(target)
 

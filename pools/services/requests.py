@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
-from pools import placement, task_names
+from pools import budgets, placement, pricing, task_names
 from pools.apps import APPROVE
 from pools.conf import settings
 from pools.models import (
@@ -39,6 +39,7 @@ from portal.permissions import made_it_or_administers, require_pool_requester, r
 
 MAX_ITEMS = 20
 BY_POLICY = gettext_noop("approved by the policy: within the tenant's guarantee")
+BUDGET_OVERRIDDEN = gettext_noop("approved past %(budget)s: the approver overrode the hard budget")
 ASKED_AGAIN = gettext_noop("asked again for the work of pool #%(pool)s, reclaimed: approved as it was before")
 CANCELLED = gettext_noop("was cancelled")
 REJECTED = gettext_noop("was rejected")
@@ -189,7 +190,12 @@ def submit_request(
             justification=justification,
             submitted_by=user,
         )
-        if judged.kind == WITHIN and judged.in_force and approves_within_guarantee(project.tenant_id):
+        if (
+            judged.kind == WITHIN
+            and judged.in_force
+            and approves_within_guarantee(project.tenant_id)
+            and budgets.most_passed(request_budgets(request)) is None
+        ):
             _approve(request, None, reason=Reason(BY_POLICY))
     return request
 
@@ -291,13 +297,41 @@ def _check_priority(priority: int) -> None:
         raise InvalidInput(_("Priority goes from -1000 to 1000."))
 
 
-def approve_request(*, request_id: int, approver, priority: int | None = None) -> PoolRequest:
-    """Approve; the queue then admits the request when placement finds room."""
+def approve_request(
+    *, request_id: int, approver, priority: int | None = None, override_budget: bool = False
+) -> PoolRequest:
+    """Approve; the queue then admits the request when placement finds room. A request that would take
+    its month's projected cost past a hard budget is approved only with `override_budget`."""
     _require_approver(approver)
     if priority is not None:
         _check_priority(priority)
     with transaction.atomic():
-        return _approve(_locked(request_id), approver, priority=priority)
+        request = _locked(request_id)
+        reason = _budget_override(request, override_budget)
+        return _approve(request, approver, priority=priority, reason=reason)
+
+
+def request_budgets(request: PoolRequest) -> list[budgets.BudgetStanding]:
+    """The budgets that apply to the request (its tenant's, its project's), each with what it would add to
+    the month at its estimated hourly cost (`pools/budgets.py`: none without billing)."""
+    items = [(Spec(item.gpu_model, item.profile), item.count) for item in request.items.all()]
+    return budgets.standings(project=request.project, hourly_cost=pricing.estimated_hourly_cost(items))
+
+
+def _budget_override(request: PoolRequest, override: bool) -> Reason | None:
+    """A request to decide that passes a hard budget waits for the approver's explicit override, which the
+    approval's event then records, naming the budget; None where no hard budget is passed."""
+    if request.state != RequestState.SUBMITTED:
+        return None  # the transition refuses it
+    passed = budgets.most_passed(request_budgets(request))
+    if passed is None:
+        return None
+    if not override:
+        raise Conflict(
+            _("Request #%(id)s would pass %(budget)s. Approve it with the budget override to go ahead.")
+            % {"id": request.pk, "budget": render_reason(passed.reason.as_data())}
+        )
+    return Reason(BUDGET_OVERRIDDEN, budget=passed.reason)
 
 
 def _approve(request: PoolRequest, approver, *, priority: int | None = None, reason: Reason | None = None):
@@ -370,6 +404,7 @@ __all__ = [
     "cancel_request",
     "judge_against_quotas",
     "reject_request",
+    "request_budgets",
     "set_priority",
     "submit_request",
 ]
