@@ -87,6 +87,10 @@ class BudgetListView(generics.ListAPIView):
     def get_queryset(self):
         return selectors.visible_budgets(self.request.user)
 
+    def get_object(self):
+        """A budget is named by its body (tenant, project), not by an address: none lives at this one."""
+        raise Http404
+
     def paginate_queryset(self, queryset):
         page = super().paginate_queryset(queryset)
         return months(queryset if page is None else page)
