@@ -258,3 +258,11 @@ def test_the_approval_page_shows_the_budgets_and_the_override_only_where_one_is_
     )
     assert done.status_code == 302
     assert PoolRequest.objects.get(pk=fits.pk).state == RequestState.APPROVED
+
+
+def test_the_tenants_request_page_says_it_waits_for_the_override(tenancy, policy, client_for):
+    budget(tenancy, 1000, hard=True)
+    held_back = ask(tenancy)
+    url = reverse("pool-request", kwargs={"tenant_slug": "acme", "pk": held_back.pk})
+    page = client_for(tenancy.acme_member).get(url).content.decode()
+    assert "hard budget of Acme" in page and "waits for an approver" in page and "492,000" in page

@@ -117,6 +117,25 @@ ROUTES = [
         "tenant-invoices", "get", lambda t, o: reverse("tenant-invoices", kwargs={"tenant_slug": "acme"}), 200
     ),
     Route(
+        "tenant-budgets", "get", lambda t, o: reverse("tenant-budgets", kwargs={"tenant_slug": "acme"}), 200
+    ),
+    Route(
+        "tenant-budget-remove",
+        "post",
+        lambda t, o: reverse("tenant-budget-remove", kwargs={"tenant_slug": "acme"}),
+        302,
+        data={"project": ""},
+    ),
+    # A budget is named by its body: another tenant's answers 404 as an address would.
+    Route(
+        "v1:budgets",
+        "put",
+        lambda t, o: reverse("v1:budgets"),
+        200,
+        data={"tenant": "acme", "month_limit": "100", "currency": "KRW"},
+        api=True,
+    ),
+    Route(
         "tenant-invoice-download",
         "get",
         lambda t, o: reverse(
