@@ -17,6 +17,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.settings import api_settings
 
 from billing import exports, invoicing, selectors
+from billing.budgets.api import BudgetListView
 from billing.models import CreditNote, Invoice, InvoiceLine
 from pools.specs import Spec
 
@@ -230,4 +231,7 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
 router = SimpleRouter(trailing_slash=True)
 router.register("invoices", InvoiceViewSet, basename="invoice")
 
-urlpatterns = [path("usage/", UsageView.as_view(), name="usage")]
+urlpatterns = [
+    path("usage/", UsageView.as_view(), name="usage"),
+    path("budgets/", BudgetListView.as_view(), name="budgets"),
+]

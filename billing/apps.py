@@ -11,6 +11,8 @@ from portal.shell import AppPlugin, EmailTopic, Link, Periodic
 # The e-mails of issued invoices and credit notes to a tenant's admins (billing/mail.py), which they may
 # turn off; a tenant's billing contact gets them regardless.
 EMAIL_TOPIC = "invoices"
+# The warnings to a tenant's admins as a budget's projection reaches 80 % and 100 % (billing/budgets/).
+BUDGET_EMAIL_TOPIC = "budgets"
 
 
 # The shortest metering period. Shorter ones would multiply the rows metering writes (a period mark
@@ -45,16 +47,21 @@ class BillingConfig(AppConfig):
         # A tenant's invoices are for its admins (and finance); what its pools cost, for every member.
         tenant_tabs=(
             Link(_("Invoices"), "tenant-invoices", permission="billing.view_invoice", tenant_role="admin"),
+            Link(_("Budgets"), "tenant-budgets", tenant_role="admin"),
         ),
-        tenant_sections=("billing.tenant_views.tenant_section",),
+        tenant_sections=("billing.tenant_views.tenant_section", "billing.budgets.views.tenant_section"),
         approval_sections=("billing.tenant_views.approval_section",),
         workspaces=(Link(_("Billing"), "billing-home", permission="billing.view_invoice"),),
-        project_sections=("billing.tenant_views.project_section",),
+        project_sections=("billing.tenant_views.project_section", "billing.budgets.views.project_section"),
         pool_sections=("billing.tenant_views.pool_section",),
         metrics=("billing.metrics.collect",),
         periodic_tasks=(
             # Meters every ended period not metered yet.
             Periodic("meter-usage", "billing.tasks.meter_usage", lambda: conf.settings.METERING_RUN_SECONDS),
+            # Warns tenants' admins as a budget's projection reaches 80 % and 100 %, once each a month.
+            Periodic(
+                "warn-budgets", "billing.tasks.warn_budgets", lambda: conf.settings.BUDGET_CHECK_SECONDS
+            ),
         ),
         email_topics=(
             EmailTopic(
@@ -62,12 +69,18 @@ class BillingConfig(AppConfig):
                 _("e-mail me my tenants' invoices"),
                 _("Issued invoices and credit notes, with their PDF, if the tenant has no billing contact."),
             ),
+            EmailTopic(
+                BUDGET_EMAIL_TOPIC,
+                _("e-mail me my tenants' budget warnings"),
+                _("When a budget's projected month-end cost reaches 80 % and 100 % of it, once each month."),
+            ),
         ),
     )
 
     def ready(self) -> None:
         from billing import invoicing, prices
-        from pools import pricing
+        from billing.budgets import standing
+        from pools import budgets, pricing
 
         conf.settings.check()
         check_metering(conf.settings.METERING_PERIOD_SECONDS, conf.settings.METERING_DELAY_SECONDS)
@@ -77,6 +90,7 @@ class BillingConfig(AppConfig):
             time_zone=lambda: conf.settings.BILLING_TIME_ZONE,
             round_money=lambda amount: invoicing.round_money(amount, conf.settings.BILLING_CURRENCY),
         )
+        budgets.register_budgets(standings=standing.standings)
         # However a price is saved or deleted (admin, service, shell), estimates stop using the old one.
         for signal in (post_save, post_delete):
             signal.connect(

@@ -25,4 +25,6 @@ settings = AppSettings(
     METERING_DELAY_SECONDS=Setting.int(60),
     # How often beat meters every ended period not metered yet.
     METERING_RUN_SECONDS=Setting.int(300, minimum=1),
+    # How often beat weighs each budget against the month's projection and warns at 80 % and 100 %.
+    BUDGET_CHECK_SECONDS=Setting.int(900, minimum=1),
 )

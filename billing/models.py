@@ -362,3 +362,47 @@ class InvoiceMail(models.Model):
 
     def __str__(self) -> str:
         return f"{self.invoice or self.credit_note} → {self.recipients or '—'}"
+
+
+class Budget(models.Model):
+    """What a tenant (or one of its projects) means to spend in a calendar month of billing's time zone, in
+    billing's currency. Its admins are warned as the month's projection reaches 80 % and 100 % of it; a hard
+    budget also holds any request that would take the projection past it until an approver overrides."""
+
+    tenant = models.ForeignKey(
+        "portal.Tenant", on_delete=models.CASCADE, related_name="budgets", verbose_name=_("tenant")
+    )
+    project = models.ForeignKey(
+        "portal.Project",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="budgets",
+        verbose_name=_("project"),
+        help_text=_("Empty: the whole tenant."),
+    )
+    month_limit = models.DecimalField(_("monthly limit"), **MONEY)
+    currency = models.CharField(_("currency"), max_length=3)
+    hard = models.BooleanField(
+        _("hard"), default=False, help_text=_("Requests that would pass it wait for an approver's override.")
+    )
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "project"]
+        verbose_name = _("budget")
+        verbose_name_plural = _("budgets")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant"], condition=models.Q(project__isnull=True), name="budget_one_per_tenant"
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "project"],
+                condition=models.Q(project__isnull=False),
+                name="budget_one_per_project",
+            ),
+            models.CheckConstraint(condition=models.Q(month_limit__gte=0), name="budget_limit_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"budget of {self.project or self.tenant}: {self.month_limit} {self.currency}"

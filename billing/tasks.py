@@ -3,11 +3,17 @@
 from celery import shared_task
 
 from billing import mail, services
+from billing.budgets import warnings
 
 
 @shared_task(name="billing.tasks.meter_usage")
 def meter_usage() -> str:
     return services.meter().summary()
+
+
+@shared_task(name="billing.tasks.warn_budgets")
+def warn_budgets() -> str:
+    return warnings.warn().summary()
 
 
 @shared_task(

@@ -3,6 +3,7 @@
 from django.urls import path, register_converter
 
 from billing import tenant_views, views
+from billing.budgets import views as budget_views
 
 
 class MonthConverter:
@@ -31,6 +32,10 @@ urlpatterns = [
         "t/<slug:tenant_slug>/credit-notes/<int:pk>/pdf/",
         tenant_views.tenant_credit_note_pdf,
         name="tenant-credit-note-pdf",
+    ),
+    path("t/<slug:tenant_slug>/budgets/", budget_views.tenant_budgets, name="tenant-budgets"),
+    path(
+        "t/<slug:tenant_slug>/budgets/remove/", budget_views.tenant_budget_remove, name="tenant-budget-remove"
     ),
     path("billing/", views.finance_home, name="billing-home"),
     path("billing/<month:month>/", views.finance_month, name="billing-month"),

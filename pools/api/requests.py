@@ -169,6 +169,14 @@ class ApproveSerializer(serializers.Serializer):
         default=None,
         help_text=_("A sooner end than the one asked for (never later); absent: as asked."),
     )
+    override_budget = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=_(
+            "Approve although the request would take its month's projected cost past a hard budget; "
+            "without it such a request is refused (409)."
+        ),
+    )
 
 
 class RejectSerializer(serializers.Serializer):
@@ -229,6 +237,7 @@ class PoolRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
             approver=request.user,
             priority=body.validated_data.get("priority"),
             end_at=body.validated_data["end_at"],
+            override_budget=body.validated_data["override_budget"],
         )
         return self._answer(target)
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
-from pools import placement, task_names
+from pools import budgets, placement, task_names
 from pools.apps import APPROVE
 from pools.conf import settings
 from pools.models import (
@@ -31,6 +31,7 @@ from pools.placement.admission import BEYOND_LIMIT, WITHIN, QuotaVerdict, asked_
 from pools.placement.reasons import Reason
 from pools.selectors import CapacityPicture, capacity_picture, render_reason
 from pools.selectors.quotas import approves_within_guarantee, ledger, quota_owner
+from pools.services.budget_checks import budget_override, request_budgets
 from pools.services.ends import check_end, extend, set_approved_end
 from pools.services.reclaims import call_off
 from pools.services.transitions import record_event, transition
@@ -204,7 +205,12 @@ def submit_request(
 
 def approve_by_policy(request: PoolRequest, judged: Judged) -> None:
     """Approve a request just filed where its tenant's policy approves what lies within its guarantee."""
-    if judged.kind == WITHIN and judged.in_force and approves_within_guarantee(request.project.tenant_id):
+    if (
+        judged.kind == WITHIN
+        and judged.in_force
+        and approves_within_guarantee(request.project.tenant_id)
+        and budgets.most_passed(request_budgets(request)) is None
+    ):
         _approve(request, None, reason=Reason(BY_POLICY))
 
 
@@ -309,15 +315,23 @@ def _check_priority(priority: int) -> None:
 
 
 def approve_request(
-    *, request_id: int, approver, priority: int | None = None, end_at: datetime | None = None
+    *,
+    request_id: int,
+    approver,
+    priority: int | None = None,
+    end_at: datetime | None = None,
+    override_budget: bool = False,
 ) -> PoolRequest:
     """Approve, with the end asked for or (`end_at`) a sooner one; the queue then admits the request when
-    placement finds room, and an extension moves its pool's end at once."""
+    placement finds room, and an extension moves its pool's end at once. A request that would take its
+    month's projected cost past a hard budget is approved only with `override_budget`."""
     _require_approver(approver)
     if priority is not None:
         _check_priority(priority)
     with transaction.atomic():
-        return _approve(_locked(request_id), approver, priority=priority, end_at=end_at)
+        request = _locked(request_id)
+        reason = budget_override(request, override_budget)
+        return _approve(request, approver, priority=priority, reason=reason, end_at=end_at)
 
 
 def _approve(

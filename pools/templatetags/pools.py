@@ -38,6 +38,12 @@ def profile(name: str) -> str:
 
 
 @register.filter
+def grouped(amount) -> str:
+    """An amount already rounded, with digit groups: `1,500,000`, `12.50`; nothing known → an em dash."""
+    return "—" if amount is None or amount == "" else f"{amount:,}"
+
+
+@register.filter
 def reason(data) -> str:
     """`verdict.reason_data|reason` — a reason kept as its template and values, in the reader's language."""
     return selectors.render_reason(data) if data else ""

@@ -19,9 +19,11 @@ from django.views.decorators.http import require_POST
 
 from pools import selectors, services
 from pools.apps import APPROVE
+from pools.budgets import most_passed
 from pools.models import RequestState
 from pools.selectors import approvals
 from pools.selectors.quotas import tenant_quotas
+from pools.services.budget_checks import request_budgets
 from pools.services.verdicts import verdicts
 from portal import shell
 from portal.errors import PortalError, bad_input
@@ -41,6 +43,7 @@ class ApproveForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         help_text=gettext_lazy("Empty: as asked. An approver may shorten the end, not move it later."),
     )
+    override_budget = forms.BooleanField(label=gettext_lazy("Approve past the hard budget"), required=False)
 
 
 class RejectForm(forms.Form):
@@ -95,12 +98,20 @@ def _detail(request: HttpRequest, pk: int, *, status: int = 200, **forms_shown) 
         "holdings_parameter": HOLDINGS_PAGE,
         "sections": shell.approval_sections(request, tenant),
         "quotas": tenant_quotas(tenant.pk),
+        **_budgets(found, undecided),
         "approve_form": forms_shown.get("approve_form") or ApproveForm(),
         "reject_form": forms_shown.get("reject_form") or RejectForm(),
         "priority_form": forms_shown.get("priority_form")
         or PriorityForm(initial={"priority": found.priority}),
     }
     return render(request, "pools/approval_detail.html", context, status=status)
+
+
+def _budgets(found, undecided: bool) -> dict:
+    """The budgets beside a request to decide: each with what the request adds, and the hard one it passes
+    (which the approve form's override checkbox is shown for)."""
+    standings = request_budgets(found) if undecided else []
+    return {"budgets": standings, "budget_passed": most_passed(standings)}
 
 
 @login_required
@@ -136,7 +147,11 @@ def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
         ApproveForm(request.POST),
         "approve_form",
         lambda data: services.approve_request(
-            request_id=pk, approver=request.user, priority=data["priority"], end_at=data["end_at"]
+            request_id=pk,
+            approver=request.user,
+            priority=data["priority"],
+            end_at=data["end_at"],
+            override_budget=data["override_budget"],
         ),
         _("Request #%(id)s approved; the queue admits it when it fits.") % {"id": pk},
         redirect("approvals"),

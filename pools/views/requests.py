@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from pools import selectors, services
+from pools.budgets import most_passed
 from pools.conf import settings
 from pools.forms import (
     ExtendForm,
@@ -30,6 +31,7 @@ from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
 from pools.selectors.ends import longest_duration, upcoming_reminders
 from pools.selectors.quotas import approves_within_guarantee, borrowed_pool_ids, tenant_quotas
+from pools.services.budget_checks import request_budgets
 from pools.services.requests import asked_or_administers, judge_against_quotas
 from pools.specs import UnknownSpec, parse_spec
 from pools.views.refresh import refresh_while
@@ -138,8 +140,16 @@ def request_detail(request: HttpRequest, tenant_slug: str, pk: int) -> HttpRespo
         "pool": getattr(found, "pool", None),
         "can_request": can_request_pools(user=request.user, tenant_id=found.project.tenant_id),
         "refresh": refresh_while(found.state in selectors.WAITING_REQUEST_STATES),
+        **_budgets(found),
     }
     return render(request, "pools/request_detail.html", context)
+
+
+def _budgets(found) -> dict:
+    """The budgets a request still to decide counts against, with what it adds, and the hard one it passes
+    (for which it waits for an approver's override)."""
+    standings = request_budgets(found) if found.state == RequestState.SUBMITTED else []
+    return {"budgets": standings, "budget_passed": most_passed(standings)}
 
 
 def _act(request: HttpRequest, change, done: str, back: HttpResponse) -> HttpResponse:

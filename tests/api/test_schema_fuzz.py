@@ -53,6 +53,8 @@ NAMES_OBJECTS = [
     {"include-path": "/api/v1/projects/", "include-method": "POST"},
     # Its project, specs and counts (against the fleet) are data too; its purpose and cluster are aimed.
     {"include-path": "/api/v1/pool-requests/", "include-method": "POST"},
+    # A budget names a tenant (another tenant's answers 404), a project of it and the billing currency.
+    {"include-path": "/api/v1/budgets/", "include-method": "PUT"},
     # A node agent's readings name a host and GPUs, at a time the portal must still take.
     {"include-path": "/api/v1/monitoring/samples/", "include-method": "POST"},
 ]

@@ -117,6 +117,25 @@ ROUTES = [
         "tenant-invoices", "get", lambda t, o: reverse("tenant-invoices", kwargs={"tenant_slug": "acme"}), 200
     ),
     Route(
+        "tenant-budgets", "get", lambda t, o: reverse("tenant-budgets", kwargs={"tenant_slug": "acme"}), 200
+    ),
+    Route(
+        "tenant-budget-remove",
+        "post",
+        lambda t, o: reverse("tenant-budget-remove", kwargs={"tenant_slug": "acme"}),
+        302,
+        data={"project": ""},
+    ),
+    # A budget is named by its body: another tenant's answers 404 as an address would.
+    Route(
+        "v1:budgets",
+        "put",
+        lambda t, o: reverse("v1:budgets"),
+        200,
+        data={"tenant": "acme", "month_limit": "100", "currency": "KRW"},
+        api=True,
+    ),
+    Route(
         "tenant-invoice-download",
         "get",
         lambda t, o: reverse(
@@ -133,6 +152,38 @@ ROUTES = [
         200,
     ),
     Route("pool-release", "post", lambda t, o: page("pool-release", o["pool"]), 302),
+    Route(
+        "pool-extend",
+        "post",
+        lambda t, o: page("pool-extend", o["pool"]),
+        302,
+        data={"end_at": "2030-01-01T00:00"},
+    ),
+    Route(
+        "pool-grow",
+        "post",
+        lambda t, o: page("pool-grow", o["pool"]),
+        302,
+        data={"spec": "h100-80gb.full", "count": 1},
+    ),
+    # The pool holds no instance: nothing to give back, refused (the form needs one) but reached.
+    Route("pool-shrink", "post", lambda t, o: page("pool-shrink", o["pool"]), 400, data={"allocation": []}),
+    Route(
+        "v1:pool-extend",
+        "post",
+        lambda t, o: reverse("v1:pool-extend", args=[o["pool"].pk]),
+        201,
+        data={"end_at": "2030-01-01T00:00:00Z"},
+        api=True,
+    ),
+    Route(
+        "v1:pool-resize",
+        "post",
+        lambda t, o: reverse("v1:pool-resize", args=[o["pool"].pk]),
+        201,
+        data={"add": [{"spec": "h100-80gb.full", "count": 1}]},
+        api=True,
+    ),
     Route(
         "v1:pool-detail", "get", lambda t, o: reverse("v1:pool-detail", args=[o["pool"].pk]), 200, api=True
     ),

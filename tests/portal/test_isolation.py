@@ -48,9 +48,15 @@ def make_invoice(tenant):
 
 
 def make_pool(project, user):
-    """An active pool of the project on the cluster `acme_objects` syncs."""
+    """An active pool of the project on the cluster `acme_objects` syncs, ending in 2029."""
+    from datetime import UTC, datetime
+
     return PoolFactory(
-        project=project, request__submitted_by=user, request__items=[], cluster=ClusterFactory(name="iso")
+        project=project,
+        request__submitted_by=user,
+        request__items=[],
+        cluster=ClusterFactory(name="iso"),
+        end_at=datetime(2029, 12, 1, tzinfo=UTC),
     )
 
 
