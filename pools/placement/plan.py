@@ -4,9 +4,10 @@ The order of preference, per GPU model of the request, in one cluster:
 1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off; on one node if one can take
    them all (NVLink), else on the fewest nodes.
 2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway; on those
-   whose work ends nearest the request's end first (pools/placement/ends.py), then on those holding the
-   most tenants. Work that may not be reclaimed (within a guarantee) goes last to GPUs whose work all may
-   (borrowed), so that a reclaim frees such a GPU whole.
+   whose busy time the request's end extends least first, then on those whose work ends soonest after it
+   (pools/placement/ends.py), then on those holding the most tenants. Work that may not be reclaimed
+   (within a guarantee) goes last to GPUs whose work all may (borrowed), so that a reclaim frees such a
+   GPU whole.
 3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
 4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
    on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement/layouts.py).
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU
-from pools.placement.ends import gap
+from pools.placement.ends import Fit, fit
 from pools.placement.index import Bucket, FleetIndex
 from pools.placement.layouts import (
     Counts,
@@ -266,10 +267,11 @@ def _use_partial(
     context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
 ) -> None:
     """Free instances of GPUs that already hold work: a GPU is wholly free (and so can be re-cut, or given
-    whole) only once its last tenant leaves. So those of the GPUs whose work ends nearest the request's
-    end first, which come free together with it; then those holding the most instances, where one more
-    tenant delays that least as several stay anyway. Work that may not be reclaimed goes to GPUs whose
-    work may all be reclaimed last: a reclaim frees such a GPU whole."""
+    whole) only once its last tenant leaves. So those of the GPUs whose busy time the request's end extends
+    least first, and among those it does not extend, those whose work ends soonest after it (the fit of
+    pools/placement/ends.py); then those holding the most instances, where one more tenant delays that
+    least as several stay anyway. Work that may not be reclaimed goes to GPUs whose work may all be
+    reclaimed last: a reclaim frees such a GPU whole."""
     index = context.index
     apart = not context.reclaimable
     for profile in list(need):
@@ -282,9 +284,10 @@ def _use_partial(
                 break
 
 
-def _partial_rank(gpu: Gpu, apart: bool, ends: int | None) -> tuple[bool, tuple[int, int], int]:
+def _partial_rank(gpu: Gpu, apart: bool, ends: int | None) -> tuple[bool, Fit, int]:
     """The order of a GPU that holds work for `_use_partial`, lowest first: (with `apart`) whether all its
-    work may be reclaimed, how far its work's end is from `ends`, fewer tenants. One pass over its slots."""
+    work may be reclaimed, how a pool ending at `ends` fits beside its work, fewer tenants. One pass over
+    its slots."""
     tenants, reclaimable_only, far, latest = 0, True, False, None
     for slot in gpu.instances:
         if slot.allocated:
@@ -294,7 +297,7 @@ def _partial_rank(gpu: Gpu, apart: bool, ends: int | None) -> tuple[bool, tuple[
                 far = True
             elif latest is None or slot.ends > latest:
                 latest = slot.ends
-    return (apart and reclaimable_only, gap(ends, None if far else latest), -tenants)
+    return (apart and reclaimable_only, fit(ends, None if far else latest), -tenants)
 
 
 def _use_whole_layouts(

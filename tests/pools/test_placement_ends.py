@@ -1,5 +1,6 @@
 """Placement that knows when pools end, as properties (hypothesis): ends that tell nothing apart change no
-answer, a request's instances go to the GPU whose work ends nearest its own when all else is equal, applied
+answer, a request's instances go where they extend a GPU's busy time least (then beside the work that ends
+soonest after them) when all else is equal, applied
 work carries its request's end and gives it up when released, and the simulator tells the engine each
 request's declared end (never its true hold) in answers that pass the replay check."""
 
@@ -62,26 +63,31 @@ def test_a_queue_with_no_ends_is_placed_as_before_and_carries_none(f, requests):
     )
 
 
-# --- nearest end first, all else equal -----------------------------------------------------------------
+# --- least extension first, then the soonest end after, all else equal ----------------------------------
 
 
-def nearest(request_ends: int | None, gpu_ends: dict[str, int | None]) -> set[str]:
-    """The GPUs whose work ends nearest `request_ends`, no end known counting as far away: after every
-    known end, and nearest to another end far away."""
+def best_fits(request_ends: int | None, gpu_ends: dict[str, int | None]) -> set[str]:
+    """The GPUs a pool ending at `request_ends` fits best beside, no end known counting as far away: those
+    whose work it outlasts least, and among those whose work it does not outlast, whose work ends soonest
+    after it (a known end before one far away)."""
+    known = {name: ends for name, ends in gpu_ends.items() if ends is not None}
+    far = set(gpu_ends) - set(known)
     if request_ends is None:
-        far = {name for name, ends in gpu_ends.items() if ends is None}
-        latest = max((ends for ends in gpu_ends.values() if ends is not None), default=None)
-        return far or {name for name, ends in gpu_ends.items() if ends == latest}
-    known = {name: abs(ends - request_ends) for name, ends in gpu_ends.items() if ends is not None}
-    if not known:
-        return set(gpu_ends)
-    return {name for name, distance in known.items() if distance == min(known.values())}
+        latest = max(known.values(), default=None)
+        return far or {name for name, ends in known.items() if ends == latest}
+    after = {name: ends - request_ends for name, ends in known.items() if ends >= request_ends}
+    if after:
+        return {name for name, left in after.items() if left == min(after.values())}
+    if far:
+        return far
+    return {name for name, ends in known.items() if ends == max(known.values())}
 
 
 @PROPERTY
 @given(st.lists(ENDS, min_size=2, max_size=6), ENDS, st.booleans())
-def test_a_request_goes_to_the_gpu_whose_work_ends_nearest_its_own(ends, request_ends, reclaimable):
-    """GPUs alike in all but when their one tenant's work ends: the request's instance goes to the nearest."""
+def test_a_request_goes_where_it_extends_the_gpus_busy_time_least(ends, request_ends, reclaimable):
+    """GPUs alike in all but when their one tenant's work ends: the request's instance goes to one it fits
+    best beside."""
     gpus = []
     for n, end in enumerate(ends):
         g = gpu(f"n{n}/0", "3g.40gb@0* 1g.10gb@4 1g.10gb@5 1g.10gb@6")
@@ -93,29 +99,41 @@ def test_a_request_goes_to_the_gpu_whose_work_ends_nearest_its_own(ends, request
     )
     (assignment,) = placement.assignments
     assert placement.reconfigure == ()
-    assert assignment.gpu in nearest(request_ends, {g.id: e for g, e in zip(gpus, ends, strict=True)})
+    assert assignment.gpu in best_fits(request_ends, {g.id: e for g, e in zip(gpus, ends, strict=True)})
+
+
+def ending(*ends: int | None) -> Fleet:
+    """GPUs n0/0, n1/0, ... alike, each with one tenant whose work ends at the given end."""
+    gpus = []
+    for n, end in enumerate(ends):
+        g = gpu(f"n{n}/0", "3g.40gb@0* 1g.10gb@4")
+        gpus.append(replace(g, instances=(replace(g.instances[0], ends=end), g.instances[1])))
+    return fleet(*gpus)
+
+
+def test_a_gpu_that_stays_busy_anyway_beats_one_nearer_in_time_that_would_come_free():
+    """Work ending at 100 and at 5000: a pool ending at 300 goes beside the latter, which stays busy after it
+    anyway, not beside the former, nearer in time but kept from coming free 200 longer."""
+    one = Request("r", (Item(H100, "1g.10gb", 1),), ends=300)
+    assert place(ending(100, 5000), one).assignments[0].gpu == "n1/0"
+    assert place(ending(100, 200), one).assignments[0].gpu == "n1/0"  # both extended: the least
+    assert place(ending(5000, 400), one).assignments[0].gpu == "n1/0"  # neither: the soonest end after it
 
 
 def test_an_end_far_away_counts_later_than_any_known_end():
-    """No end known is far away: such a request goes beside the work that ends last, and a request with an
-    end goes beside any work with a known end before work with none."""
-    f = fleet(
-        gpu("a/0", "3g.40gb@0* 1g.10gb@4"),
-        gpu("b/0", "3g.40gb@0* 1g.10gb@4"),
-        gpu("c/0", "3g.40gb@0* 1g.10gb@4"),
-    )
-    ends = {"a/0": 100, "b/0": 5000, "c/0": None}
-    f = Fleet(
-        tuple(
-            replace(g, instances=(replace(g.instances[0], ends=ends[g.id]), g.instances[1])) for g in f.gpus
-        )
-    )
+    """No end known is far away: such a request goes beside work with no end, else beside the work that
+    ends last; a request with an end goes beside work it does not outlast, with a known end before work
+    with none, and beside work with no end before work it would outlast."""
+    f = ending(100, 5000, None)
     one = Request("r", (Item(H100, "1g.10gb", 1),))
-    assert place(f, one).assignments[0].gpu == "c/0"
-    assert place(f, replace(one, ends=200)).assignments[0].gpu == "a/0"
-    assert place(f, replace(one, ends=4000)).assignments[0].gpu == "b/0"
+    assert place(f, one).assignments[0].gpu == "n2/0"
+    assert place(f, replace(one, ends=50)).assignments[0].gpu == "n0/0"
+    assert place(f, replace(one, ends=200)).assignments[0].gpu == "n1/0"
+    assert place(f, replace(one, ends=4000)).assignments[0].gpu == "n1/0"
+    assert place(f, replace(one, ends=6000)).assignments[0].gpu == "n2/0"
     without_far = Fleet(f.gpus[:2])
-    assert place(without_far, one).assignments[0].gpu == "b/0"
+    assert place(without_far, one).assignments[0].gpu == "n1/0"
+    assert place(without_far, replace(one, ends=6000)).assignments[0].gpu == "n1/0"
 
 
 def test_the_latest_end_of_a_gpus_work_is_its_end_and_the_rules_before_it_still_come_first():
