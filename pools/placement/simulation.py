@@ -19,8 +19,8 @@ Words used here (placement words are pools/placement/engine.py's):
   instances are marked reclaimable, as the queue marks them. With `requeue_reclaimed`, a pool reclaimed at
   its notice's end has its request asked again then, for what its hold had left (the answer's `requeued`).
   A request's `declared_hold` (its end date) caps its hold, and is what placement is told of its end: one
-  admitted at t ends at t + declared_hold (the engine puts it beside work that ends about then, see
-  pools/placement/ends.py); its instances carry that end while held. Without one, its end is unknown.
+  admitted at t ends at t + declared_hold (the engine puts it where it extends a GPU's busy time least,
+  see pools/placement/ends.py); its instances carry that end while held. Without one, its end is unknown.
 - re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
   as in the queue; by the next run its MIG manager is done. The trace's own marks count for the first run.
   Each run reads the fleet afresh, as the queue reads its snapshot from the database.
