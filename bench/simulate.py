@@ -19,12 +19,19 @@ use (allocated, in idle instances, unprovisioned on GPUs in use, wholly free), a
 per trace. Unprovisioned slices on a GPU in use are lost until it is wholly free again, since only then may
 its layout change; the pages' stranded count does not include them when some profile could still fit there.
 
+Then, unless --declared is 0, the same seeds' weeks again with a share of the requests declaring their hold
+(an end date, bench/simulate_trace.py: on time or early, never late), each simulated three times under the
+same queue policies: the engine told the declared ends (the simulator's way: a request admitted at t ends at
+t + its declared hold), the engine told none (the same placer with every end taken away, as placement was
+before it knew ends), and first fit. The gain from ends is the first's served compute-slice-hours over the
+second's.
+
 Every simulated answer is replayed by pools.placement.replay.check; a broken rule is printed as a line
 starting "ENGINE BUG" or "BENCH BUG" and the benchmark exits with status 1. Targets are printed, not asserted.
 
 Run from the repository root; no database, no Django:
     .venv/bin/python bench/simulate.py [--seeds 5] [--first-seed 1] [--requests 600] [--nodes 8]
-        [--horizon 604800] [--no-null-grace]
+        [--horizon 604800] [--no-null-grace] [--declared 0.8]
 Prints the table per seed, then one figure per line.
 """
 
@@ -36,7 +43,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,10 +75,12 @@ from pools.placement.simulation import (  # noqa: E402
     simulate,
     stranded_slices,
 )
-from pools.placement.types import Fleet  # noqa: E402
+from pools.placement.types import Fleet, Placement, Request  # noqa: E402
 
 SEEDS = 5
 TARGET_RATIO = 1.07
+DECLARED = 0.8  # the share of requests that declare their hold, in the weeks with declared holds
+TARGET_DECLARED_RATIO = 1.10
 TARGET_SECONDS = 120.0
 USES = (
     ("allocated", "allocated"),
@@ -169,23 +178,34 @@ def _slices_by_use(fleet: Fleet) -> tuple[int, int, int, int]:
     return allocated, idle, unprovisioned, free
 
 
+def without_ends(fleet: Fleet, request: Request, **context) -> Placement:
+    """The engine told no end: the request's taken away, so that nothing it places carries one either."""
+    return place(fleet, replace(request, ends=None), **context)
+
+
 @dataclass(frozen=True)
 class SeedResult:
     seed: int
     trace: SimulationTrace
     engine: Run
     first_fit: Run
+    blind: Run | None = None  # the engine told no end, on weeks with declared holds
 
 
-def measure(seed: int, *, nodes: int, horizon: int, requests: float, grace: int | None) -> SeedResult:
+def measure(
+    seed: int, *, nodes: int, horizon: int, requests: float, grace: int | None, declared: float = 0.0
+) -> SeedResult:
     trace = random_simulation_trace(
-        seed, nodes=nodes, horizon=horizon, requests=requests, backfill_grace_seconds=grace
+        seed, nodes=nodes, horizon=horizon, requests=requests, backfill_grace_seconds=grace, declared=declared
     )
-    return SeedResult(seed, trace, simulated(trace, place), simulated(trace, first_fit))
+    blind = simulated(trace, without_ends) if declared else None
+    return SeedResult(seed, trace, simulated(trace, place), simulated(trace, first_fit), blind)
 
 
 def loud_lines(result: SeedResult, label: str) -> list[str]:
     lines = [f"ENGINE BUG seed {result.seed}{label}: {p}" for p in result.engine.problems]
+    if result.blind is not None:
+        lines += [f"ENGINE BUG seed {result.seed}{label}: without ends: {p}" for p in result.blind.problems]
     lines += [f"BENCH BUG seed {result.seed}{label}: first fit: {p}" for p in result.first_fit.problems]
     return lines
 
@@ -231,19 +251,50 @@ def table_row(result: SeedResult) -> str:
     )
 
 
+DECLARED_COLUMNS = (
+    "declared  grace  seed  requests  load  served_ends  served_blind  served_ff  ends/ff  blind/ff  "
+    "ends/blind  admit_ends  admit_blind  admit_ff  wait_ends_h  wait_blind_h  wait_ff_h  ends_s  blind_s"
+)
+
+
+def declared_row(result: SeedResult, declared: float) -> str:
+    """A row of the weeks with declared holds: the engine with ends, without, and first fit."""
+    trace, ends, blind, ff = result.trace, result.engine, result.blind, result.first_fit
+    grace = trace.backfill_grace_seconds
+    summaries = [run.result.summary for run in (ends, blind, ff)]
+    return (
+        f"{declared:8.2f}  {'none' if grace is None else grace:>5}  {result.seed:4d}  "
+        f"{len(trace.requests):8d}  "
+        f"{offered_load(trace):4.2f}  {ends.served:11.1f}  {blind.served:12.1f}  {ff.served:9.1f}  "
+        f"{ratio(ends.served, ff.served):>7}  {ratio(blind.served, ff.served):>8}  "
+        f"{ratio(ends.served, blind.served):>10}  "
+        + "  ".join(f"{s.admitted:{w}d}" for s, w in zip(summaries, (10, 11, 8), strict=True))
+        + "  "
+        + "  ".join(f"{hours(s.mean_wait_seconds):>{w}}" for s, w in zip(summaries, (11, 12, 9), strict=True))
+        + f"  {ends.seconds:6.2f}  {blind.seconds:7.2f}"
+    )
+
+
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.mean(known) if known else None
 
 
-def totals(results: list[SeedResult], label: str) -> list[str]:
+PLACERS = (("engine", "engine"), ("first fit", "first_fit"))
+DECLARED_PLACERS = (
+    ("engine with ends", "engine"),
+    ("engine without ends", "blind"),
+    ("first fit", "first_fit"),
+)
+
+
+def totals(results: list[SeedResult], label: str, placers: Sequence[tuple[str, str]] = PLACERS) -> list[str]:
     """The figures over every seed of one queue policy: sums of what is served and admitted, means of the
-    per-seed waits and stranded slices, the slowest and mean simulation."""
+    per-seed waits and stranded slices, the slowest and mean simulation; then the ratios of what each
+    placer served to the last's (first fit's)."""
     lines = []
-    for name, runs in (
-        ("engine", [r.engine for r in results]),
-        ("first fit", [r.first_fit for r in results]),
-    ):
+    for name, run_of in placers:
+        runs = [getattr(r, run_of) for r in results]
         summaries = [run.result.summary for run in runs]
         served = sum(s.served_slice_hours for s in summaries)
         wait = _mean([s.mean_wait_seconds for s in summaries])
@@ -271,9 +322,15 @@ def totals(results: list[SeedResult], label: str) -> list[str]:
             f"{name} simulation time per trace{label}: mean {statistics.mean(seconds):.2f} s, "
             f"max {max(seconds):.2f} s",
         ]
-    engine = sum(r.engine.served for r in results)
-    baseline = sum(r.first_fit.served for r in results)
-    lines.append(f"engine / first fit served compute-slice-hours{label}: {ratio(engine, baseline)} ×")
+    served = {name: sum(getattr(r, run_of).served for r in results) for name, run_of in placers}
+    baseline = served["first fit"]
+    for name, _ in placers[:-1]:
+        lines.append(
+            f"{name} / first fit served compute-slice-hours{label}: {ratio(served[name], baseline)} ×"
+        )
+    if "engine with ends" in served:
+        gain = ratio(served["engine with ends"], served["engine without ends"])
+        lines.append(f"engine with ends / without ends served compute-slice-hours{label}: {gain} ×")
     return lines
 
 
@@ -287,20 +344,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes of 8 GPUs (default {NODES})")
     parser.add_argument("--horizon", type=int, default=WEEK, help=f"seconds simulated (default {WEEK})")
     parser.add_argument("--no-null-grace", action="store_true", help="skip the runs without a grace")
+    parser.add_argument(
+        "--declared",
+        type=float,
+        default=DECLARED,
+        help=f"share of requests that declare their hold in the weeks with declared holds; 0 skips "
+        f"those weeks (default {DECLARED})",
+    )
     args = parser.parse_args(argv)
+    if not 0 <= args.declared <= 1:
+        parser.error(f"--declared is a share from 0 to 1, not {args.declared}")
 
     began = time.perf_counter()
     graces: tuple[int | None, ...] = (
         (BACKFILL_GRACE_SECONDS,) if args.no_null_grace else (BACKFILL_GRACE_SECONDS, None)
     )
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    shape = dict(nodes=args.nodes, horizon=args.horizon, requests=args.requests)
     by_grace: dict[int | None, list[SeedResult]] = {}
+    declared_by_grace: dict[int | None, list[SeedResult]] = {}
     for grace in graces:
-        by_grace[grace] = [
-            measure(seed, nodes=args.nodes, horizon=args.horizon, requests=args.requests, grace=grace)
-            for seed in range(args.first_seed, args.first_seed + args.seeds)
-        ]
+        by_grace[grace] = [measure(seed, **shape, grace=grace) for seed in seeds]
+        if args.declared:
+            declared_by_grace[grace] = [
+                measure(seed, **shape, grace=grace, declared=args.declared) for seed in seeds
+            ]
     labels = {grace: "" if grace == BACKFILL_GRACE_SECONDS else ", no grace" for grace in graces}
+    declared_label = f", {100 * args.declared:g} % declared"
+    declared_labels = {grace: f"{declared_label}{labels[grace]}" for grace in graces}
     loud = [line for grace in graces for r in by_grace[grace] for line in loud_lines(r, labels[grace])]
+    loud += [
+        line
+        for grace, results in declared_by_grace.items()
+        for r in results
+        for line in loud_lines(r, declared_labels[grace])
+    ]
     for line in loud:
         print(line)
     results = by_grace[BACKFILL_GRACE_SECONDS]
@@ -323,12 +401,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     for grace in graces:
         for line in totals(by_grace[grace], labels[grace]):
             print(line)
+    if declared_by_grace:
+        print(DECLARED_COLUMNS)
+        for grace in graces:
+            for result in declared_by_grace[grace]:
+                print(declared_row(result, args.declared))
+        for grace in graces:
+            for line in totals(declared_by_grace[grace], declared_labels[grace], DECLARED_PLACERS):
+                print(line)
     print("replay check: no problems in any answer")
     engine = sum(r.engine.served for r in results)
     baseline = sum(r.first_fit.served for r in results)
     met = "met" if baseline and engine / baseline >= TARGET_RATIO else "NOT MET"
     print(f"target engine ≥ {TARGET_RATIO:.2f} × first fit served compute-slice-hours: {met}")
-    slowest = max(r.engine.seconds for r in results)
+    if declared_by_grace:
+        declared = declared_by_grace[BACKFILL_GRACE_SECONDS]
+        engine = sum(r.engine.served for r in declared)
+        baseline = sum(r.first_fit.served for r in declared)
+        met = "met" if baseline and engine / baseline >= TARGET_DECLARED_RATIO else "NOT MET"
+        print(
+            f"target engine with ends ≥ {TARGET_DECLARED_RATIO:.2f} × first fit served compute-slice-hours"
+            f"{declared_label}: {met}"
+        )
+    slowest = max(r.engine.seconds for runs in (results, *declared_by_grace.values()) for r in runs)
     met = "met" if slowest < TARGET_SECONDS else "NOT MET"
     print(f"target engine simulation < {TARGET_SECONDS:.0f} s per trace: {met}")
     print(f"benchmark wall time: {time.perf_counter() - began:.1f} s")

@@ -12,6 +12,10 @@ Words used here (the simulator's are pools/placement/simulation.py's):
   stretched by one factor of the trace's shape so that the expected offered load is `load` whatever the
   number of requests. Unstretched, 600 such requests a week would offer about 0.78 × a fleet of 64 GPUs;
   stretched to 1.3 ×, holds run from about 1.7 hours to 5 days.
+- declared holds: a `declared` share of the requests declare an end date, drawn apart from the rest of the
+  trace (the same seed gives the same requests and holds whatever the share). A declared hold is the hold
+  stretched by up to DECLARED_SLACK (uniformly): its pool ends on time or early, never late, so that the
+  pools hold what they would without declaring and only what placement knows changes.
 
 Everything is a function of the seed and the shape: the same seed gives the same trace.
 """
@@ -45,6 +49,8 @@ LOAD = 1.3
 FLEET_MODELS = ("H100-80GB", "H200-141GB")
 # The portal's default QUEUE_BACKFILL_GRACE_SECONDS (pools/conf.py).
 BACKFILL_GRACE_SECONDS = 1800
+# A declared hold is up to this share longer than the true one: pools end on time or early.
+DECLARED_SLACK = 0.25
 
 
 def whole_free_fleet(nodes: int) -> Fleet:
@@ -94,8 +100,11 @@ def random_simulation_trace(
     requests: float = REQUESTS,
     load: float = LOAD,
     backfill_grace_seconds: int | None = BACKFILL_GRACE_SECONDS,
+    declared: float = 0.0,
 ) -> SimulationTrace:
+    """The trace of `seed` and this shape; `declared` is the share of its requests that declare a hold."""
     rng = random.Random(seed)
+    declaring = random.Random(f"{seed}:declared")
     fleet = whole_free_fleet(nodes)
     weights = dict(Counter(gpu.model for gpu in fleet.gpus))
     stretch = hold_stretch(gpus=len(fleet.gpus), horizon=horizon, requests=requests, load=load)
@@ -108,7 +117,10 @@ def random_simulation_trace(
         drawn = random_request(rng, f"r{len(timed) + 1:04d}", weights)
         hold = stretch * HOLD_MIN * (HOLD_MAX / HOLD_MIN) ** rng.random()
         items = tuple(Item(i.model, i.profile, i.count) for i in drawn.items)
-        timed.append(TimedRequest(drawn.id, int(at), round(hold), items))
+        declared_hold = None
+        if declaring.random() < declared:
+            declared_hold = round(hold * (1 + DECLARED_SLACK * declaring.random()))
+        timed.append(TimedRequest(drawn.id, int(at), round(hold), items, declared_hold=declared_hold))
     return SimulationTrace(fleet, tuple(timed), horizon, backfill_grace_seconds)
 
 

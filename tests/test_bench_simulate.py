@@ -6,6 +6,7 @@ import math
 import re
 import statistics
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -280,3 +281,64 @@ def test_a_placer_that_cannot_be_simulated_is_a_problem_not_a_crash():
 
     run = bench.simulated(small(), twice)  # engine.apply refuses an instance given twice
     assert run.result is None and len(run.problems) == 1 and "raised" in run.problems[0]
+
+
+# --- weeks with declared holds --------------------------------------------------------------------------
+
+
+def test_a_declared_share_adds_declared_holds_to_the_same_requests_on_time_or_early():
+    plain, declared = small(3), traces.random_simulation_trace(3, **SMALL, declared=0.8)
+    assert [replace(r, declared_hold=None) for r in declared.requests] == list(plain.requests)
+    holds = [(r.hold, r.declared_hold) for r in declared.requests if r.declared_hold is not None]
+    assert 0.5 * len(declared.requests) < len(holds) < len(declared.requests)
+    assert all(hold <= said <= hold * (1 + traces.DECLARED_SLACK) + 1 for hold, said in holds)
+    assert all(r.declared_hold is None for r in plain.requests)
+    everyone = traces.random_simulation_trace(3, **SMALL, declared=1.0)
+    assert all(r.declared_hold is not None for r in everyone.requests)
+
+
+def test_the_weeks_with_declared_holds_compare_the_engine_with_and_without_ends_and_first_fit(capsys):
+    argv = ["--seeds", "2", "--nodes", "2", "--horizon", str(SMALL["horizon"]), "--requests", "40"]
+    assert bench.main([*argv, "--no-null-grace", "--declared", "0.9"]) == 0
+    printed = capsys.readouterr().out
+    assert "replay check: no problems in any answer" in printed
+    served = {}
+    for name, placer in (
+        ("engine with ends", place),
+        ("engine without ends", bench.without_ends),
+        ("first fit", baseline.first_fit),
+    ):
+        runs = [
+            simulate(traces.random_simulation_trace(seed, **SMALL, declared=0.9), placer=placer)
+            for seed in (1, 2)
+        ]
+        served[name] = sum(run.summary.served_slice_hours for run in runs)
+        assert figure(printed, f"{name} served compute-slice-hours, 90 % declared (total)") == pytest.approx(
+            served[name], abs=0.05
+        )
+    for name in ("engine with ends", "engine without ends"):
+        ratio = figure(printed, f"{name} / first fit served compute-slice-hours, 90 % declared")
+        assert ratio == pytest.approx(served[name] / served["first fit"], abs=0.0005)
+    gain = figure(printed, "engine with ends / without ends served compute-slice-hours, 90 % declared")
+    assert gain == pytest.approx(served["engine with ends"] / served["engine without ends"], abs=0.0005)
+    rows = [line.split() for line in printed.splitlines() if re.match(r"^\s*0\.90\s+1800\s+\d", line)]
+    assert [int(row[2]) for row in rows] == [1, 2]
+    assert "target engine with ends ≥ 1.10 × first fit served compute-slice-hours, 90 % declared" in printed
+
+
+def test_without_ends_the_engine_places_as_if_no_end_were_known():
+    trace = traces.random_simulation_trace(3, **SMALL, declared=1.0)
+    blind = simulate(trace, placer=bench.without_ends)
+    assert check(trace, blind.outcomes) == []
+    assert all(o.placement.ends is None for o in blind.outcomes)
+    told = simulate(trace)
+    assert any(o.placement.ends is not None for o in told.outcomes)
+    undeclared = replace(trace, requests=tuple(replace(r, declared_hold=None) for r in trace.requests))
+    assert simulate(undeclared).outcomes == blind.outcomes
+
+
+def test_declared_weeks_are_skipped_with_a_share_of_0(capsys):
+    argv = ["--seeds", "1", "--nodes", "2", "--horizon", str(SMALL["horizon"]), "--requests", "40"]
+    assert bench.main([*argv, "--no-null-grace", "--declared", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "declared" not in printed and "engine / first fit served compute-slice-hours" in printed

@@ -100,6 +100,7 @@ def _place(
         request.id,
         True,
         reclaimable=request.reclaimable,
+        ends=request.ends,
         reconfigure=tuple(
             Reconfigure(gpus[position].id, mig, instances)
             for position, (mig, instances) in sorted(plan.reconfigure.items())
@@ -123,8 +124,9 @@ def shortfall(fleet: Fleet, request: Request) -> int:
 
 
 def apply(fleet: Fleet, placement: Placement) -> Fleet:
-    """The fleet after the placement: new layouts, assigned instances and GPUs allocated, and the nodes
-    re-partitioned marked as reconfiguring. Raises ValueError for a placement that breaks a rule."""
+    """The fleet after the placement: new layouts, assigned instances and GPUs allocated (carrying the
+    request's end), and the nodes re-partitioned marked as reconfiguring. Raises ValueError for a placement
+    that breaks a rule."""
     if not placement.placed:
         return fleet
     index = fleet_index(fleet)
@@ -143,12 +145,12 @@ def apply(fleet: Fleet, placement: Placement) -> Fleet:
         elif change.instances:
             raise ValueError(f"GPU {gpu.id} is switched to MIG off but given MIG instances.")
         slots = tuple(Slot(profile, start) for profile, start in sorted(change.instances, key=lambda i: i[1]))
-        gpus[position] = replace(gpu, mig=change.mig, allocated=False, instances=slots)
+        gpus[position] = replace(gpu, mig=change.mig, allocated=False, ends=None, instances=slots)
         changed.add(position)
         nodes.add(gpu.node)
     for assignment in placement.assignments:
         position = _position(index, assignment.gpu)
-        gpus[position] = _allocate(gpus[position], assignment, placement.reclaimable)
+        gpus[position] = _allocate(gpus[position], assignment, placement)
         changed.add(position)
     for node in nodes:
         for position in index.nodes[node]:
@@ -172,15 +174,18 @@ def _position(index: FleetIndex, gpu_id: str) -> int:
         raise ValueError(f"The placement names GPU {gpu_id!r}, which is not in the fleet.") from None
 
 
-def _allocate(gpu: Gpu, assignment: Assignment, reclaimable: bool) -> Gpu:
+def _allocate(gpu: Gpu, assignment: Assignment, placement: Placement) -> Gpu:
+    """The GPU with the assigned instance (or itself, whole) allocated, marked as the placement's request."""
     if assignment.profile == FULL_GPU:
         if gpu.mig or gpu.allocated:
             raise ValueError(f"GPU {gpu.id} is not a free MIG-disabled GPU: it cannot be given whole.")
-        return replace(gpu, allocated=True)
+        return replace(gpu, allocated=True, ends=placement.ends)
     slots = list(gpu.instances)
     for number, slot in enumerate(slots):
         if slot.start == assignment.start and slot.profile == assignment.profile and not slot.allocated:
-            slots[number] = replace(slot, allocated=True, reclaimable=reclaimable)
+            slots[number] = replace(
+                slot, allocated=True, reclaimable=placement.reclaimable, ends=placement.ends
+            )
             return replace(gpu, instances=tuple(slots))
     raise ValueError(f"GPU {gpu.id} has no free {assignment.profile} instance at {assignment.start}.")
 

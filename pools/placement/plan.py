@@ -4,8 +4,10 @@ The order of preference, per GPU model of the request, in one cluster:
 1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off; on one node if one can take
    them all (NVLink), else on the fewest nodes.
 2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway; on those
-   holding the most tenants first. Work that may not be reclaimed (within a guarantee) goes last to GPUs
-   whose work all may (borrowed), so that a reclaim frees such a GPU whole.
+   whose busy time the request's end extends least first, then on those whose work ends soonest after it
+   (pools/placement/ends.py), then on those holding the most tenants. Work that may not be reclaimed
+   (within a guarantee) goes last to GPUs whose work all may (borrowed), so that a reclaim frees such a
+   GPU whole.
 3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
 4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
    on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement/layouts.py).
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pools.mig import COMPUTE_SLICES, FULL_GPU
+from pools.placement.ends import Fit, fit
 from pools.placement.index import Bucket, FleetIndex
 from pools.placement.layouts import (
     Counts,
@@ -83,6 +86,7 @@ class _Context:
     demand: Mapping[tuple[str, str], float] | None
     recent_weight: int
     reclaimable: bool = False  # the request's work may be reclaimed
+    ends: int | None = None  # when the request's pool ends
     _queue: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def queue(self, model: str) -> dict[str, int]:
@@ -133,7 +137,9 @@ def plan_request(
 ) -> Plan | str:
     """The best plan in any one cluster, or the reason no cluster can take the request whole."""
     wanted = wanted_by_model(request)
-    context = _Context(index, request.group, upcoming, demand, recent_weight, request.reclaimable)
+    context = _Context(
+        index, request.group, upcoming, demand, recent_weight, request.reclaimable, request.ends
+    )
     best: tuple[tuple[int, int, int, int], Plan] | None = None
     failed: dict[str, str] = {}  # cluster -> the first model it cannot take
     for cluster in index.clusters():
@@ -260,15 +266,17 @@ def _take_slots(index: FleetIndex, plan: Plan, model: str, gpu: int, profile: st
 def _use_partial(
     context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
 ) -> None:
-    """Free instances of GPUs that already hold work, those of the GPUs holding the most instances first:
-    a GPU is wholly free (and so can be re-cut, or given whole) only once its last tenant leaves, and one
-    more tenant delays that least where several stay anyway. Work that may not be reclaimed goes to GPUs
-    whose work may all be reclaimed last: a reclaim frees such a GPU whole."""
+    """Free instances of GPUs that already hold work: a GPU is wholly free (and so can be re-cut, or given
+    whole) only once its last tenant leaves. So those of the GPUs whose busy time the request's end extends
+    least first, and among those it does not extend, those whose work ends soonest after it (the fit of
+    pools/placement/ends.py); then those holding the most instances, where one more tenant delays that
+    least as several stay anyway. Work that may not be reclaimed goes to GPUs whose work may all be
+    reclaimed last: a reclaim frees such a GPU whole."""
     index = context.index
+    apart = not context.reclaimable
     for profile in list(need):
         gpus = [gpu for bucket in buckets for gpu in bucket.partial.get(profile, ())]
-        apart = not context.reclaimable
-        gpus.sort(key=lambda gpu: (apart and _reclaimable_only(index.gpus[gpu]), -_tenants(index.gpus[gpu])))
+        gpus.sort(key=lambda gpu: _partial_rank(index.gpus[gpu], apart, context.ends))
         for gpu in gpus:
             need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
             if not need[profile]:
@@ -276,13 +284,20 @@ def _use_partial(
                 break
 
 
-def _tenants(gpu: Gpu) -> int:
-    return sum(slot.allocated for slot in gpu.instances)
-
-
-def _reclaimable_only(gpu: Gpu) -> bool:
-    """Whether all the work on a GPU that holds some may be reclaimed."""
-    return all(slot.reclaimable for slot in gpu.instances if slot.allocated)
+def _partial_rank(gpu: Gpu, apart: bool, ends: int | None) -> tuple[bool, Fit, int]:
+    """The order of a GPU that holds work for `_use_partial`, lowest first: (with `apart`) whether all its
+    work may be reclaimed, how a pool ending at `ends` fits beside its work, fewer tenants. One pass over
+    its slots."""
+    tenants, reclaimable_only, far, latest = 0, True, False, None
+    for slot in gpu.instances:
+        if slot.allocated:
+            tenants += 1
+            reclaimable_only = reclaimable_only and slot.reclaimable
+            if slot.ends is None:
+                far = True
+            elif latest is None or slot.ends > latest:
+                latest = slot.ends
+    return (apart and reclaimable_only, fit(ends, None if far else latest), -tenants)
 
 
 def _use_whole_layouts(

@@ -18,7 +18,9 @@ Words used here (placement words are pools/placement/engine.py's):
   placed on once they are released is held for it meanwhile (pools/placement/holds.py), and borrowed pools'
   instances are marked reclaimable, as the queue marks them. With `requeue_reclaimed`, a pool reclaimed at
   its notice's end has its request asked again then, for what its hold had left (the answer's `requeued`).
-  A request's `declared_hold` (its end date) caps its hold.
+  A request's `declared_hold` (its end date) caps its hold, and is what placement is told of its end: one
+  admitted at t ends at t + declared_hold (the engine puts it where it extends a GPU's busy time least,
+  see pools/placement/ends.py); its instances carry that end while held. Without one, its end is unknown.
 - re-partitioning: takes no time here. A node re-cut in one run is preferred by later requests of that run,
   as in the queue; by the next run its MIG manager is done. The trace's own marks count for the first run.
   Each run reads the fleet afresh, as the queue reads its snapshot from the database.
@@ -260,11 +262,11 @@ def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
     if assignment.profile == FULL_GPU:
         if gpu.mig or not gpu.allocated:
             raise ValueError(f"GPU {gpu.id} is not a MIG-disabled GPU in use: it cannot be given back whole.")
-        return replace(gpu, allocated=False)
+        return replace(gpu, allocated=False, ends=None)
     slots = list(gpu.instances)
     for number, slot in enumerate(slots):
         if slot.start == assignment.start and slot.profile == assignment.profile and slot.allocated:
-            slots[number] = replace(slot, allocated=False, reclaimable=False)
+            slots[number] = replace(slot, allocated=False, reclaimable=False, ends=None)
             return replace(gpu, instances=tuple(slots))
     raise ValueError(f"GPU {gpu.id} has no allocated {assignment.profile} instance at {assignment.start}.")
 
@@ -547,7 +549,7 @@ class _Queue:
         fleet = self._view(position)
         for pool in pools:
             fleet = release(fleet, self.admitted[pool][1])
-        return self.placer(fleet, self.requests[position].request, upcoming=[], demand=None)
+        return self.placer(fleet, self._asked(position, self._now), upcoming=[], demand=None)
 
     def hold(self, request: Waiting, pools: Sequence[Hashable]) -> None:
         live = [pool for pool in pools if pool in self.due]  # one that ended by itself is free already
@@ -568,11 +570,19 @@ class _Queue:
             # The arrivals of the window, its oldest second left out, as pools/selectors/demand.py reads them.
             start = bisect_right(self.arrived, now - self.window)
             self._demand = recent_demand(self.arrivals[start:], now=now, window_seconds=self.window)
-        request = self.requests[position].request
+        request = self._asked(position, now)
         if reclaimable:
             request = replace(request, reclaimable=True)
         # No demand at all is told as None, as the queue tells it: the engine then counts the request itself.
         return self.placer(self._view(position), request, upcoming=upcoming, demand=self._demand or None)
+
+    def _asked(self, position: int, now: int) -> Request:
+        """What the placer is asked to place now: the request, ending at its declared end were it admitted
+        now (never at the end of its true hold, which placement cannot know)."""
+        timed = self.requests[position]
+        if timed.declared_hold is None:
+            return timed.request
+        return replace(timed.request, ends=now + timed.declared_hold)
 
     def _worth_trying(self, position: int) -> bool:
         if position not in self.failed:

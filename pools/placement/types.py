@@ -1,6 +1,9 @@
 """The placement engine's plain data: GPUs and their slots, the fleet, requests and their items, and the
 answer for a request (its reconfigures and assignments). Words as in pools/placement/engine.py; no behaviour
-here, so every module of the engine can use these without importing the engine."""
+here, so every module of the engine can use these without importing the engine.
+
+Ends (`ends`) are plain whole numbers in one clock that the caller chooses (the queue epoch seconds, the
+simulator its trace's seconds); None is no end known, which placement counts as far away."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ class Slot:
     start: int
     allocated: bool = False
     reclaimable: bool = False  # allocated to work that may be reclaimed (borrowed beyond a guarantee)
+    ends: int | None = None  # allocated: when the work on it ends; None: no end known
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class Gpu:
     model: str  # catalogue name, e.g. "H100-80GB"
     mig: bool  # MIG mode on
     allocated: bool = False  # for a MIG-disabled GPU: the whole GPU is in use
+    ends: int | None = None  # for a MIG-disabled GPU in use: when the work on it ends; None: no end known
     instances: tuple[Slot, ...] = ()
     group: str | None = None
     cluster: str = ""  # items of one request stay in one cluster
@@ -47,6 +52,7 @@ class Request:
     items: tuple[Item, ...]
     group: str | None = None
     reclaimable: bool = False  # its work may be reclaimed: kept apart from work that may not
+    ends: int | None = None  # when its pool ends; None: no end known
 
 
 @dataclass(frozen=True)
@@ -71,3 +77,4 @@ class Placement:
     assignments: tuple[Assignment, ...] = ()
     reason: str = ""
     reclaimable: bool = False  # the request's: its instances are marked so when applied
+    ends: int | None = None  # the request's: its instances and whole GPUs carry this end when applied
