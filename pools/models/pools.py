@@ -79,9 +79,12 @@ class ProjectRowsQuerySet(models.QuerySet):
 
 class PoolRequestQuerySet(ProjectRowsQuerySet):
     def waiting(self) -> PoolRequestQuerySet:
-        """Approved requests not admitted yet, in queue order: priority, then approval time."""
-        return self.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED]).order_by(
-            "-priority", "approved_at", "pk"
+        """Approved requests not admitted yet, in queue order: priority, then approval time; with the pool a
+        growth would join (placement reads its end)."""
+        return (
+            self.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED])
+            .select_related("target_pool")
+            .order_by("-priority", "approved_at", "pk")
         )
 
 

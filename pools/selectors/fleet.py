@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 from pools import mig, placement
 from pools.models import (
@@ -14,18 +17,36 @@ from pools.models import (
     GpuGroup,
     Health,
     PoolRequest,
+    RequestKind,
 )
 
 
 def engine_request(request: PoolRequest, grouped: bool, reclaimable: bool = False) -> placement.Request:
     """A pool request as the engine places it (its items prefetched); its purpose is its GPU group where
-    the cluster places work by group; `reclaimable` where its pool would be borrowed."""
+    the cluster places work by group; `reclaimable` where its pool would be borrowed; its end as
+    `request_ends` tells it."""
     return placement.Request(
         id=str(request.pk),
         items=tuple(placement.Item(i.gpu_model, i.profile, i.count) for i in request.items.all()),
         group=(request.purpose or None) if grouped else None,
         reclaimable=reclaimable,
+        ends=request_ends(request),
     )
+
+
+def epoch(moment: datetime | None) -> int | None:
+    """A moment as placement counts ends: whole seconds since the epoch; None stays None (no end)."""
+    return None if moment is None else int(moment.timestamp())
+
+
+def request_ends(request: PoolRequest, now: datetime | None = None) -> int | None:
+    """When the pool of a request would end were it admitted now (placement's clock): its end date, its
+    duration from now, or for a growth its pool's end; None where it has none."""
+    if request.kind == RequestKind.RESIZE:
+        return epoch(request.target_pool.end_at)
+    if request.hold_seconds is not None:
+        return epoch((now or timezone.now()) + timedelta(seconds=request.hold_seconds))
+    return epoch(request.end_at)
 
 
 def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:
@@ -35,25 +56,36 @@ def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:
     return clusters, {c.pk: c.pk in with_groups for c in clusters}
 
 
-def _live_allocations() -> dict[int, list[tuple[str, int, int, int]]]:
-    """Per GPU id, its live allocations as (profile, first memory slice, slice after the last, pool)."""
-    by_gpu: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
-    for gpu_id, profile, slices, pool in Allocation.objects.filter(released_at__isnull=True).values_list(
-        "gpu_id", "profile", "slices", "pool_id"
-    ):
-        by_gpu[gpu_id].append((profile, slices.lower, slices.upper, pool))
+def _live_allocations() -> dict[int, list[tuple[str, int, int, int, int | None]]]:
+    """Per GPU id, its live allocations as (profile, first memory slice, slice after the last, pool, when the
+    pool ends)."""
+    by_gpu: dict[int, list[tuple[str, int, int, int, int | None]]] = defaultdict(list)
+    rows = Allocation.objects.filter(released_at__isnull=True).values_list(
+        "gpu_id", "profile", "slices", "pool_id", "pool__end_at"
+    )
+    for gpu_id, profile, slices, pool, ends in rows:
+        by_gpu[gpu_id].append((profile, slices.lower, slices.upper, pool, epoch(ends)))
     return by_gpu
+
+
+def _latest(ends: list[int | None]) -> int | None:
+    """When work of these ends is all over: the latest end, None (far away) where one has none."""
+    return None if not ends or None in ends else max(ends)
 
 
 def _slot(instance: dict, model: mig.GpuModel, live, reclaimable: Collection[int]) -> placement.Slot:
     """A provisioned instance, allocated where it shares a memory slice with a live allocation (slices, not
     starts, decide: a cluster may report an instance at another start than the one planned, never a shared
-    slice), and reclaimable where that allocation's pool is."""
+    slice), reclaimable where that allocation's pool is, ending when its pool ends."""
     start = instance["start"]
     end = start + model.profile(instance["profile"]).memory_slices
-    pools = [pool for _profile, lower, upper, pool in live if lower < end and start < upper]
+    holders = [(pool, ends) for _profile, lower, upper, pool, ends in live if lower < end and start < upper]
     return placement.Slot(
-        instance["profile"], start, bool(pools), bool(pools) and all(p in reclaimable for p in pools)
+        instance["profile"],
+        start,
+        bool(holders),
+        bool(holders) and all(pool in reclaimable for pool, _ends in holders),
+        _latest([ends for _pool, ends in holders]) if holders else None,
     )
 
 
@@ -109,6 +141,7 @@ def fleet_snapshot(
                 model=gpu["model"],
                 mig=mig_on,
                 allocated=whole_taken,
+                ends=_latest([e for p, *_rest, e in live if p == mig.FULL_GPU]) if whole_taken else None,
                 instances=tuple(_slot(i, model, live, reclaimable) for i in layout) if mig_on else (),
                 group=group if group and use_groups[gpu["node__cluster_id"]] else None,
                 cluster=cluster,

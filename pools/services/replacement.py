@@ -43,7 +43,7 @@ from pools.mig import FULL_GPU, resource_name
 from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
-from pools.selectors.fleet import engine_request
+from pools.selectors.fleet import engine_request, epoch
 from pools.services.inventory import sync_inventory
 from pools.services.provisioning import (
     DONE,
@@ -159,6 +159,7 @@ def _assess(pool: Pool, live: list[Allocation], context: _Context) -> _Assessmen
         id=f"pool-{pool.pk}",
         items=tuple(placement.Item(model, profile, n) for (model, profile), n in sorted(wanted.items())),
         group=(pool.request.purpose or None) if grouped else None,
+        ends=epoch(pool.end_at),
     )
     upcoming = [engine_request(r, grouped) for r in context.waiting if r.cluster_id in (None, cluster.pk)][
         :UPCOMING

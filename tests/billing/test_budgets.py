@@ -53,7 +53,9 @@ def priced(db):
 def held(tenancy, priced, clock):
     """One H100 of acme's project held since the start of November (Seoul): 720 h in November, 744 in
     December, at 1,000 an hour."""
-    return PoolFactory(project=tenancy.vision, request__items=[("h100-80gb.full", 1)], reserved_at=NOVEMBER)
+    return PoolFactory(
+        allocated=True, project=tenancy.vision, request__items=[("h100-80gb.full", 1)], reserved_at=NOVEMBER
+    )
 
 
 def budget(tenancy, limit, **kwargs) -> Budget:
@@ -114,7 +116,10 @@ def test_a_budget_is_weighed_against_billings_own_projection(tenancy, held, cloc
     soft = budget(tenancy, 1_000_000)
     mine = budget(tenancy, 1_000_000, project=tenancy.vision)
     second = PoolFactory(
-        project__tenant=tenancy.acme, request__items=[("h100-80gb.full", 2)], reserved_at=NOVEMBER
+        allocated=True,
+        project__tenant=tenancy.acme,
+        request__items=[("h100-80gb.full", 2)],
+        reserved_at=NOVEMBER,
     )
     other = budget(tenancy, 1_000_000, project=second.project)
     found = spend.figures(
@@ -146,7 +151,9 @@ def test_warnings_go_once_at_each_threshold_and_again_in_a_new_month(tenancy, he
 
 
 def test_no_warning_below_80_percent_nor_of_another_tenants_pools(tenancy, held, clock):
-    PoolFactory(project=tenancy.recsys, request__items=[("h100-80gb.full", 4)], reserved_at=NOVEMBER)
+    PoolFactory(
+        allocated=True, project=tenancy.recsys, request__items=[("h100-80gb.full", 4)], reserved_at=NOVEMBER
+    )
     budget(tenancy, 1_000_000)  # acme's 720,000: 72 %
     assert warnings.warn().sent == [] and mail.outbox == []
 
