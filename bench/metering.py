@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Benchmark: metering one period of 100,000 active pools, next to a plain bulk insert of the same rows.
 
-Builds 100,000 pools (one project for each of 1,000 tenants, each pool holding one spec) reserved
-before the period, then times, alternately, `billing.services.meter_period` (reads the pools' items, counts
-their seconds, copies the prices in force, writes the records and marks the period) and a plain
+Builds 100,000 pools (one project for each of 1,000 tenants, each pool holding one to three instances of
+one spec, each instance an allocation on a GPU of its own) reserved before the period, then times,
+alternately, `billing.services.meter_period` (reads the allocations held in the period, counts their
+seconds, copies the prices in force, writes the records and marks the period) and a plain
 `bulk_create` of the same records already built in memory (the floor any metering could reach).
 Each is repeated on an emptied usage table; the medians and their ratio are printed. Then the same
 records, moved into November (Seoul), are closed into the 1,000 tenants' draft invoices, timed.
@@ -34,6 +35,7 @@ import django  # noqa: E402
 django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
+from django.db.backends.postgresql.psycopg_any import NumericRange  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from billing import metering  # noqa: E402
@@ -42,7 +44,18 @@ from billing.demo import share_price  # noqa: E402
 from billing.invoices import close_month  # noqa: E402
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord  # noqa: E402
 from billing.services import meter_period  # noqa: E402
-from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestItem, RequestState  # noqa: E402
+from pools import mig  # noqa: E402
+from pools.models import (  # noqa: E402
+    Allocation,
+    Cluster,
+    GpuCapacity,
+    NodeCapacity,
+    Pool,
+    PoolRequest,
+    PoolState,
+    RequestItem,
+    RequestState,
+)
 from portal.models import Project, Tenant  # noqa: E402
 
 PERIOD_START = datetime(2026, 11, 30, 15, tzinfo=UTC)
@@ -94,7 +107,7 @@ def build(pools: int) -> float:
                 for n, r in zip(numbers, requests, strict=True)
             ]
         )
-        Pool.objects.bulk_create(
+        made = Pool.objects.bulk_create(
             [
                 Pool(
                     request=r,
@@ -107,7 +120,35 @@ def build(pools: int) -> float:
                 for r in requests
             ]
         )
+        pools = zip(numbers, made, strict=True)
+        held = [(pool, *SPECS[n % 4]) for n, pool in pools for _ in range(1 + n % 3)]
+        node = NodeCapacity.objects.create(cluster=cluster, name=f"bench-{first}", gpu_count=len(held))
+        gpus = GpuCapacity.objects.bulk_create(
+            [GpuCapacity(node=node, index=k, model=model) for k, (_pool, model, _profile) in enumerate(held)]
+        )
+        Allocation.objects.bulk_create(
+            [
+                Allocation(
+                    pool=pool,
+                    gpu=gpu,
+                    profile=profile,
+                    slices=NumericRange(0, _size(model, profile)),
+                    resource_name=mig.resource_name(profile),
+                    allocated_at=reserved,
+                    request_id=pool.request_id,
+                )
+                for gpu, (pool, model, profile) in zip(gpus, held, strict=True)
+            ],
+            batch_size=BATCH,
+        )
     return time.perf_counter() - started
+
+
+def _size(model: str, profile: str) -> int:
+    """The memory slices one instance of `profile` takes on a GPU of `model`."""
+    if profile == mig.FULL_GPU:
+        return mig.MEMORY_SLICES
+    return mig.gpu_model(model).profile(profile).memory_slices
 
 
 def same_rows() -> list[UsageRecord]:
@@ -177,8 +218,8 @@ def main() -> None:
         teardown_databases(databases, verbosity=0)
     meter_s, insert_s = statistics.median(metered), statistics.median(inserted)
     print(
-        f"pools: {args.pools} active, one spec each, period {settings.METERING_PERIOD_SECONDS} s "
-        f"(built in {built:.0f} s)"
+        f"pools: {args.pools} active, one spec each (1–3 allocations), "
+        f"period {settings.METERING_PERIOD_SECONDS} s (built in {built:.0f} s)"
     )
     print(f"meter one period: median {meter_s:.2f} s ({args.pools / meter_s:,.0f} records/s)")
     print(f"plain bulk insert of the same rows: median {insert_s:.2f} s")

@@ -26,7 +26,7 @@ from django.utils.translation import gettext_noop
 
 from pools import placement, task_names
 from pools.conf import settings
-from pools.models import Cluster, Pool, PoolRequest, PoolState, RequestKind, RequestState
+from pools.models import Cluster, GpuCapacity, Pool, PoolRequest, PoolState, RequestKind, RequestState
 from pools.placement.admission import Claim, Holding, Reclaims, Waiting, Waits, run_queue
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.holds import Holds
@@ -196,6 +196,15 @@ def _grow(request: PoolRequest, plan: placement.Placement, now: datetime) -> Poo
     pool = Pool.objects.select_for_update().select_related("project").get(pk=request.target_pool_id)
     recount_allocated(reserve_plan(pool, plan, at=now, request=request))
     add_items(pool, plan)
+    # Nodes the growth re-partitions are asked for their MIG change anew, not taken as done before.
+    repartitioned = set(
+        GpuCapacity.objects.filter(pk__in=[int(c.gpu) for c in plan.reconfigure]).values_list(
+            "node__name", flat=True
+        )
+    )
+    if repartitioned & set(pool.mig_configs):
+        pool.mig_configs = {n: c for n, c in pool.mig_configs.items() if n not in repartitioned}
+        pool.save(update_fields=["mig_configs"])
     reason = Reason(GROWN, request=request.pk, items=", ".join(str(item) for item in request.items.all()))
     record_event(
         tenant_id=pool.project.tenant_id,

@@ -122,3 +122,53 @@ def test_a_transaction_meters_the_most_periods_that_fit_and_never_none(found, st
     assert len(usage_in_periods(found, part)) <= records or len(part) == 1
     if len(part) < len(starts):  # one period more would not fit
         assert len(usage_in_periods(found, starts[: len(part) + 1])) > records
+
+
+@st.composite
+def resized(draw) -> tuple[list[tuple[str, int, int | None]], int | None]:
+    """A pool's allocations after a sequence of grows and shrinks: each (spec, reserved, released or None),
+    and the pool's end date (None: no end). A grow reserves new instances at its moment; a shrink releases
+    some of those live at its moment; the pool's release, where it comes, frees the rest."""
+    clock = draw(moments)
+    live: list[list] = [["1g.10gb", clock, None] for _ in range(draw(st.integers(1, 4)))]
+    done: list[list] = []
+    for grow, step in draw(st.lists(st.tuples(st.booleans(), st.integers(1, 40_000)), max_size=12)):
+        clock += step
+        if grow:
+            live += [
+                [draw(st.sampled_from(["1g.10gb", "3g.40gb"])), clock, None]
+                for _ in range(draw(st.integers(1, 3)))
+            ]
+        elif len(live) > 1:
+            for _ in range(draw(st.integers(1, len(live) - 1))):
+                gone = live.pop(draw(st.integers(0, len(live) - 1)))
+                gone[2] = clock
+                done.append(gone)
+    if draw(st.booleans()):
+        clock += draw(st.integers(1, 40_000))
+        for allocation in live:
+            allocation[2] = clock
+    ends = draw(st.one_of(st.none(), st.integers(done[0][1] if done else live[0][1], clock + 86_400)))
+    return [tuple(a) for a in done + live], ends
+
+
+@settings(max_examples=300, deadline=None)
+@given(resized(), st.sampled_from(PERIODS))
+def test_for_any_grows_and_shrinks_each_allocation_is_metered_for_exactly_its_time(pool, period):
+    # Each allocation a holding of its own, as billing.services reads them; metering merges them per spec and
+    # period, and what it writes adds up, per period and in all, to each allocation's own time held.
+    allocations, ends = pool
+    found = [
+        Holding(1, "H100-80GB", profile, 1, reserved, released, ends)
+        for profile, reserved, released in allocations
+    ]
+    first = period_start(min(h.reserved for h in found), period)
+    last = max((h.until or h.reserved) for h in found) + period
+    starts = range(first, period_start(last, period) + period, period)
+    usages = usage_in_periods(found, starts)
+    assert len({(u.profile, u.period_start) for u in usages}) == len(usages)  # one record per spec and period
+    for usage in usages:
+        alone = [held(h, usage.period_start, period) for h in found if h.profile == usage.profile]
+        assert usage.seconds == sum(alone) and usage.count == sum(1 for s in alone if s)
+    exact = sum(max(0, (h.until if h.until is not None else starts.stop) - h.reserved) for h in found)
+    assert sum(u.seconds for u in usages) == exact

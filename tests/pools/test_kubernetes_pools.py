@@ -115,3 +115,88 @@ def test_a_pool_whose_namespace_belongs_to_someone_else_fails_and_gives_its_capa
     assert pool.events.get(to_state="failed").reason == pool.failure_reason
     shown = api_for(tenancy.acme_member).get(f"/api/v1/pools/{pool.pk}/").json()  # what the tenant sees
     assert shown["state"] == "failed" and shown["failure_reason"] == pool.failure_reason
+
+
+def test_a_pool_grows_and_shrinks_on_kubernetes_quota_and_metering_following(
+    kube_cluster, tenancy, staff_user
+):
+    from datetime import timedelta
+
+    from rest_framework.test import APIClient
+
+    from billing.metering import whole_seconds
+    from billing.models import UsageRecord
+    from billing.services import meter
+    from pools.models import Allocation
+    from pools.services.replacement import settle_move
+
+    server, _cluster = kube_cluster
+    member, approver = APIClient(), APIClient()
+    member.force_authenticate(tenancy.acme_member)
+    approver.force_authenticate(staff_user("approver"))
+    asked = member.post(
+        "/api/v1/pool-requests/",
+        {
+            "project": tenancy.vision.pk,
+            "items": [{"spec": "h100-80gb.mig-3g.40gb", "count": 2}],
+            "cluster": "kube",
+        },
+        format="json",
+    ).json()
+    approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json")
+    admit_waiting()
+    pool = Pool.objects.get(request_id=asked["id"])
+    provision(pool)
+
+    # Grow by a profile the node does not have yet: a request of its own, placed like any, joining the pool.
+    growth = member.post(
+        f"/api/v1/pools/{pool.pk}/resize/",
+        {"add": [{"spec": "h100-80gb.mig-1g.10gb", "count": 2}]},
+        format="json",
+    )
+    assert (
+        growth.status_code == 201 and growth.json()["kind"] == "resize" and growth.json()["pool"] == pool.pk
+    )
+    approver.post(f"/api/v1/pool-requests/{growth.json()['id']}/approve/", {}, format="json")
+    admit_waiting()
+    deadline = time.monotonic() + 15
+    while settle_move(pool_id=pool.pk, requota=True) != DONE:  # what the settling task repeats
+        assert time.monotonic() < deadline, "the growth did not settle"
+        time.sleep(0.05)
+    quota = server.get("ResourceQuota", "gpu-portal", "acme-vision")
+    assert quota["spec"]["hard"] == {
+        "requests.nvidia.com/mig-3g.40gb": "2",
+        "requests.nvidia.com/mig-1g.10gb": "2",
+    }
+    shown = member.get(f"/api/v1/pools/{pool.pk}/").json()
+    assert sorted(a["profile"] for a in shown["allocations"]) == ["1g.10gb", "1g.10gb", "3g.40gb", "3g.40gb"]
+    node = server.get("Node", "gpu-1")  # the node was asked for its new layout, not taken as done before
+    assert (
+        node["metadata"]["labels"]["nvidia.com/mig.config"]
+        == Pool.objects.get(pk=pool.pk).mig_configs["gpu-1"]
+    )
+    assert int(node["status"]["capacity"]["nvidia.com/mig-1g.10gb"]) >= 2
+
+    # Shrink: the quota is lowered, then those instances are free; the pool keeps the rest.
+    given = [a["id"] for a in shown["allocations"] if a["profile"] == "3g.40gb"][:1]
+    shrunk = member.post(f"/api/v1/pools/{pool.pk}/resize/", {"release_allocations": given}, format="json")
+    assert shrunk.status_code == 200, shrunk.content
+    assert len(shrunk.json()["allocations"]) == 3
+    quota = server.get("ResourceQuota", "gpu-portal", "acme-vision")
+    assert quota["spec"]["hard"] == {
+        "requests.nvidia.com/mig-3g.40gb": "1",
+        "requests.nvidia.com/mig-1g.10gb": "2",
+    }
+    assert {i["spec"]: i["count"] for i in shrunk.json()["items"]} == {
+        "h100-80gb.mig-3g.40gb": 1,
+        "h100-80gb.mig-1g.10gb": 2,
+    }
+
+    member.post(f"/api/v1/pools/{pool.pk}/release/")
+    finish_release(pool_id=pool.pk)
+    pool.refresh_from_db()
+    meter(now=pool.released_at + timedelta(days=1))
+    held = Allocation.objects.filter(pool=pool)
+    assert held.count() == 4 and not held.filter(released_at=None).exists()
+    exact = sum(whole_seconds(a.released_at) - whole_seconds(a.allocated_at) for a in held)
+    assert sum(UsageRecord.objects.filter(pool=pool).values_list("seconds", flat=True)) == exact
