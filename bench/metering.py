@@ -120,8 +120,8 @@ def build(pools: int) -> float:
                 for r in requests
             ]
         )
-        pools = zip(numbers, made, strict=True)
-        held = [(pool, *SPECS[n % 4]) for n, pool in pools for _ in range(1 + n % 3)]
+        numbered = zip(numbers, made, strict=True)
+        held = [(pool, *SPECS[n % 4]) for n, pool in numbered for _ in range(1 + n % 3)]
         node = NodeCapacity.objects.create(cluster=cluster, name=f"bench-{first}", gpu_count=len(held))
         gpus = GpuCapacity.objects.bulk_create(
             [GpuCapacity(node=node, index=k, model=model) for k, (_pool, model, _profile) in enumerate(held)]
