@@ -63,6 +63,7 @@ def _demo_requests() -> None:
         items=[("a100-80gb.full", 4)],
         purpose="training",
         justification="Weekly retraining of the recommender.",
+        hold_seconds=14 * 86400,  # ends two weeks after admission: reminded before, then released by itself
     )
     for request in (serving, recsys):
         approve_request(request_id=request.pk, approver=people["carol"])
@@ -73,4 +74,5 @@ def _demo_requests() -> None:
         items=[("h200-141gb.full", 8)],
         purpose="training",
         justification="Fine-tuning the detector on the new data set.",
+        hold_seconds=7 * 86400,
     )
