@@ -47,12 +47,10 @@ def when(moment: datetime | None) -> str:
     return formats.date_format(timezone.localtime(moment), "Y-m-d H:i")
 
 
-def check_end(
-    tenant_id: int, *, end_at: datetime | None, hold_seconds: int | None, now: datetime, required: bool = True
-) -> None:
+def check_end(tenant_id: int, *, end_at: datetime | None, hold_seconds: int | None, now: datetime) -> None:
     """Refuse an end a request of this tenant may not ask for: both a date and a duration, a date that is
     not in the future, a duration that is not a whole number of seconds above zero, or beyond the tenant's
-    longest duration (and, where it sets one and `required`, no end at all)."""
+    longest duration (and, where it sets one, no end at all)."""
     if end_at is not None and hold_seconds is not None:
         raise InvalidInput(_("Give an end date or a duration, not both."))
     if hold_seconds is not None and (
@@ -67,7 +65,7 @@ def check_end(
     longest = longest_duration(tenant_id)
     if longest is None:
         return
-    if end_at is None and hold_seconds is None and required:
+    if end_at is None and hold_seconds is None:
         raise InvalidInput(
             _("This tenant requires an end for every pool, at most %(hours)s hours away.")
             % {"hours": int(longest.total_seconds() // 3600)}

@@ -232,8 +232,10 @@ def _unadmittable(request: PoolRequest, now: datetime) -> Reason | None:
     would grow is no longer in use."""
     if request.kind == RequestKind.NEW and request.end_at is not None and request.end_at <= now:
         return Reason(END_PASSED)
-    if request.kind == RequestKind.RESIZE and request.target_pool.state != PoolState.ACTIVE:
-        return Reason(POOL_GONE, pool=request.target_pool_id)
+    if request.kind == RequestKind.RESIZE:
+        pool = request.target_pool
+        if pool.state != PoolState.ACTIVE or (pool.end_at is not None and pool.end_at <= now):
+            return Reason(POOL_GONE, pool=pool.pk)
     return None
 
 
