@@ -244,7 +244,8 @@ def _judged(project: Project, items: Sequence[placement.Item], purpose: str) -> 
 
 def ask_again(*, pool: Pool) -> PoolRequest | None:
     """The request of a pool just released at its reclaim's end, asked again (RECLAIM_REQUEUE): the same
-    project, cluster, purpose, items, priority and requester, approved as that work was before, waiting in
+    project, cluster, purpose, items, priority, end and requester, approved as that work was before (unless it
+    would pass a hard budget: then it waits for an approver's override, as any request), waiting in
     the queue for room like any request (and cancelled like one where the work is done). In the caller's
     transaction. None where the setting is off, the project can take no pool any more, or the request would
     now go beyond a limit."""
@@ -277,6 +278,8 @@ def ask_again(*, pool: Pool) -> PoolRequest | None:
         asked_again_for=pool,
         end_at=pool.end_at,
     )
+    if budgets.most_passed(request_budgets(request)) is not None:
+        return request  # past a hard budget it waits for an approver's override, as any request would
     return _approve(request, None, reason=reason)
 
 

@@ -273,3 +273,15 @@ def test_the_tenants_request_page_says_it_waits_for_the_override(tenancy, policy
     url = reverse("pool-request", kwargs={"tenant_slug": "acme", "pk": held_back.pk})
     page = client_for(tenancy.acme_member).get(url).content.decode()
     assert "hard budget of Acme" in page and "waits for an approver" in page and "492,000" in page
+
+
+def test_reclaimed_work_asked_again_past_a_hard_budget_waits_for_an_approver(tenancy, held, settings):
+    from pools.services.requests import ask_again
+
+    settings.RECLAIM_REQUEUE = True
+    budget(tenancy, 100_000, hard=True)  # 720,000 projected already
+    again = ask_again(pool=held)
+    assert again.asked_again_for == held and again.state == RequestState.SUBMITTED  # not approved by itself
+    budget(tenancy, 10_000_000, hard=True)
+    second = ask_again(pool=held)
+    assert second.state == RequestState.APPROVED
