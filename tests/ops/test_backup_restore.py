@@ -108,7 +108,7 @@ def build_state(tenancy, approver, staff_user, synced) -> dict:
             project=project, cluster=sim, request__items=[item], state=PoolState.RELEASED,
             reserved_at=month_end - hours[0] * HOUR, released_at=month_end - hours[1] * HOUR,
         )  # fmt: skip
-        AllocationFactory(pool=pool, gpu=gpu, profile=profile)
+        AllocationFactory(pool=pool, gpu=gpu, profile=profile, allocated_at=pool.reserved_at)
 
     def admitted(project, user, items) -> Pool:
         request = submit_request(project=project, user=user, items=items)
