@@ -30,7 +30,6 @@ from pools.drivers.base import ClusterUnreachable, DriverError, driver_for
 from pools.models import (
     IN_USE_STATES,
     Allocation,
-    GpuCapacity,
     Pool,
     PoolEvent,
     PoolRequest,
@@ -54,7 +53,7 @@ from pools.services.requests import (
     approve_by_policy,
     asked_or_administers,
 )
-from pools.services.reservations import lock_capacity, recount_allocated, take_items
+from pools.services.reservations import lock_capacity, recount_allocated, release_allocations, take_items
 from pools.services.transitions import record_event
 from pools.specs import UnknownSpec, parse_spec
 from portal import dispatch
@@ -279,13 +278,9 @@ def _ids(values) -> list[int]:
 def _free_chosen(pool: Pool, chosen: list[Allocation], *, actor) -> None:
     """Free the chosen allocations now, shrink the pool's items, record it; the queue runs after commit."""
     lock_capacity()
-    now = timezone.now()
-    Allocation.objects.filter(pk__in=[a.pk for a in chosen]).update(released_at=now)
-    gpu_ids = {a.gpu_id for a in chosen}
-    GpuCapacity.objects.filter(pk__in=gpu_ids, planned_layout__isnull=False).exclude(
-        allocations__released_at__isnull=True
-    ).update(planned_layout=None)
-    recount_allocated({a.gpu.node_id for a in chosen})
+    recount_allocated(
+        release_allocations(Allocation.objects.filter(pk__in=[a.pk for a in chosen]), timezone.now())
+    )
     given = Counter((a.gpu.model, a.profile) for a in chosen)
     take_items(pool, given)
     reason = Reason(

@@ -44,7 +44,7 @@ from pools.placement.reasons import Reason
 from pools.services.ends import cancel_changes
 from pools.services.inventory import sync_inventory
 from pools.services.requests import asked_or_administers
-from pools.services.reservations import lock_capacity, recount_allocated
+from pools.services.reservations import lock_capacity, recount_allocated, release_allocations
 from pools.services.transitions import transition
 from portal import dispatch
 from portal.errors import InvalidInput, NotAllowed
@@ -267,15 +267,7 @@ def _free(pool: Pool, at: datetime | None = None) -> datetime:
     they were freed."""
     lock_capacity()
     now = at or timezone.now()
-    live = Allocation.objects.filter(pool=pool, released_at__isnull=True)
-    gpu_ids = set(live.values_list("gpu_id", flat=True))
-    node_ids = set(GpuCapacity.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True))
-    live.update(released_at=now)
-    # A planned layout nobody holds any more is dropped: the GPU is free to be planned again.
-    GpuCapacity.objects.filter(pk__in=gpu_ids, planned_layout__isnull=False).exclude(
-        allocations__released_at__isnull=True
-    ).update(planned_layout=None)
-    recount_allocated(node_ids)
+    recount_allocated(release_allocations(Allocation.objects.filter(pool=pool), now))
     dispatch.after_commit(task_names.ADMIT)
     return now
 

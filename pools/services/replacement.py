@@ -57,7 +57,13 @@ from pools.services.provisioning import (
     project_quota,
     settle_quota,
 )
-from pools.services.reservations import lock_capacity, recount_allocated, reserve_plan, take_items
+from pools.services.reservations import (
+    lock_capacity,
+    recount_allocated,
+    release_allocations,
+    reserve_plan,
+    take_items,
+)
 from pools.services.transitions import record_event
 from portal import dispatch
 from portal.errors import Conflict
@@ -253,12 +259,7 @@ def replace(*, pool: Pool, actor) -> Pool:
         gpus = _target_gpus([found])
         moves = _describe(found, gpus)
         now = timezone.now()
-        old_gpus = {a.gpu_id for a in found.moving}
-        Allocation.objects.filter(pk__in=[a.pk for a in found.moving]).update(released_at=now)
-        # A planned layout only the moved allocations held is dropped, as a release drops it.
-        GpuCapacity.objects.filter(pk__in=old_gpus, planned_layout__isnull=False).exclude(
-            allocations__released_at__isnull=True
-        ).update(planned_layout=None)
+        release_allocations(Allocation.objects.filter(pk__in=[a.pk for a in found.moving]), now)
         # Each new allocation begins the instant the one it replaces ends: billed time has no gap or overlap.
         nodes = reserve_plan(pool, found.plan, at=now)
         recount_allocated(nodes | {a.gpu.node_id for a in found.moving})
@@ -345,13 +346,7 @@ def _give_up(*, pool_id: int, reason: str) -> bool:
         rows = list(stuck.select_related("gpu"))
         if pool.state not in IN_USE_STATES or not rows:
             return False
-        now = timezone.now()
-        stuck.update(released_at=now)
-        gpu_ids = {a.gpu_id for a in rows}
-        GpuCapacity.objects.filter(pk__in=gpu_ids, planned_layout__isnull=False).exclude(
-            allocations__released_at__isnull=True
-        ).update(planned_layout=None)
-        recount_allocated({a.gpu.node_id for a in rows})
+        recount_allocated(release_allocations(stuck, timezone.now()))
         # Instances a resize added never came: the pool does not grow by them (a move's are missing instead).
         grown = [a for a in rows if a.request_id not in (None, pool.request_id)]
         take_items(pool, Counter((a.gpu.model, a.profile) for a in grown))

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from django.db import connection
 from django.db.backends.postgresql.psycopg_any import NumericRange
-from django.db.models import Count, F
+from django.db.models import Count, F, QuerySet
 
 from pools import capacity_version, mig, placement
 from pools.models import Allocation, GpuCapacity, Pool, PoolItem, PoolRequest, SpecAndCount
@@ -89,6 +89,18 @@ def take_items(pool: Pool, given_back: Counter) -> None:
         else:
             item.count -= count
             item.save(update_fields=["count"])
+
+
+def release_allocations(allocations: QuerySet[Allocation], at: datetime) -> set[int]:
+    """Free these live allocations at `at` (billed until then); a planned layout nobody holds any more is
+    dropped, so that the GPU is free to be planned again. Returns the ids of their nodes, whose counts the
+    caller recounts (`recount_allocated`) once its other changes are made."""
+    rows = list(allocations.filter(released_at__isnull=True).values_list("pk", "gpu_id", "gpu__node_id"))
+    Allocation.objects.filter(pk__in=[pk for pk, _gpu, _node in rows]).update(released_at=at)
+    GpuCapacity.objects.filter(
+        pk__in={gpu for _pk, gpu, _node in rows}, planned_layout__isnull=False
+    ).exclude(allocations__released_at__isnull=True).update(planned_layout=None)
+    return {node for _pk, _gpu, node in rows}
 
 
 def recount_allocated(node_ids: set[int]) -> None:

@@ -2,8 +2,10 @@
 
 import pytest
 
-from pools.models import PoolRequest, PoolState, RequestState
+from pools.models import Pool, PoolRequest, PoolState, RequestState
+from pools.services import admit_waiting, approve_request, provision_step, submit_request
 from pools.services.inventory import sync_inventory
+from pools.services.provisioning import DONE
 from tests.factories import ClusterFactory, PoolFactory, PoolRequestFactory
 from tests.pools.whatif_month import kst
 
@@ -71,3 +73,18 @@ def march(fleet, tenancy):
                 reserved_at=kst(2, 2 * n), released_at=kst(2, 2 * n + 5),
             )  # fmt: skip
     return fleet
+
+
+def active_pool(project, user, approver, items, **asked) -> Pool:
+    """A pool asked for (`asked`: its end, cluster, purpose…), approved, admitted and provisioned, as the
+    services do it one after another."""
+    request = submit_request(project=project, user=user, items=items, **asked)
+    approve_request(request_id=request.pk, approver=approver)
+    admit_waiting()
+    pool = Pool.objects.get(request=request)
+    for _step in range(3):
+        if provision_step(pool_id=pool.pk) == DONE:
+            break
+    pool.refresh_from_db()
+    assert pool.state == PoolState.ACTIVE
+    return pool

@@ -32,20 +32,17 @@ def provision(pool: Pool) -> None:
         time.sleep(0.05)
 
 
-def test_a_mig_pool_on_kubernetes_through_the_api(kube_cluster, tenancy, staff_user):
+def api_pool(tenancy, staff_user, items):
+    """A member's API clients, an approver's, and the pool the member asked for through the API on the
+    cluster `kube`, approved, admitted and provisioned as the tasks would."""
     from rest_framework.test import APIClient
 
-    server, _cluster = kube_cluster
     member, approver = APIClient(), APIClient()
     member.force_authenticate(tenancy.acme_member)
     approver.force_authenticate(staff_user("approver"))
     asked = member.post(
         "/api/v1/pool-requests/",
-        {
-            "project": tenancy.vision.pk,
-            "items": [{"spec": "h100-80gb.mig-3g.40gb", "count": 2}],
-            "cluster": "kube",
-        },
+        {"project": tenancy.vision.pk, "items": items, "cluster": "kube"},
         format="json",
     ).json()
     assert (
@@ -54,6 +51,13 @@ def test_a_mig_pool_on_kubernetes_through_the_api(kube_cluster, tenancy, staff_u
     admit_waiting()  # what the queue task runs after the approval
     pool = Pool.objects.get(request_id=asked["id"])
     provision(pool)  # what the provisioning task repeats
+    return member, approver, pool
+
+
+def test_a_mig_pool_on_kubernetes_through_the_api(kube_cluster, tenancy, staff_user):
+
+    server, _cluster = kube_cluster
+    member, _approver, pool = api_pool(tenancy, staff_user, [{"spec": "h100-80gb.mig-3g.40gb", "count": 2}])
     shown = member.get(f"/api/v1/pools/{pool.pk}/").json()
     assert shown["state"] == "active" and [a["profile"] for a in shown["allocations"]] == [
         "3g.40gb",
@@ -122,8 +126,6 @@ def test_a_pool_grows_and_shrinks_on_kubernetes_quota_and_metering_following(
 ):
     from datetime import timedelta
 
-    from rest_framework.test import APIClient
-
     from billing.metering import whole_seconds
     from billing.models import UsageRecord
     from billing.services import meter
@@ -131,22 +133,7 @@ def test_a_pool_grows_and_shrinks_on_kubernetes_quota_and_metering_following(
     from pools.services.replacement import settle_move
 
     server, _cluster = kube_cluster
-    member, approver = APIClient(), APIClient()
-    member.force_authenticate(tenancy.acme_member)
-    approver.force_authenticate(staff_user("approver"))
-    asked = member.post(
-        "/api/v1/pool-requests/",
-        {
-            "project": tenancy.vision.pk,
-            "items": [{"spec": "h100-80gb.mig-3g.40gb", "count": 2}],
-            "cluster": "kube",
-        },
-        format="json",
-    ).json()
-    approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json")
-    admit_waiting()
-    pool = Pool.objects.get(request_id=asked["id"])
-    provision(pool)
+    member, approver, pool = api_pool(tenancy, staff_user, [{"spec": "h100-80gb.mig-3g.40gb", "count": 2}])
 
     # Grow by a profile the node does not have yet: a request of its own, placed like any, joining the pool.
     growth = member.post(

@@ -37,27 +37,16 @@ from pools.services import (
     submit_request,
 )
 from pools.services.lifecycle import release_ended, send_reminders
-from pools.services.provisioning import DONE, provision_step
+from pools.services.provisioning import DONE
 from pools.services.replacement import settle_move
 from pools.task_names import EVENT_EMAIL
 from portal.dispatch import Send
 from portal.errors import Conflict, InvalidInput, NotAllowed
 
+from .conftest import active_pool
+
 DAY = timedelta(days=1)
 H100 = "h100-80gb.full"
-
-
-def _active(project, user, approver, items, **end) -> Pool:
-    request = submit_request(project=project, user=user, items=items, **end)
-    approve_request(request_id=request.pk, approver=approver)
-    admit_waiting()
-    pool = Pool.objects.get(request=request)
-    for _step in range(3):
-        if provision_step(pool_id=pool.pk) == DONE:
-            break
-    pool.refresh_from_db()
-    assert pool.state == PoolState.ACTIVE
-    return pool
 
 
 def _quota(fleet) -> dict:
@@ -78,7 +67,7 @@ def test_an_end_date_is_kept_and_the_pool_is_released_at_it_billing_to_the_secon
     fleet, tenancy, approver, mailoutbox, django_capture_on_commit_callbacks
 ):
     end = (timezone.now() + 8 * DAY).replace(microsecond=0)
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)], end_at=end)
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)], end_at=end)
     assert pool.end_at == end and pool.request.end_at == end
 
     # Reminders: 7, 2 and 1 days before, each once; nothing before the first.
@@ -110,7 +99,7 @@ def test_an_end_date_is_kept_and_the_pool_is_released_at_it_billing_to_the_secon
 
 def test_billing_stops_at_the_end_even_while_the_pool_is_not_released_yet(fleet, tenancy, approver):
     end = (timezone.now() + timedelta(hours=2)).replace(microsecond=0)
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
     _metered_past(end + timedelta(hours=6))  # metering runs, the sweeper does not
     pool.refresh_from_db()
     assert pool.state == PoolState.ACTIVE and pool.released_at is None
@@ -118,9 +107,9 @@ def test_billing_stops_at_the_end_even_while_the_pool_is_not_released_yet(fleet,
 
 
 def test_a_duration_counts_from_admission_and_a_pool_without_end_lives_on(fleet, tenancy, approver):
-    timed = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], hold_seconds=5 * 3600)
+    timed = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], hold_seconds=5 * 3600)
     assert timed.end_at == timed.reserved_at + timedelta(hours=5)
-    endless = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)])
+    endless = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)])
     assert endless.end_at is None and endless.billing_ended_at is None
     assert release_ended(now=timezone.now() + 3650 * DAY) == [timed.pk]
     endless.refresh_from_db()
@@ -172,7 +161,7 @@ def test_an_extension_goes_to_approvers_moves_the_end_and_starts_the_reminders_a
     fleet, tenancy, approver
 ):
     end = (timezone.now() + 3 * DAY).replace(microsecond=0)
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
     send_reminders(now=end - 2 * DAY + timedelta(minutes=1))
     pool.refresh_from_db()
     assert pool.reminders_sent
@@ -199,8 +188,8 @@ def test_an_extension_goes_to_approvers_moves_the_end_and_starts_the_reminders_a
 
 def test_extensions_that_cannot_be_are_refused_and_change_nothing(fleet, tenancy, approver):
     end = (timezone.now() + 2 * DAY).replace(microsecond=0)
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
-    endless = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)])
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
+    endless = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)])
     with pytest.raises(InvalidInput, match="after the pool's present end"):
         request_extension(pool_id=pool.pk, user=tenancy.acme_member, end_at=end - DAY)
     with pytest.raises(Conflict, match="no end date"):
@@ -220,7 +209,7 @@ def test_extensions_that_cannot_be_are_refused_and_change_nothing(fleet, tenancy
 def test_a_pool_grows_in_place_and_shrinks_quota_first_each_allocation_billed_its_own_time(
     fleet, tenancy, approver
 ):
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)])
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)])
     assert _quota(fleet) == {"nvidia.com/gpu": 1}
 
     growth = request_growth(pool_id=pool.pk, user=tenancy.acme_member, items=[(H100, 2)])
@@ -255,7 +244,7 @@ def test_a_pool_grows_in_place_and_shrinks_quota_first_each_allocation_billed_it
 def test_a_shrink_the_cluster_refuses_gives_nothing_back(fleet, tenancy, approver):
     from pools.drivers.simulated import SimulatedDriver
 
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)])
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)])
     SimulatedDriver(fleet).set_reachable(False)
     with pytest.raises(Conflict, match="nothing was given back"):
         shrink_pool(pool_id=pool.pk, user=tenancy.acme_member, release=[(H100, 1)])
@@ -263,7 +252,7 @@ def test_a_shrink_the_cluster_refuses_gives_nothing_back(fleet, tenancy, approve
 
 
 def test_bad_resizes_are_refused_and_change_nothing(fleet, tenancy, approver):
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)])
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)])
     live = list(Allocation.objects.filter(pool=pool, released_at=None).values_list("pk", flat=True))
     with pytest.raises(InvalidInput, match="release the pool instead"):
         shrink_pool(pool_id=pool.pk, user=tenancy.acme_member, allocation_ids=live)
@@ -283,8 +272,8 @@ def test_bad_resizes_are_refused_and_change_nothing(fleet, tenancy, approver):
 
 
 def test_the_portal_gives_back_instances_that_free_whole_gpus_first(fleet, tenancy, approver):
-    pool = _active(tenancy.vision, tenancy.acme_member, approver, [("h200-141gb.mig-1g.18gb", 3)])
-    other = _active(tenancy.vision, tenancy.acme_member, approver, [("h200-141gb.mig-1g.18gb", 4)])
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [("h200-141gb.mig-1g.18gb", 3)])
+    other = active_pool(tenancy.vision, tenancy.acme_member, approver, [("h200-141gb.mig-1g.18gb", 4)])
     # Where another pool shares a GPU with this one, that GPU cannot come free: the portal takes elsewhere.
     shared = {a.gpu_id for a in Allocation.objects.filter(pool=other, released_at=None)}
     shrink_pool(pool_id=pool.pk, user=tenancy.acme_member, release=[("h200-141gb.mig-1g.18gb", 1)])

@@ -14,7 +14,6 @@ from pools.models import Allocation, GpuCapacity, Pool, PoolEvent, PoolState, Sp
 from pools.services import (
     admit_waiting,
     approve_request,
-    provision_step,
     release_pool,
     set_gpu_drained,
     submit_request,
@@ -28,20 +27,7 @@ from portal.dispatch import Send
 from portal.errors import Conflict
 from tests.factories import ClusterFactory
 
-from .conftest import SMALL_FLEET
-
-
-def active_pool(project, user, approver, items) -> Pool:
-    request = submit_request(project=project, user=user, items=items)
-    approve_request(request_id=request.pk, approver=approver)
-    admit_waiting()
-    pool = Pool.objects.get(request=request)
-    for _step in range(3):
-        if provision_step(pool_id=pool.pk) == DONE:
-            break
-    pool.refresh_from_db()
-    assert pool.state == PoolState.ACTIVE
-    return pool
+from .conftest import SMALL_FLEET, active_pool
 
 
 def live(pool) -> list[Allocation]:
