@@ -281,3 +281,39 @@ def test_the_portal_gives_back_instances_that_free_whole_gpus_first(fleet, tenan
     mine = Allocation.objects.filter(pool=pool).values_list("gpu_id", flat=True)
     if set(mine) - shared:
         assert given.gpu_id not in shared
+
+
+def local(moment) -> str:
+    """A moment as a datetime-local field sends it: the reader's wall clock."""
+    return timezone.localtime(moment).strftime("%Y-%m-%dT%H:%M")
+
+
+def test_the_pool_page_shows_the_end_and_its_changes_and_takes_them(fleet, tenancy, approver, client):
+    end = (timezone.now() + 10 * DAY).replace(microsecond=0)
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 2)], end_at=end)
+    page = f"/t/acme/pools/{pool.pk}/"
+
+    client.force_login(tenancy.acme_viewer)  # sees the end, may change nothing
+    shown = client.get(page).content.decode()
+    assert (
+        end.strftime("%Y-%m-%d") in shown
+        and 'id="extend-form"' not in shown
+        and 'id="grow-form"' not in shown
+    )
+
+    client.force_login(tenancy.acme_member)
+    shown = client.get(page).content.decode()
+    assert 'id="extend-form"' in shown and 'id="grow-form"' in shown and 'id="shrink-form"' in shown
+    refused = client.post(f"{page}extend/", {"end_at": local(end - DAY)})
+    assert refused.status_code == 400 and "after the pool&#x27;s present end" in refused.content.decode()
+    asked = client.post(f"{page}extend/", {"end_at": local(end + DAY)})
+    assert asked.status_code == 302
+    assert client.post(f"{page}grow/", {"spec": H100, "count": 1}).status_code == 302
+    one = Allocation.objects.filter(pool=pool, released_at=None).first()
+    assert client.post(f"{page}shrink/", {"allocation": [one.pk]}).status_code == 302
+    assert Allocation.objects.filter(pool=pool, released_at=None).count() == 1
+
+    shown = client.get(page).content.decode()
+    kinds = list(pool.changes.values_list("kind", flat=True).order_by("pk"))
+    assert kinds == [RequestKind.EXTENSION, RequestKind.RESIZE]
+    assert all(f"#{change.pk}" in shown for change in pool.changes.all())
