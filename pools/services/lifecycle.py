@@ -104,25 +104,9 @@ def request_extension(*, pool_id: int, user, end_at: datetime, justification: st
                 _("An extension ends after the pool's present end (%(end)s).") % {"end": when(pool.end_at)}
             )
         check_end(pool.project.tenant_id, end_at=end_at, hold_seconds=None, now=now)
-        original = pool.request
         items = [Item(i.gpu_model, i.profile, i.count) for i in pool.items.all()]
         judged = _extension_verdict(pool)
-        request = _file(
-            pool.project,
-            items,
-            judged,
-            actor=user,
-            kind=RequestKind.EXTENSION,
-            target_pool=pool,
-            cluster=pool.cluster,
-            purpose=original.purpose,
-            justification=justification,
-            submitted_by=user,
-            priority=original.priority,
-            end_at=end_at,
-        )
-        approve_by_policy(request, judged)
-    return request
+        return _file_change(pool, RequestKind.EXTENSION, items, judged, user, justification, end_at=end_at)
 
 
 def _extension_verdict(pool: Pool) -> Judged:
@@ -160,20 +144,31 @@ def request_growth(
                 _("This growth goes beyond a quota: %(why)s.")
                 % {"why": render_reason(judged.refusal(pool.project).as_data())}
             )
-        request = _file(
-            pool.project,
-            asked,
-            judged,
-            actor=user,
-            kind=RequestKind.RESIZE,
-            target_pool=pool,
-            cluster=pool.cluster,
-            purpose=original.purpose,
-            justification=justification,
-            submitted_by=user,
-            priority=original.priority,
-        )
-        approve_by_policy(request, judged)
+        return _file_change(pool, RequestKind.RESIZE, asked, judged, user, justification)
+
+
+def _file_change(
+    pool: Pool, kind: str, items: list[Item], judged: Judged, user, justification: str, **fields
+) -> PoolRequest:
+    """A change of `pool` asked for by `user`: a request of `kind` for `items` in the pool's cluster, with its
+    purpose and priority, approved at once where the tenant's policy approves it; in the caller's
+    transaction."""
+    original = pool.request
+    request = _file(
+        pool.project,
+        items,
+        judged,
+        actor=user,
+        kind=kind,
+        target_pool=pool,
+        cluster=pool.cluster,
+        purpose=original.purpose,
+        justification=justification,
+        submitted_by=user,
+        priority=original.priority,
+        **fields,
+    )
+    approve_by_policy(request, judged)
     return request
 
 
