@@ -86,7 +86,7 @@ class PoolRequestAdmin(admin.ModelAdmin):
         "submitted_at",
         "why_it_waits",
     ]
-    list_filter = ["state", "project__tenant", "cluster", "items__gpu_model", "submitted_at"]
+    list_filter = ["state", "kind", "project__tenant", "cluster", "items__gpu_model", "submitted_at"]
     list_select_related = ["project__tenant", "cluster", "submitted_by"]
     search_fields = [
         "project__name",
@@ -98,9 +98,13 @@ class PoolRequestAdmin(admin.ModelAdmin):
     date_hierarchy = "submitted_at"
     fields = [
         "project",
+        "kind",
+        "target_pool",
         "cluster",
         "purpose",
         "justification",
+        "end_at",
+        "hold_seconds",
         "state",
         "priority",
         "submitted_by",
@@ -232,6 +236,7 @@ class PoolAdmin(admin.ModelAdmin):
         "reserved_at",
         "active_at",
         "released_at",
+        "end_at",
         "failure_reason",
         "mig_configs",
     ]
