@@ -222,9 +222,10 @@ def _changes_context(
     }
 
 
-def _change_pool(request: HttpRequest, tenant_slug: str, pk: int, form_class, call, done: str, **kwargs):
-    """One change of a pool asked from its page (extend, grow, shrink): a form that does not parse, or the
-    service's refusal, shows the page again with the reason and nothing changed."""
+def _change_pool(request: HttpRequest, tenant_slug: str, pk: int, form_class, call, done, **kwargs):
+    """One change of a pool asked from its page (extend, grow, shrink), `done` what it says when made (or a
+    function of what `call` returned that says it): a form that does not parse, or the service's refusal,
+    shows the page again with the reason and nothing changed."""
     pool = selectors.visible_pool(user=request.user, tenant_slug=tenant_slug, pk=pk)
     form = form_class(request.POST, **kwargs)
     if form.is_valid():
@@ -233,7 +234,8 @@ def _change_pool(request: HttpRequest, tenant_slug: str, pk: int, form_class, ca
         except PortalError as error:
             form.add_error(None, error.message)
         else:
-            messages.success(request, done % {"id": getattr(result, "pk", pool.pk)})
+            told = done(result) if callable(done) else done
+            messages.success(request, told % {"id": getattr(result, "pk", pool.pk)})
             return redirect("pool", tenant_slug=tenant_slug, pk=pool.pk)
     return pool, form
 
@@ -249,7 +251,11 @@ def pool_extend(request: HttpRequest, tenant_slug: str, pk: int) -> HttpResponse
         lambda pool, data: services.request_extension(
             pool_id=pool.pk, user=request.user, end_at=data["end_at"], justification=data["justification"]
         ),
-        _("Extension #%(id)s asked for; the end moves once an approver approves it."),
+        lambda asked: (
+            _("Extension #%(id)s approved by the policy: the pool's end has moved.")
+            if asked.state == RequestState.FULFILLED
+            else _("Extension #%(id)s asked for; the end moves once an approver approves it.")
+        ),
     )
     return outcome if isinstance(outcome, HttpResponse) else _pool_again(request, *outcome, "extend_form")
 

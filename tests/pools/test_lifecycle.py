@@ -317,3 +317,21 @@ def test_the_pool_page_shows_the_end_and_its_changes_and_takes_them(fleet, tenan
     kinds = list(pool.changes.values_list("kind", flat=True).order_by("pk"))
     assert kinds == [RequestKind.EXTENSION, RequestKind.RESIZE]
     assert all(f"#{change.pk}" in shown for change in pool.changes.all())
+
+
+def test_an_extension_within_the_guarantee_is_approved_by_the_policy_and_the_page_says_so(
+    fleet, tenancy, approver, client
+):
+    from pools.services.quotas import set_auto_approve, set_quota
+
+    end = (timezone.now() + 3 * DAY).replace(microsecond=0)
+    pool = active_pool(tenancy.vision, tenancy.acme_member, approver, [(H100, 1)], end_at=end)
+    set_quota(actor=approver, tenant=tenancy.acme, gpu_model="H100-80GB", guaranteed=56, limit=None)
+    set_auto_approve(actor=approver, tenant=tenancy.acme, on=True)
+    client.force_login(tenancy.acme_member)
+    answer = client.post(f"/t/acme/pools/{pool.pk}/extend/", {"end_at": local(end + DAY)}, follow=True)
+    assert "approved by the policy" in answer.content.decode()
+    pool.refresh_from_db()
+    assert pool.end_at == end + DAY - timedelta(seconds=end.second)
+    (extension,) = pool.changes.all()
+    assert extension.state == RequestState.FULFILLED and extension.decided_by is None
