@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from pools.conf import settings
-from pools.models import Pool, TenantPolicy
+from pools.models import Pool, PoolRequest, RequestKind, TenantPolicy
 
 
 def reminder_leads() -> list[int]:
@@ -31,3 +31,13 @@ def longest_duration(tenant_id: int) -> timedelta | None:
         TenantPolicy.objects.filter(tenant_id=tenant_id).values_list("max_duration_hours", flat=True).first()
     )
     return None if hours is None else timedelta(hours=hours)
+
+
+def request_end(request: PoolRequest, now: datetime) -> datetime | None:
+    """When the pool of a request would end were it admitted at `now`: its end date (for an extension, the
+    new one), its duration from `now`, or for a growth its pool's end; None where it has none."""
+    if request.kind == RequestKind.RESIZE:
+        return request.target_pool.end_at
+    if request.hold_seconds is not None:
+        return now + timedelta(seconds=request.hold_seconds)
+    return request.end_at

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.utils import timezone
 
@@ -17,8 +17,8 @@ from pools.models import (
     GpuGroup,
     Health,
     PoolRequest,
-    RequestKind,
 )
+from pools.selectors.ends import request_end
 
 
 def engine_request(request: PoolRequest, grouped: bool, reclaimable: bool = False) -> placement.Request:
@@ -39,14 +39,9 @@ def epoch(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp())
 
 
-def request_ends(request: PoolRequest, now: datetime | None = None) -> int | None:
-    """When the pool of a request would end were it admitted now (placement's clock): its end date, its
-    duration from now, or for a growth its pool's end; None where it has none."""
-    if request.kind == RequestKind.RESIZE:
-        return epoch(request.target_pool.end_at)
-    if request.hold_seconds is not None:
-        return epoch((now or timezone.now()) + timedelta(seconds=request.hold_seconds))
-    return epoch(request.end_at)
+def request_ends(request: PoolRequest) -> int | None:
+    """When the pool of a request would end were it admitted now, in placement's clock (`request_end`)."""
+    return epoch(request_end(request, timezone.now()))
 
 
 def ready_clusters() -> tuple[list[Cluster], dict[int, bool]]:

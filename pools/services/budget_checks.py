@@ -8,7 +8,7 @@ extension at its pool's cost from the present end to the new one.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -18,6 +18,7 @@ from pools import budgets, pricing
 from pools.models import PoolRequest, RequestKind, RequestState
 from pools.placement.reasons import Reason
 from pools.selectors import render_reason
+from pools.selectors.ends import request_end
 from pools.specs import Spec
 from portal.errors import Conflict
 
@@ -34,18 +35,8 @@ def request_budgets(request: PoolRequest) -> list[budgets.BudgetStanding]:
         added = max(timedelta(0), (request.end_at or now) - (pool.end_at or now))
         return budgets.standings(project=request.project, hourly_cost=cost, ends_at=now + added)
     items = [(Spec(item.gpu_model, item.profile), item.count) for item in request.items.all()]
-    return budgets.standings(
-        project=request.project, hourly_cost=pricing.estimated_hourly_cost(items), ends_at=_ends(request, now)
-    )
-
-
-def _ends(request: PoolRequest, now: datetime) -> datetime | None:
-    """When the instances a request asks for would stop costing, were it admitted now (None: never)."""
-    if request.kind == RequestKind.RESIZE:
-        return request.target_pool.end_at
-    if request.hold_seconds is not None:
-        return now + timedelta(seconds=request.hold_seconds)
-    return request.end_at
+    cost = pricing.estimated_hourly_cost(items)
+    return budgets.standings(project=request.project, hourly_cost=cost, ends_at=request_end(request, now))
 
 
 def budget_override(request: PoolRequest, override: bool) -> Reason | None:

@@ -26,7 +26,7 @@ from pools.models import (
     RequestState,
 )
 from pools.placement.reasons import Reason
-from pools.selectors.ends import longest_duration
+from pools.selectors.ends import longest_duration, request_end
 from pools.services.reclaims import call_off
 from pools.services.transitions import record_event, transition
 from portal.errors import Conflict, InvalidInput
@@ -77,13 +77,6 @@ def check_end(tenant_id: int, *, end_at: datetime | None, hold_seconds: int | No
         )
 
 
-def asked_end(request: PoolRequest, now: datetime) -> datetime | None:
-    """The end a request asks for, its duration counted from `now` (the earliest its pool could start)."""
-    if request.hold_seconds is not None:
-        return now + timedelta(seconds=request.hold_seconds)
-    return request.end_at
-
-
 def set_approved_end(request: PoolRequest, end_at: datetime | None, now: datetime) -> Reason | None:
     """The approver's end for a request being approved (its row locked): as asked (None), or sooner than
     asked and in the future; returns what the decision's event says of it, None when the end is as asked.
@@ -92,7 +85,7 @@ def set_approved_end(request: PoolRequest, end_at: datetime | None, now: datetim
         return None
     if end_at.tzinfo is None or end_at <= now:
         raise InvalidInput(_("The end date must be in the future."))
-    asked = asked_end(request, now)
+    asked = request_end(request, now)
     if asked is not None and end_at > asked:
         raise InvalidInput(
             _("An approver may shorten the end asked for (%(asked)s), not move it later.")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -35,6 +35,7 @@ from pools.placement.reasons import Reason
 from pools.placement.simulation import release
 from pools.selectors import fleet_snapshot, ready_clusters
 from pools.selectors.demand import queue_demand
+from pools.selectors.ends import request_end
 from pools.selectors.fleet import engine_request, held_assignments
 from pools.selectors.quotas import ledger, quota_owner, request_slices
 from pools.services.ends import cancel_by_portal
@@ -179,7 +180,7 @@ def _reserve(request: PoolRequest, cluster: Cluster, plan: placement.Placement, 
         cluster=cluster,
         state=PoolState.PROVISIONING,
         reserved_at=now,
-        end_at=pool_end(request, now),
+        end_at=request_end(request, now),
     )
     recount_allocated(reserve_plan(pool, plan, at=now, request=request))
     add_items(pool, plan)
@@ -218,13 +219,6 @@ def _grow(request: PoolRequest, plan: placement.Placement, now: datetime) -> Poo
     )
     dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, True)
     return pool
-
-
-def pool_end(request: PoolRequest, admitted: datetime) -> datetime | None:
-    """When the pool of a request admitted at `admitted` ends: its end date, or its duration from then."""
-    if request.hold_seconds is not None:
-        return admitted + timedelta(seconds=request.hold_seconds)
-    return request.end_at
 
 
 def _unadmittable(request: PoolRequest, now: datetime) -> Reason | None:
