@@ -229,7 +229,8 @@ def _segment_bounds(prices: list[Price], start: int, end: int, month_from: int, 
 
 
 def by_project(spends: dict[int, Spend], project_of: dict[int, int]) -> dict[int, Spend]:
-    """Project id → the total of its pools' spends."""
+    """Project id → the total of its pools' spends (any owner of pools, given as `project_of`: a tenant's
+    id per pool gives the tenants' totals)."""
     found: dict[int, Spend] = {}
     for pool_id, spend in spends.items():
         project = project_of[pool_id]

@@ -50,12 +50,10 @@ def month_spends(budgets: Iterable[Budget], *, now: datetime) -> dict[int, spend
         return {}
     per_pool = spend.pool_spend(pools=Pool.objects.filter(project__tenant_id__in=tenants), now=now)
     owners = Pool.objects.filter(pk__in=list(per_pool)).values_list("pk", "project_id", "project__tenant_id")
-    by_tenant: dict[int, spend.Spend] = {}
-    by_project: dict[int, spend.Spend] = {}
+    project_of, tenant_of = {}, {}
     for pool_id, project_id, tenant_id in owners:
-        found = per_pool[pool_id]
-        by_tenant[tenant_id] = by_tenant[tenant_id] + found if tenant_id in by_tenant else found
-        by_project[project_id] = by_project[project_id] + found if project_id in by_project else found
+        project_of[pool_id], tenant_of[pool_id] = project_id, tenant_id
+    by_project, by_tenant = spend.by_project(per_pool, project_of), spend.by_project(per_pool, tenant_of)
     return {
         budget.pk: (by_project if budget.project_id else by_tenant).get(
             budget.project_id or budget.tenant_id, spend.Spend()

@@ -209,14 +209,17 @@ def _changes_context(
     forms to ask for more, for who may change the pool."""
     may_change = asked_or_administers(request.user, pool.request)
     in_use = pool.state in (PoolState.ACTIVE, PoolState.RECLAIMING)
+    may_resize = may_change and pool.state == PoolState.ACTIVE
+    if may_resize and grow_form is None:  # the offers are read only where the form is shown
+        grow_form = GrowForm(specs=[offer.spec for offer in selectors.spec_offers()])
     return {
         "reminders": upcoming_reminders(pool),
         "changes": pool.changes.select_related("submitted_by").prefetch_related("items").order_by("-pk"),
         "billing_ended_at": pool.billing_ended_at,
         "may_extend": may_change and in_use and pool.end_at is not None,
-        "may_resize": may_change and pool.state == PoolState.ACTIVE,
+        "may_resize": may_resize,
         "extend_form": extend_form or ExtendForm(),
-        "grow_form": grow_form or GrowForm(specs=[offer.spec for offer in selectors.spec_offers()]),
+        "grow_form": grow_form,
         "shrink_form": shrink_form,
         "live_allocations": live,
     }
