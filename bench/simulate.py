@@ -24,14 +24,15 @@ Then, unless --declared is 0, the same seeds' weeks again with a share of the re
 same queue policies: the engine told the declared ends (the simulator's way: a request admitted at t ends at
 t + its declared hold), the engine told none (the same placer with every end taken away, as placement was
 before it knew ends), and first fit. The gain from ends is the first's served compute-slice-hours over the
-second's.
+second's. `--slack` sets how much longer than the true hold a declared one may be (bench/simulate_trace.py;
+0: every declared end exact), to measure what exact knowledge of ends would be worth.
 
 Every simulated answer is replayed by pools.placement.replay.check; a broken rule is printed as a line
 starting "ENGINE BUG" or "BENCH BUG" and the benchmark exits with status 1. Targets are printed, not asserted.
 
 Run from the repository root; no database, no Django:
     .venv/bin/python bench/simulate.py [--seeds 5] [--first-seed 1] [--requests 600] [--nodes 8]
-        [--horizon 604800] [--no-null-grace] [--declared 0.8]
+        [--horizon 604800] [--no-null-grace] [--declared 0.8] [--slack 0.25]
 Prints the table per seed, then one figure per line.
 """
 
@@ -52,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 from bench.simulate_first_fit import first_fit  # noqa: E402
 from bench.simulate_trace import (  # noqa: E402
     BACKFILL_GRACE_SECONDS,
+    DECLARED_SLACK,
     HOLD_MAX,
     HOLD_MIN,
     HOUR,
@@ -193,10 +195,23 @@ class SeedResult:
 
 
 def measure(
-    seed: int, *, nodes: int, horizon: int, requests: float, grace: int | None, declared: float = 0.0
+    seed: int,
+    *,
+    nodes: int,
+    horizon: int,
+    requests: float,
+    grace: int | None,
+    declared: float = 0.0,
+    slack: float = DECLARED_SLACK,
 ) -> SeedResult:
     trace = random_simulation_trace(
-        seed, nodes=nodes, horizon=horizon, requests=requests, backfill_grace_seconds=grace, declared=declared
+        seed,
+        nodes=nodes,
+        horizon=horizon,
+        requests=requests,
+        backfill_grace_seconds=grace,
+        declared=declared,
+        slack=slack,
     )
     blind = simulated(trace, without_ends) if declared else None
     return SeedResult(seed, trace, simulated(trace, place), simulated(trace, first_fit), blind)
@@ -351,9 +366,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"share of requests that declare their hold in the weeks with declared holds; 0 skips "
         f"those weeks (default {DECLARED})",
     )
+    parser.add_argument(
+        "--slack",
+        type=float,
+        default=DECLARED_SLACK,
+        help=f"how much longer than the true hold a declared one may be, as a share; 0: every declared "
+        f"end is exact (default {DECLARED_SLACK})",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.declared <= 1:
         parser.error(f"--declared is a share from 0 to 1, not {args.declared}")
+    if args.slack < 0:
+        parser.error(f"--slack is a share of 0 or more, not {args.slack}")
 
     began = time.perf_counter()
     graces: tuple[int | None, ...] = (
@@ -367,10 +391,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         by_grace[grace] = [measure(seed, **shape, grace=grace) for seed in seeds]
         if args.declared:
             declared_by_grace[grace] = [
-                measure(seed, **shape, grace=grace, declared=args.declared) for seed in seeds
+                measure(seed, **shape, grace=grace, declared=args.declared, slack=args.slack)
+                for seed in seeds
             ]
     labels = {grace: "" if grace == BACKFILL_GRACE_SECONDS else ", no grace" for grace in graces}
     declared_label = f", {100 * args.declared:g} % declared"
+    if args.slack != DECLARED_SLACK:
+        declared_label += f" (slack {args.slack:g})"
     declared_labels = {grace: f"{declared_label}{labels[grace]}" for grace in graces}
     loud = [line for grace in graces for r in by_grace[grace] for line in loud_lines(r, labels[grace])]
     loud += [

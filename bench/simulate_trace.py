@@ -14,8 +14,9 @@ Words used here (the simulator's are pools/placement/simulation.py's):
   stretched to 1.3 ×, holds run from about 1.7 hours to 5 days.
 - declared holds: a `declared` share of the requests declare an end date, drawn apart from the rest of the
   trace (the same seed gives the same requests and holds whatever the share). A declared hold is the hold
-  stretched by up to DECLARED_SLACK (uniformly): its pool ends on time or early, never late, so that the
-  pools hold what they would without declaring and only what placement knows changes.
+  stretched by up to DECLARED_SLACK (uniformly; a trace may ask for another slack): its pool ends on time
+  or early, never late, so that the pools hold what they would without declaring and only what placement
+  knows changes.
 
 Everything is a function of the seed and the shape: the same seed gives the same trace.
 """
@@ -101,8 +102,10 @@ def random_simulation_trace(
     load: float = LOAD,
     backfill_grace_seconds: int | None = BACKFILL_GRACE_SECONDS,
     declared: float = 0.0,
+    slack: float = DECLARED_SLACK,
 ) -> SimulationTrace:
-    """The trace of `seed` and this shape; `declared` is the share of its requests that declare a hold."""
+    """The trace of `seed` and this shape; `declared` is the share of its requests that declare a hold, each
+    declared hold up to `slack` longer than the true one."""
     rng = random.Random(seed)
     declaring = random.Random(f"{seed}:declared")
     fleet = whole_free_fleet(nodes)
@@ -119,7 +122,7 @@ def random_simulation_trace(
         items = tuple(Item(i.model, i.profile, i.count) for i in drawn.items)
         declared_hold = None
         if declaring.random() < declared:
-            declared_hold = round(hold * (1 + DECLARED_SLACK * declaring.random()))
+            declared_hold = round(hold * (1 + slack * declaring.random()))
         timed.append(TimedRequest(drawn.id, int(at), round(hold), items, declared_hold=declared_hold))
     return SimulationTrace(fleet, tuple(timed), horizon, backfill_grace_seconds)
 

@@ -297,6 +297,19 @@ def test_a_declared_share_adds_declared_holds_to_the_same_requests_on_time_or_ea
     assert all(r.declared_hold is not None for r in everyone.requests)
 
 
+def test_no_slack_declares_every_hold_exactly():
+    exact = traces.random_simulation_trace(3, **SMALL, declared=1.0, slack=0)
+    assert [r.declared_hold for r in exact.requests] == [r.hold for r in exact.requests]
+    loose = traces.random_simulation_trace(3, **SMALL, declared=1.0)
+    assert any(r.declared_hold > r.hold for r in loose.requests)
+
+
+def test_a_negative_slack_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--slack", "-0.1"])
+    assert "--slack is a share of 0 or more" in capsys.readouterr().err
+
+
 def test_the_weeks_with_declared_holds_compare_the_engine_with_and_without_ends_and_first_fit(capsys):
     argv = ["--seeds", "2", "--nodes", "2", "--horizon", str(SMALL["horizon"]), "--requests", "40"]
     assert bench.main([*argv, "--no-null-grace", "--declared", "0.9"]) == 0
