@@ -1,13 +1,23 @@
-"""Django admin of tenancy: tenants, projects, memberships and invitations."""
+"""Django admin of tenancy: tenants, projects, memberships and invitations; single sign-on's group roles."""
 
 from allauth.account.decorators import secure_admin_login
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
+from django.utils.translation import gettext_noop, ngettext
 
-from portal import tokens
-from portal.models import ApiToken, Invitation, Membership, Preferences, Project, Tenant
+from portal import audit, tokens
+from portal.models import (
+    ApiToken,
+    GroupRole,
+    Invitation,
+    Membership,
+    Preferences,
+    Project,
+    ProviderGrant,
+    Tenant,
+)
 from portal.shell import email_topics
 
 admin.site.site_header = _("GPU Portal administration")
@@ -21,6 +31,8 @@ class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
+    fields = ["user", "role", "provider_role"]
+    readonly_fields = ["provider_role"]
 
 
 class ProjectInline(admin.TabularInline):
@@ -87,11 +99,18 @@ class ProjectAdmin(admin.ModelAdmin):
 class MembershipAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
-    list_display = ["user", "user_email", "tenant", "role", "created_at"]
-    list_filter = ["role", "tenant"]
+    list_display = ["user", "user_email", "tenant", "role", "provider_role", "created_at"]
+    list_filter = ["role", "provider_role", "tenant"]
     list_select_related = ["user", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__name", "tenant__slug"]
     autocomplete_fields = ["user", "tenant"]
+    fields = ["user", "tenant", "role", "hand_role", "provider_role"]
+    readonly_fields = ["hand_role", "provider_role"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        # The role typed here is given by hand; with one from the identity provider, the higher holds.
+        obj.hand_role = obj.role
+        super().save_model(request, obj, form, change)
 
     @admin.display(description=_("e-mail"), ordering="user__email")
     def user_email(self, membership):
@@ -190,3 +209,59 @@ class ApiTokenAdmin(admin.ModelAdmin):
             ngettext("%(count)d token revoked.", "%(count)d tokens revoked.", count) % {"count": count},
             messages.SUCCESS,
         )
+
+
+@admin.register(GroupRole)
+class GroupRoleAdmin(admin.ModelAdmin):
+    """Which groups of an identity provider give which roles; each change is audited."""
+
+    list_per_page = 50
+    list_display = ["group", "role", "provider", "created_at"]
+    list_filter = ["provider"]
+    search_fields = ["group", "role"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            _record_mapping(request, obj, GROUP_ROLE_SET)
+
+    def delete_model(self, request, obj) -> None:
+        with transaction.atomic():
+            _record_mapping(request, obj, GROUP_ROLE_REMOVED)
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                _record_mapping(request, obj, GROUP_ROLE_REMOVED)
+            super().delete_queryset(request, queryset)
+
+
+GROUP_ROLE_SET = gettext_noop("Group %(group)s of %(provider)s gives %(role)s")
+GROUP_ROLE_REMOVED = gettext_noop("Group %(group)s of %(provider)s no longer gives %(role)s")
+
+
+def _record_mapping(request, mapping: GroupRole, summary: str) -> None:
+    audit.record(
+        "access.group_role",
+        summary=summary,
+        values={"group": mapping.group, "provider": mapping.provider or "*", "role": mapping.role},
+        actor=request.user,
+        subject=("group_role", mapping.pk),
+    )
+
+
+@admin.register(ProviderGrant)
+class ProviderGrantAdmin(admin.ModelAdmin):
+    """Platform roles people hold because their identity provider said so: read only, sign-ins keep them."""
+
+    list_per_page = 50
+    list_display = ["user", "grant", "provider", "held_by_hand", "granted_at"]
+    list_filter = ["grant", "provider"]
+    search_fields = ["user__username", "user__email"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

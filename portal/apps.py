@@ -25,8 +25,10 @@ class PortalConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in
 
         from portal.mail import on_sign_in
+        from portal.sso.adapter import signed_in_through_provider
         from portal.tokens import end_tokens_on_second_factor_change
 
         for signal in (signals.authenticator_added, signals.authenticator_removed):
             signal.connect(end_tokens_on_second_factor_change, dispatch_uid=f"portal-tokens-{id(signal)}")
         user_logged_in.connect(on_sign_in, dispatch_uid="portal-mail-language")
+        user_logged_in.connect(signed_in_through_provider, dispatch_uid="portal-sso-roles")

@@ -19,6 +19,8 @@ def nav_links(user) -> list[shell.Shown]:
 def portal(request) -> dict:
     return {
         "signup_open": settings.PORTAL_OPEN_SIGNUP,
+        # Whether people other than superusers may sign in with a password (else only through a provider).
+        "local_passwords": settings.LOCAL_PASSWORDS,
         # The top bar's links of every app, worked out only by a page that draws them.
         "nav_links": SimpleLazyObject(lambda: nav_links(request.user)),
     }

@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 
 from portal.errors import PortalError, bad_input, refused
 from portal.signin import staff_without_two_factor
+from portal.sso.session import second_factor_at_provider
 
 # Longest value one query parameter may have; filters, searches and `next` addresses fit easily.
 MAX_QUERY_VALUE_LENGTH = 2048
@@ -76,7 +77,8 @@ class RefusalMiddleware:
 
 class StaffTwoFactorMiddleware:
     """With `STAFF_REQUIRE_TOTP`, a staff session reaches nothing but the two-factor set-up (and
-    sign-out, language, static files) until TOTP is on."""
+    sign-out, language, static files) until TOTP is on, unless it was signed in through an identity provider
+    that says it asked for a second factor (portal/sso/session.py)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -94,7 +96,11 @@ class StaffTwoFactorMiddleware:
         return self._open_prefixes
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path.startswith(self.open_prefixes()) and staff_without_two_factor(request.user):
+        if (
+            not request.path.startswith(self.open_prefixes())
+            and staff_without_two_factor(request.user)
+            and not second_factor_at_provider(request)
+        ):
             message = _("Platform staff must turn on two-factor authentication before using the portal.")
             if request.path.startswith("/api/"):
                 return JsonResponse({"detail": message}, status=403)

@@ -165,9 +165,12 @@ def accept_invitation(*, token: str, user: AbstractBaseUser) -> Membership:
                 )
                 % {"email": invitation.email}
             )
-        membership, _created = Membership.objects.get_or_create(
+        membership, created = Membership.objects.get_or_create(
             user=user, tenant=invitation.tenant, defaults={"role": invitation.role}
         )
+        if not created and not membership.hand_role:  # a member only through the identity provider so far
+            membership.hand_role = membership.role = invitation.role
+            membership.save()
         invitation.accepted_at = timezone.now()
         invitation.accepted_by = user
         invitation.save(update_fields=["accepted_at", "accepted_by"])
@@ -194,8 +197,9 @@ def set_member_role(*, membership: Membership, actor: AbstractBaseUser, role: st
         membership = _lock_membership(membership)
         if membership.role == Role.ADMIN and role != Role.ADMIN and _admins_left_after(membership) == 0:
             raise Conflict(_("A tenant needs at least one admin."))
-        membership.role = role
-        membership.save(update_fields=["role"])
+        # The role given by hand; with a role from the identity provider as well, the higher one holds.
+        membership.hand_role = membership.role = role
+        membership.save()
     return membership
 
 
@@ -203,6 +207,14 @@ def remove_member(*, membership: Membership, actor: AbstractBaseUser) -> None:
     require_tenant_admin(user=actor, tenant=membership.tenant)
     with transaction.atomic():
         membership = _lock_membership(membership)
+        if membership.provider_role:
+            raise Conflict(
+                _(
+                    "%(user)s is a member through a group of the identity provider; the sign-ins keep that "
+                    "role. Remove them from the group there."
+                )
+                % {"user": membership.user.get_username()}
+            )
         if membership.role == Role.ADMIN and _admins_left_after(membership) == 0:
             raise Conflict(_("A tenant needs at least one admin."))
         membership.delete()

@@ -4,6 +4,7 @@ Defaults run the demo on a laptop; production sets `DEBUG=false`, which turns
 every secure default on and makes `SECRET_KEY` mandatory.
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -12,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from django_guid.integrations import CeleryIntegration
 
 from portal import logs, startup
+from portal.sso.config import ProviderConfigError, provider_apps
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -50,6 +52,8 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "allauth.mfa",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -202,8 +206,33 @@ MFA_FORMS = {
     "reauthenticate": "portal.forms.ReauthenticateForm",
 }
 # Platform staff (approvers, operators, finance, superusers) must turn on TOTP before anything
-# else; the demo (DEBUG) lets them in without it.
+# else; the demo (DEBUG) lets them in without it. A sign-in through an identity provider that says it
+# used a second factor (portal/sso/session.py) counts as one.
 STAFF_REQUIRE_TOTP = env.bool("STAFF_REQUIRE_TOTP", default=not DEBUG)
+
+# Single sign-on through OpenID Connect (portal/sso/): OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET for
+# one provider, OIDC_PROVIDERS (JSON) for more; see portal/sso/config.py and the README.
+try:
+    _oidc_apps = provider_apps(os.environ)
+except ProviderConfigError as error:
+    raise ImproperlyConfigured(str(error)) from None
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        "provider_class": "portal.sso.provider.Provider",
+        "OAUTH_PKCE_ENABLED": True,
+        "APPS": _oidc_apps,
+    }
+}
+SOCIALACCOUNT_ADAPTER = "portal.sso.adapter.SocialAccountAdapter"
+# A sign-in through a provider starts with a POST from the sign-in page, never from a link alone.
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_STORE_TOKENS = False
+# Accounts are matched by address in portal/sso/adapter.py, and only through addresses both sides verified.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+# With LOCAL_PASSWORDS false, only superusers may sign in with a password; everyone else signs in through an
+# identity provider.
+LOCAL_PASSWORDS = env.bool("LOCAL_PASSWORDS", default=True)
 
 # How many proxies in front of the portal append to X-Forwarded-For; 0 trusts the header not at
 # all. Throttles and the sign-in lock-out key on the client address this yields.

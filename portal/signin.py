@@ -23,7 +23,7 @@ from django.utils.translation import gettext as _
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
 
-from portal.adapters import account_attempts_key
+from portal.adapters import PasswordsOff, account_attempts_key
 
 
 def staff_must_have_totp(user) -> bool:
@@ -59,6 +59,8 @@ def check_credentials(request: HttpRequest, *, login: str, password: str, code: 
     credentials = {"email" if "@" in login else "username": login, "password": password}
     try:
         user = adapter.authenticate(request, **credentials)
+    except PasswordsOff as error:
+        raise exceptions.PermissionDenied(" ".join(error.messages)) from error
     except forms.ValidationError as error:  # the failed-attempt lock-out of the sign-in form
         raise exceptions.Throttled(detail=" ".join(error.messages)) from error
     if user is None:

@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from portal import api, audit_views, errors, metrics, shell, views
+from portal.sso import provider as sso
 
 # One router answers /api/v1/ with every app's collections; each app brings its own routes.
 router = DefaultRouter(trailing_slash=True)
@@ -41,6 +42,10 @@ urlpatterns = [
     path("accounts/notifications/", views.preferences, name="preferences"),
     path("accounts/tokens/", views.api_tokens, name="api-tokens"),
     path("accounts/tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
+    # Sign-in through an identity provider, with every check of its ID token (portal/sso/provider.py), in
+    # place of allauth's own views at the same addresses.
+    path("accounts/oidc/<str:provider_id>/login/", sso.login, name="openid_connect_login"),
+    path("accounts/oidc/<str:provider_id>/login/callback/", sso.callback, name="openid_connect_callback"),
     path("accounts/", include("allauth.urls")),
     path("i18n/setlang/", views.set_language, name="set_language"),
     path("admin/", admin.site.urls),

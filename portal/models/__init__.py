@@ -8,6 +8,7 @@
 - tokens: ApiToken, the keys of the REST API.
 - audit: AuditEntry, the trail of changes staff account for.
 - sent_emails: SentEmail, the shell's record that keeps each e-mail to once per subject and recipient.
+- sso: GroupRole, which identity-provider groups give which roles; ProviderGrant, platform roles from one.
 """
 
 from portal.models.audit import AuditEntry
@@ -31,6 +32,7 @@ from portal.models.names import (
 )
 from portal.models.preferences import Preferences
 from portal.models.sent_emails import SentEmail
+from portal.models.sso import STAFF, GroupRole, ProviderGrant, parse_role
 from portal.models.tenancy import (
     ROLE_RANK,
     Membership,
@@ -39,6 +41,7 @@ from portal.models.tenancy import (
     Tenant,
     TenantOwnedQuerySet,
     TenantQuerySet,
+    higher_role,
     namespace_problem,
     roles_at_least,
     validate_project_namespace,
@@ -52,14 +55,17 @@ __all__ = [
     "NAMESPACE_MAX_LENGTH",
     "ROLE_RANK",
     "SLUG_MAX_LENGTH",
+    "STAFF",
     "ApiToken",
     "AuditEntry",
+    "GroupRole",
     "Invitation",
     "InvitationQuerySet",
     "InvitationStatus",
     "Membership",
     "Preferences",
     "Project",
+    "ProviderGrant",
     "Role",
     "SentEmail",
     "Tenant",
@@ -68,9 +74,11 @@ __all__ = [
     "TokenRevocation",
     "TokenStatus",
     "dns_label_validator",
+    "higher_role",
     "invitation_expiry",
     "namespace_problem",
     "new_invitation_token",
+    "parse_role",
     "reserved_namespace_patterns",
     "reserved_pattern_of",
     "roles_at_least",

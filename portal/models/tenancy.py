@@ -3,7 +3,8 @@
 - Tenant: an organisation that pays for GPUs.
 - Project: a tenant's unit of work; it owns one Kubernetes namespace, where its
   GPU pools are enforced by a quota.
-- Membership: a user's role in a tenant (admin, member, viewer).
+- Membership: a user's role in a tenant (admin, member, viewer): given by hand in the portal, through a group
+  of the person's identity provider, or both (the higher one holds).
 
 Every queryset a tenant user can reach starts from `visible_to(user)`, which is
 built on `visible_tenant_ids` — the one place where tenancy is enforced.
@@ -40,6 +41,12 @@ ROLE_RANK = (Role.VIEWER, Role.MEMBER, Role.ADMIN)
 def roles_at_least(role: str) -> tuple[Role, ...]:
     """`role` and the roles above it, e.g. member and admin for member."""
     return ROLE_RANK[ROLE_RANK.index(Role(role)) :]
+
+
+def higher_role(*roles: str) -> str:
+    """The highest of these roles ("" counts as none), or "" when none is given."""
+    given = [Role(role) for role in roles if role]
+    return max(given, key=ROLE_RANK.index) if given else ""
 
 
 def visible_tenant_ids(
@@ -206,7 +213,15 @@ class Membership(models.Model):
     tenant = models.ForeignKey(
         Tenant, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("tenant")
     )
+    # The role in force: the higher of the one given in the portal by hand and the one the person's identity
+    # provider gives through a group (portal/sso/roles.py); a sign-in changes only the provider's.
     role = models.CharField(_("role"), max_length=16, choices=Role.choices, default=Role.MEMBER)
+    hand_role = models.CharField(
+        _("role given by hand"), max_length=16, choices=Role.choices, blank=True, default=""
+    )
+    provider_role = models.CharField(
+        _("role from the identity provider"), max_length=16, choices=Role.choices, blank=True, default=""
+    )
     created_at = models.DateTimeField(_("joined"), auto_now_add=True)
 
     objects = TenantOwnedQuerySet.as_manager()
@@ -218,7 +233,25 @@ class Membership(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant"),
             models.CheckConstraint(condition=models.Q(role__in=Role.values), name="membership_role_valid"),
+            models.CheckConstraint(
+                condition=models.Q(hand_role__in=["", *Role.values])
+                & models.Q(provider_role__in=["", *Role.values])
+                & ~models.Q(hand_role="", provider_role=""),
+                name="membership_role_sources_valid",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant} ({self.role})"
+
+    def save(self, *args, **kwargs) -> None:
+        # Without a role from the identity provider, the role in force is the one given by hand; with one, the
+        # higher of the two.
+        if not self.provider_role:
+            self.hand_role = self.role
+        else:
+            self.role = higher_role(self.hand_role, self.provider_role)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "role" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "hand_role", "provider_role", "role"}
+        super().save(*args, **kwargs)
