@@ -21,6 +21,7 @@ class PortalConfig(AppConfig):
     )
 
     def ready(self) -> None:
+        from allauth.account import signals as account_signals
         from allauth.mfa import signals
         from django.contrib.auth.signals import user_logged_in
 
@@ -31,4 +32,5 @@ class PortalConfig(AppConfig):
         for signal in (signals.authenticator_added, signals.authenticator_removed):
             signal.connect(end_tokens_on_second_factor_change, dispatch_uid=f"portal-tokens-{id(signal)}")
         user_logged_in.connect(on_sign_in, dispatch_uid="portal-mail-language")
-        user_logged_in.connect(signed_in_through_provider, dispatch_uid="portal-sso-roles")
+        # allauth's own signal, which carries the sign-in through a provider (Django's does not).
+        account_signals.user_logged_in.connect(signed_in_through_provider, dispatch_uid="portal-sso-roles")
