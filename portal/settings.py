@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from django_guid.integrations import CeleryIntegration
 
 from portal import logs, startup
-from portal.sso.config import ProviderConfigError, provider_apps
+from portal.sso.config import ProviderConfigError, provider_apps, provider_origins
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -385,7 +385,8 @@ CONTENT_SECURITY_POLICY = {
         "connect-src": ["'self'"],
         "object-src": ["'none'"],
         "base-uri": ["'self'"],
-        "form-action": ["'self'"],
+        # A sign-in or sign-out through an identity provider goes on to it from the portal's own form.
+        "form-action": ["'self'", *provider_origins(_oidc_apps)],
         "frame-ancestors": ["'none'"],
     },
 }

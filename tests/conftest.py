@@ -32,6 +32,9 @@ from tests.factories import ProjectFactory, UserFactory
 from tests.factories.tenancy import PASSWORD
 from tests.needs import MARKERS, Reach, needs, needs_of
 
+# The test identity provider's fixtures (`identity_provider`, `idp`) for every test that signs in through it.
+pytest_plugins = ["tests.oidc.plugin"]
+
 ROOT = Path(__file__).resolve().parents[1]
 TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
 HELD_QUEUE = f"{TASK_QUEUE}-held"  # what a test sends that does not use the worker: see _sends_held_back

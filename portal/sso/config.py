@@ -97,3 +97,13 @@ def provider_apps(environ: Mapping[str, str]) -> list[dict]:
     if len(set(ids)) != len(ids):
         raise ProviderConfigError(f"Two identity providers have the same id: {', '.join(ids)}.")
     return apps
+
+
+def provider_origins(apps: list[dict]) -> list[str]:
+    """The origins of the providers' issuers: where the sign-in and sign-out forms' redirects go, which the
+    portal's content security policy must allow as form targets."""
+    found: dict[str, None] = {}
+    for app in apps:
+        scheme, _sep, rest = app["settings"]["issuer"].partition("://")
+        found[f"{scheme}://{rest.split('/', 1)[0]}"] = None
+    return list(found)

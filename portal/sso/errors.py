@@ -37,4 +37,3 @@ UNREACHABLE = _("The identity provider cannot be reached just now. Try again in 
 PROVIDER_REFUSED = _(
     "The identity provider did not complete the sign-in. Try again, or ask its administrator."
 )
-NO_SUBJECT = _("The identity provider did not say who you are (no subject in its answer).")

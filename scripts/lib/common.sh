@@ -38,3 +38,20 @@ ensure_services() {
   exports=$(python scripts/lib/services.py "$@") || exit 1
   eval "$exports"
 }
+
+# Installs the npm packages of folder $1 (its package-lock.json, exactly) into its node_modules, again only
+# when the lockfile changes. Without Node.js it says what will fail and goes on: only the tests that start
+# that folder's process need it.
+ensure_node_packages() {
+  local folder=$1 stamp
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "No Node.js (npm): the tests that start $folder will fail (apt-get install nodejs npm)." >&2
+    return 0
+  fi
+  stamp=$(sha256sum "$folder/package-lock.json" | cut -c1-64)
+  if [ "$(cat "$folder/node_modules/.package-lock.sha256" 2>/dev/null)" != "$stamp" ]; then
+    echo "Installing $folder's npm packages …" >&2
+    npm ci --prefix "$folder" --no-audit --no-fund --loglevel=error || exit 1
+    echo "$stamp" > "$folder/node_modules/.package-lock.sha256"
+  fi
+}

@@ -130,9 +130,17 @@ def fleet(synced):
 
 
 @pytest.fixture
-def journey(request, lang, live_server, screenshots, monkeypatch, settings):
+def journey_other_hosts() -> tuple[str, ...]:
+    """Hosts (host:port) besides the live server a journey may reach: none, unless a module says (the
+    identity provider of the single sign-on journey)."""
+    return ()
+
+
+@pytest.fixture
+def journey(request, lang, live_server, screenshots, monkeypatch, settings, journey_other_hosts):
     """A browser tab on the live server in `lang`, failing the test on any script or console error, any
-    failed request, any answer of 400 or more, and any request to a host other than the live server."""
+    failed request, any answer of 400 or more, and any request to a host other than the live server (and
+    `journey_other_hosts`)."""
     monkeypatch.setattr("pools.views.refresh.REFRESH_SECONDS", 1)
     # The live server serves static files from the apps' folders by their plain names.
     settings.STORAGES = {
@@ -158,7 +166,10 @@ def journey(request, lang, live_server, screenshots, monkeypatch, settings):
 
         def requested(req) -> None:
             parts = urlsplit(req.url)
-            if parts.scheme in ("http", "https", "ws", "wss") and parts.netloc != host:
+            if parts.scheme in ("http", "https", "ws", "wss") and parts.netloc not in (
+                host,
+                *journey_other_hosts,
+            ):
                 tab.errors.append(f"request to another host: {req.url}")
 
         failed: list = []

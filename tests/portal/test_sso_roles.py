@@ -8,7 +8,7 @@ from django.urls import reverse
 from portal.errors import Conflict
 from portal.models import STAFF, AuditEntry, GroupRole, Membership, ProviderGrant, Role
 from portal.services import remove_member, set_member_role
-from portal.sso.config import ProviderConfigError, provider_apps
+from portal.sso.config import ProviderConfigError, provider_apps, provider_origins
 from portal.sso.roles import apply_provider_roles
 from tests.factories import UserFactory
 from tests.factories.tenancy import PASSWORD
@@ -224,3 +224,16 @@ def test_without_local_passwords_the_token_api_refuses_a_password(tenancy, setti
     )
     assert response.status_code == 403
     assert "identity provider" in response.json()["detail"]
+
+
+def test_the_providers_origins_are_form_targets():
+    apps = provider_apps(
+        {
+            "OIDC_ISSUER": "https://id.example.com/realms/gpu",
+            "OIDC_CLIENT_ID": "a",
+            "OIDC_CLIENT_SECRET": "s",
+            "OIDC_PROVIDERS": '[{"id": "entra", "issuer": "https://login.example.net/tenant/v2.0", '
+            '"client_id": "b", "client_secret": "t"}]',
+        }
+    )
+    assert provider_origins(apps) == ["https://id.example.com", "https://login.example.net"]
