@@ -216,6 +216,7 @@ class GroupRoleAdmin(admin.ModelAdmin):
     """Which groups of an identity provider give which roles; each change is audited."""
 
     list_per_page = 50
+    show_full_result_count = False
     list_display = ["group", "role", "provider", "created_at"]
     list_filter = ["provider"]
     search_fields = ["group", "role"]
@@ -256,7 +257,9 @@ class ProviderGrantAdmin(admin.ModelAdmin):
     """Platform roles people hold because their identity provider said so: read only, sign-ins keep them."""
 
     list_per_page = 50
+    show_full_result_count = False
     list_display = ["user", "grant", "provider", "held_by_hand", "granted_at"]
+    list_select_related = ["user"]
     list_filter = ["grant", "provider"]
     search_fields = ["user__username", "user__email"]
 

@@ -28,6 +28,10 @@ from portal.sso import errors
 from portal.sso.errors import SignInRefused
 
 NONCE = "nonce"
+# Public-key signatures: a token "signed" with a shared secret or with none is refused.
+SIGNING_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
+)
 ID_TOKEN = "id_token"  # where the raw ID token rides on a sign-in until it is kept in the session
 
 __all__ = ["Adapter", "Provider", "callback", "login"]
@@ -63,14 +67,18 @@ class Adapter(OpenIDConnectOAuth2Adapter):
         return login
 
     def _decode_id_token(self, app: SocialApp, id_token: str) -> dict:
-        provider = self.get_provider()
+        config = (
+            self.openid_config
+        )  # its issuer is the configured one (checked above), as the provider writes it
         try:
-            alg, key = jwtkit.fetch_key(id_token, self.openid_config["jwks_uri"], jwtkit.lookup_kid_jwk)
+            alg, key = jwtkit.fetch_key(id_token, config["jwks_uri"], jwtkit.lookup_kid_jwk)
+            if alg not in SIGNING_ALGORITHMS:  # only the provider's public keys may vouch for a token
+                raise SignInRefused(errors.BAD_SIGNATURE)
             data = jwt.decode(
                 id_token,
                 key=key,
                 algorithms=[alg],
-                issuer=provider.issuer,
+                issuer=config["issuer"],
                 audience=app.client_id,
                 options={"require": ["iss", "aud", "exp", "iat", "sub"]},
             )

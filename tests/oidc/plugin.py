@@ -46,6 +46,7 @@ TAMPERS = {
     "audience": "re-signed with the provider's key, `aud` another client",
     "expired": "re-signed with the provider's key, `iat` and `exp` in the past",
     "signature": "signed by another RSA key under the same `kid`",
+    "unsigned": "no signature: `alg` none, the `kid` kept",
     "replay": "the previous token response's ID token (an earlier sign-in's nonce)",
 }
 STEPS = 20  # redirects and forms a sign-in or sign-out may take at the provider

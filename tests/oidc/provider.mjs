@@ -24,7 +24,7 @@ if (options.port === undefined || options.config === undefined) {
 }
 
 const TITLE = 'Test identity provider';
-const TAMPERS = new Set(['issuer', 'audience', 'expired', 'signature', 'replay']);
+const TAMPERS = new Set(['issuer', 'audience', 'expired', 'signature', 'unsigned', 'replay']);
 
 function settings() {
   return JSON.parse(readFileSync(options.config, 'utf8'));
@@ -233,6 +233,11 @@ async function tampered(idToken, mode, generation) {
       return resign(idToken, { iat: now - 7200, exp: now - 3600 });
     case 'signature':
       return resign(idToken, {}, impostorKey);
+    case 'unsigned': { // alg "none", the kid kept: no signature at all
+      const part = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
+      const header = { ...decodeProtectedHeader(idToken), alg: 'none' };
+      return `${part(header)}.${part(decodeJwt(idToken))}.`;
+    }
     case 'replay':
       if (previous?.generation !== generation) {
         throw new Error('tamper "replay": no earlier ID token in this test to replay');

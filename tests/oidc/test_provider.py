@@ -188,7 +188,8 @@ def test_a_redirect_uri_added_while_the_provider_runs_is_honoured(idp):
 @pytest.mark.parametrize(
     ("mode", "error"),
     [("issuer", jwt.InvalidIssuerError), ("audience", jwt.InvalidAudienceError),
-     ("expired", jwt.ExpiredSignatureError), ("signature", jwt.InvalidSignatureError)],
+     ("expired", jwt.ExpiredSignatureError), ("signature", jwt.InvalidSignatureError),
+     ("unsigned", jwt.InvalidAlgorithmError)],
 )  # fmt: skip
 def test_each_tamper_mode_spoils_the_id_token_as_it_says_and_nothing_else(idp, mode, error):
     idp.set_account("alice", email="alice@acme.test")

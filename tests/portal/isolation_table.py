@@ -217,6 +217,10 @@ NOT_TENANT_SCOPED = {
     "preferences": "the signed-in person's own settings",
     "set_language": "the signed-in person's own language (tests/portal/test_email_language.py)",
     "api-tokens": "the signed-in person's own tokens",
+    **dict.fromkeys(
+        ["openid_connect_login", "openid_connect_callback"],
+        "signs a person in through an identity provider; no tenant in it (tests/portal/test_sso_signin.py)",
+    ),
     "api-token-revoke": "the person's own tokens; another's answers 404 (tests/portal/test_tokens.py)",
     "capacity-dashboard": "platform staff only (tests/pools/test_capacity_views.py)",
     **dict.fromkeys(

@@ -202,6 +202,7 @@ def test_signing_out_ends_the_providers_session_too(sso, client):
         ("audience", errors.WRONG_AUDIENCE),
         ("expired", errors.EXPIRED),
         ("signature", errors.BAD_SIGNATURE),
+        ("unsigned", errors.BAD_SIGNATURE),
         ("replay", errors.REPLAYED),
     ],
 )
