@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from portal.models import GroupRole, Membership
-from portal.sso.config import provider_apps, provider_origins
+from tests.oidc.plugin import trust
 
 from .conftest import JOURNEY, settle
 
@@ -24,21 +24,7 @@ def journey_other_hosts(idp) -> tuple[str, ...]:
 @pytest.fixture
 def corp_id(idp, live_server, settings, tenancy):
     """The portal trusting the test provider, acme's users group mapped to its members."""
-    apps = provider_apps(
-        {
-            "OIDC_ISSUER": idp.issuer,
-            "OIDC_CLIENT_ID": idp.client_id,
-            "OIDC_CLIENT_SECRET": idp.client_secret,
-            "OIDC_NAME": "Corp ID",
-            "OIDC_SCOPES": "openid profile email groups",
-        }
-    )
-    settings.SOCIALACCOUNT_PROVIDERS = {
-        "openid_connect": {**settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": apps}
-    }
-    policy = settings.CONTENT_SECURITY_POLICY
-    directives = {**policy["DIRECTIVES"], "form-action": ["'self'", *provider_origins(apps)]}
-    settings.CONTENT_SECURITY_POLICY = {**policy, "DIRECTIVES": directives}
+    trust(settings, idp)
     idp.add_redirect_uri(f"{live_server.url}/accounts/oidc/oidc/login/callback/")
     idp.add_post_logout_redirect_uri(f"{live_server.url}{reverse('account_login')}")
     idp.set_account(

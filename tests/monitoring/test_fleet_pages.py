@@ -3,6 +3,7 @@ that the figures' tests (test_fleet_figures.py), the tenant's pool usage (test_t
 /metrics (test_metrics.py) read too."""
 
 import re
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -28,7 +29,15 @@ from tests.factories import (
 
 pytestmark = pytest.mark.django_db
 
-NOW = datetime.now(UTC).replace(microsecond=0)
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+# When the readings are taken: set again as each test's fleet is made (`fleet`), here and in the modules that
+# share this fleet, since figures older than ten minutes are stale and a long suite runs some tests much
+# later than it collected them.
+NOW = _now()
 GIB = 2**30
 
 
@@ -43,8 +52,9 @@ class Fleet:
     globex_pool: object
 
 
-def reading(fleet, *, at=NOW, full_sm=50.0, held_sm=20.0, free_sm=90.0, **figures):
-    """One reading of the node: the full GPU at `full_sm`, the held instance at `held_sm`."""
+def reading(fleet, *, at=None, full_sm=50.0, held_sm=20.0, free_sm=90.0, **figures):
+    """One reading of the node at `at` (NOW), the full GPU at `full_sm`, the held instance at `held_sm`."""
+    at = NOW if at is None else at
     held, free = sorted(fleet.cut.layout, key=lambda entry: entry["start"])
     instances = tuple(
         InstanceReading(
@@ -86,7 +96,11 @@ def reading(fleet, *, at=NOW, full_sm=50.0, held_sm=20.0, free_sm=90.0, **figure
 
 
 @pytest.fixture
-def fleet(tenancy):
+def fleet(tenancy, request, monkeypatch):
+    now = _now()
+    for module in {sys.modules[__name__], request.module}:
+        if hasattr(module, "NOW"):
+            monkeypatch.setattr(module, "NOW", now)
     cluster = ClusterFactory(name="sim")
     node = NodeCapacityFactory(cluster=cluster, name="gpu-node-1", gpu_model="H100-80GB", gpu_count=2)
     full = GpuCapacityFactory(node=node, index=0)

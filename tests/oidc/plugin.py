@@ -346,3 +346,28 @@ def sign_out_at_provider(idp: IdentityProvider, url: str) -> str:
         form = forms[0]
         answer = idp.session.post(urljoin(answer.url, form.action), data=form.fields, allow_redirects=False)
     raise AssertionError(f"The identity provider's sign-out took more than {STEPS} steps")
+
+
+def trust(settings, idp: IdentityProvider, **environ: str) -> list[dict]:
+    """The portal's settings (pytest-django's `settings`) trusting `idp` as provider `oidc`, named "Corp ID",
+    with its groups asked for and its origin a target of the portal's forms; `environ` adds or overrides
+    variables of portal/sso/config.py. Returns the providers as the settings hold them."""
+    from portal.sso.config import provider_apps, provider_origins
+
+    apps = provider_apps(
+        {
+            "OIDC_ISSUER": idp.issuer,
+            "OIDC_CLIENT_ID": idp.client_id,
+            "OIDC_CLIENT_SECRET": idp.client_secret,
+            "OIDC_NAME": "Corp ID",
+            "OIDC_SCOPES": "openid profile email groups",
+            **environ,
+        }
+    )
+    settings.SOCIALACCOUNT_PROVIDERS = {
+        "openid_connect": {**settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": apps}
+    }
+    policy = settings.CONTENT_SECURITY_POLICY
+    directives = {**policy["DIRECTIVES"], "form-action": ["'self'", *provider_origins(apps)]}
+    settings.CONTENT_SECURITY_POLICY = {**policy, "DIRECTIVES": directives}
+    return apps

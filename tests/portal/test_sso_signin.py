@@ -11,9 +11,8 @@ from django.urls import reverse
 
 from portal.models import AuditEntry, GroupRole, Membership, Role
 from portal.sso import errors
-from portal.sso.config import provider_apps
 from tests.factories import UserFactory
-from tests.oidc.plugin import sign_in, sign_out_at_provider
+from tests.oidc.plugin import sign_in, sign_out_at_provider, trust
 
 User = get_user_model()
 SIGNED_IN = "/"  # LOGIN_REDIRECT_URL
@@ -23,20 +22,7 @@ SIGNED_IN = "/"  # LOGIN_REDIRECT_URL
 def sso(idp, settings, tenancy):
     """The portal trusting the test provider (its groups asked for), with acme's and the approvers' groups
     mapped."""
-    apps = provider_apps(
-        {
-            "OIDC_ISSUER": idp.issuer,
-            "OIDC_CLIENT_ID": idp.client_id,
-            "OIDC_CLIENT_SECRET": idp.client_secret,
-            "OIDC_NAME": "Corp ID",
-            "OIDC_SCOPES": "openid profile email groups",
-            "OIDC_MFA_ACR": "phr",
-        }
-    )
-    settings.SOCIALACCOUNT_PROVIDERS = {
-        **settings.SOCIALACCOUNT_PROVIDERS,
-        "openid_connect": {**settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": apps},
-    }
+    trust(settings, idp, OIDC_MFA_ACR="phr")
     settings.STAFF_REQUIRE_TOTP = True
     idp.add_post_logout_redirect_uri("http://testserver/accounts/login/")
     GroupRole.objects.create(group="acme-users", role="tenant:acme:member")
@@ -264,3 +250,27 @@ def test_an_unreachable_provider_is_said_so(sso, settings, client):
     }
     answer = client.post("/accounts/oidc/oidc/login/")
     assert_refused(answer, errors.UNREACHABLE)
+
+
+def test_an_address_the_provider_does_not_vouch_for_is_kept_unverified(sso, client):
+    kim(sso, email_verified=False)
+    assert sign_in(client, sso, "kim")["Location"] == SIGNED_IN
+    person = signed_in_user(client)
+    assert not EmailAddress.objects.get(user=person).verified
+
+
+def test_a_mapping_changed_in_the_admin_is_audited(sso, client):
+    root = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    answer = client.post(
+        reverse("admin:portal_grouprole_add"),
+        {"provider": "", "group": "acme-viewers", "role": "tenant:acme:viewer"},
+    )
+    assert answer.status_code == 302
+    entry = AuditEntry.objects.get(action="access.group_role")
+    assert "acme-viewers" in entry.summary and entry.actor == root
+    refused = client.post(
+        reverse("admin:portal_grouprole_add"), {"provider": "", "group": "x", "role": "tenant:acme:owner"}
+    )
+    assert refused.status_code == 200
+    assert not GroupRole.objects.filter(group="x").exists()

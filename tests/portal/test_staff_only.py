@@ -24,6 +24,8 @@ NOT_STAFF = {
     "set_language",
     "api-tokens",
     "api-token-revoke",
+    "openid_connect_login",  # signing in through an identity provider, before anyone is signed in
+    "openid_connect_callback",
     "favicon",
     "metrics",  # a bearer token or an allowed network, whoever is signed in (test_metrics.py)
     "v1:invoice-detail",
