@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 
 from portal import dispatch, permissions
 from portal.errors import Conflict, InvalidInput, NotAllowed
-from portal.models import Invitation, Membership, Project, Role, Tenant
+from portal.models import Invitation, Membership, Project, Role, Tenant, higher_role
 
 # The task that e-mails an invitation (portal/tasks.py), by name: services never import a task module.
 INVITATION_EMAIL = "portal.tasks.send_invitation"
@@ -195,9 +195,10 @@ def set_member_role(*, membership: Membership, actor: AbstractBaseUser, role: st
         raise InvalidInput(_("Unknown role %(role)s.") % {"role": role})
     with transaction.atomic():
         membership = _lock_membership(membership)
-        if membership.role == Role.ADMIN and role != Role.ADMIN and _admins_left_after(membership) == 0:
-            raise Conflict(_("A tenant needs at least one admin."))
         # The role given by hand; with a role from the identity provider as well, the higher one holds.
+        after = higher_role(role, membership.provider_role)
+        if membership.role == Role.ADMIN and after != Role.ADMIN and _admins_left_after(membership) == 0:
+            raise Conflict(_("A tenant needs at least one admin."))
         membership.hand_role = membership.role = role
         membership.save()
     return membership

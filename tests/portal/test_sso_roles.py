@@ -237,3 +237,16 @@ def test_the_providers_origins_are_form_targets():
         }
     )
     assert provider_origins(apps) == ["https://id.example.com", "https://login.example.net"]
+
+
+def test_the_only_admin_may_give_up_the_hand_role_while_the_provider_keeps_them_admin(tenancy):
+    bob = tenancy.acme_admin  # acme's only admin, by hand
+    _map("acme-admins", "tenant:acme:admin")
+    apply_provider_roles(user=bob, provider="oidc", groups=["acme-admins"])
+    membership = Membership.objects.get(user=bob, tenant=tenancy.acme)
+    set_member_role(membership=membership, actor=bob, role=Role.MEMBER)
+    membership.refresh_from_db()
+    assert (membership.role, membership.hand_role) == ("admin", "member")
+    apply_provider_roles(user=bob, provider="oidc", groups=[])
+    membership.refresh_from_db()
+    assert membership.role == Role.MEMBER
