@@ -1,6 +1,7 @@
 """Django admin of tenancy: tenants, projects, memberships and invitations; single sign-on's group roles."""
 
 from allauth.account.decorators import secure_admin_login
+from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import Count
@@ -17,6 +18,7 @@ from portal.models import (
     Project,
     ProviderGrant,
     Tenant,
+    higher_role,
 )
 from portal.shell import email_topics
 
@@ -27,12 +29,33 @@ admin.site.index_title = _("Platform")
 admin.site.login = secure_admin_login(admin.site.login)
 
 
+class MembershipForm(forms.ModelForm):
+    """A membership as the admin edits it: the role given by hand. The role in force follows (the higher of it
+    and the identity provider's), so that saving a membership unchanged gives nobody a higher hand role."""
+
+    class Meta:
+        model = Membership
+        fields = ["user", "tenant", "hand_role"]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not data.get("hand_role") and not self.instance.provider_role:
+            self.add_error("hand_role", _("Choose a role: this person has none from the identity provider."))
+        return data
+
+    def save(self, commit: bool = True) -> Membership:
+        membership = self.instance
+        membership.role = higher_role(membership.hand_role, membership.provider_role)
+        return super().save(commit)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    form = MembershipForm
     extra = 0
     autocomplete_fields = ["user"]
-    fields = ["user", "role", "provider_role"]
-    readonly_fields = ["provider_role"]
+    fields = ["user", "hand_role", "provider_role", "role"]
+    readonly_fields = ["provider_role", "role"]
 
 
 class ProjectInline(admin.TabularInline):
@@ -104,13 +127,9 @@ class MembershipAdmin(admin.ModelAdmin):
     list_select_related = ["user", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__name", "tenant__slug"]
     autocomplete_fields = ["user", "tenant"]
-    fields = ["user", "tenant", "role", "hand_role", "provider_role"]
-    readonly_fields = ["hand_role", "provider_role"]
-
-    def save_model(self, request, obj, form, change) -> None:
-        # The role typed here is given by hand; with one from the identity provider, the higher holds.
-        obj.hand_role = obj.role
-        super().save_model(request, obj, form, change)
+    form = MembershipForm
+    fields = ["user", "tenant", "hand_role", "provider_role", "role"]
+    readonly_fields = ["provider_role", "role"]
 
     @admin.display(description=_("e-mail"), ordering="user__email")
     def user_email(self, membership):

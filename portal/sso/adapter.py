@@ -58,9 +58,8 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         elif isinstance(exception, requests.RequestException):
             message = errors.UNREACHABLE
         elif exception is None and not request.GET.get("error"):
-            message = (
-                errors.REPLAYED
-            )  # no sign-in of this session has this state: used already, or never here
+            # No sign-in of this session has this state: it was used already, or never started here.
+            message = errors.REPLAYED
         else:
             message = errors.PROVIDER_REFUSED
         raise ImmediateHttpResponse(refused(request, message, provider=provider))
@@ -76,14 +75,13 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         sociallogin.state[ID_TOKEN_STATE] = getattr(sociallogin, ID_TOKEN, "")
         if sociallogin.is_existing:
             return
-        owner = self._owner_of_address(request, sociallogin, provider)
+        owner = self._owner_of_address(request, said, provider)
         if owner is not None:
             sociallogin.connect(request, owner)
 
-    def _owner_of_address(self, request: HttpRequest, sociallogin, provider):
-        """The account this new subject joins through its address, or None for a new person; refuses where
-        an account holds the address but one side has not verified it."""
-        said = claims(sociallogin)
+    def _owner_of_address(self, request: HttpRequest, said: dict, provider):
+        """The account a new subject whose ID token says `said` joins through its address, or None for a new
+        person; refuses where an account holds the address but one side has not verified it."""
         email = str(said.get("email") or "").strip()
         if not email:
             return None

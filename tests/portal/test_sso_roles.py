@@ -250,3 +250,28 @@ def test_the_only_admin_may_give_up_the_hand_role_while_the_provider_keeps_them_
     apply_provider_roles(user=bob, provider="oidc", groups=[])
     membership.refresh_from_db()
     assert membership.role == Role.MEMBER
+
+
+def test_the_admin_edits_the_role_given_by_hand(tenancy, person, client):
+    _map("acme-admins", "tenant:acme:admin")
+    apply_provider_roles(user=person, provider="oidc", groups=["acme-admins"])
+    membership = Membership.objects.get(user=person, tenant=tenancy.acme)
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    change = reverse("admin:portal_membership_change", args=[membership.pk])
+    form = {"user": person.pk, "tenant": tenancy.acme.pk}
+    # Saved as it is, with no role by hand: the provider's admin is no role given by hand.
+    assert client.post(change, {**form, "hand_role": ""}).status_code == 302
+    membership.refresh_from_db()
+    assert (membership.role, membership.hand_role, membership.provider_role) == ("admin", "", "admin")
+    assert client.post(change, {**form, "hand_role": "viewer"}).status_code == 302
+    membership.refresh_from_db()
+    assert (membership.role, membership.hand_role) == ("admin", "viewer")
+    # Without a role from the provider, a membership needs one by hand.
+    alice = Membership.objects.get(user=tenancy.acme_member, tenant=tenancy.acme)
+    answer = client.post(
+        reverse("admin:portal_membership_change", args=[alice.pk]),
+        {"user": alice.user_id, "tenant": tenancy.acme.pk, "hand_role": ""},
+    )
+    assert answer.status_code == 200 and "Choose a role" in answer.content.decode()
+    alice.refresh_from_db()
+    assert alice.role == Role.MEMBER
