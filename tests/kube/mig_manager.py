@@ -10,43 +10,35 @@ Words used here (as the GPU Operator's MIG manager and mig-parted documentation 
 from __future__ import annotations
 
 import json
-import threading
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from tests.kube.server import KubeApiServer
+from tests.kube.gpu_resources import (
+    GPU_RESOURCE,
+    LAYOUT_ANNOTATION,
+    MIG_RESOURCE_PREFIX,
+    DeviceLayout,
+    advertise,
+    disabled_layout,
+    gpu_resources,
+    mig_totals,
+    node_layout,
+    node_sharing,
+)
+from tests.kube.operand import Operand
 
 CONFIG_LABEL = "nvidia.com/mig.config"
 STATE_LABEL = "nvidia.com/mig.config.state"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
-LAYOUT_ANNOTATION = "test.kube/mig-layout"
 ALL_DISABLED = "all-disabled"
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 OUTCOMES = ("success", "failed", "wedge")
-
-
-class DeviceLayout(TypedDict):
-    mig: bool
-    devices: dict[str, int]
 
 
 class MigConfigError(ValueError):
     """The manager cannot apply the config: the node ends in state `failed` with capacity unchanged."""
-
-
-def disabled_layout(gpus: int) -> list[DeviceLayout]:
-    return [{"mig": False, "devices": {}} for _ in range(gpus)]
-
-
-def mig_resource_name(profile: str) -> str:
-    """The mixed-strategy device-plugin resource for a profile; `+` is not allowed in resource names."""
-    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
 
 def _covered_indices(devices: Any, gpus: int) -> set[int]:
@@ -111,36 +103,17 @@ def resolve_layout(
     return layout
 
 
-def node_layout(node: dict) -> list[DeviceLayout]:
-    """The layout last applied to a node, from its annotation; all GPUs MIG-disabled if it has none."""
-    raw = node["metadata"].get("annotations", {}).get(LAYOUT_ANNOTATION)
-    if raw:
-        return json.loads(raw)
-    return disabled_layout(int(node["metadata"]["labels"].get(GPU_COUNT_LABEL, "0")))
-
-
-def _without_mig_resources(resources: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in resources.items() if not name.startswith(MIG_RESOURCE_PREFIX)}
-
-
 def apply_layout(node: dict, layout: list[DeviceLayout]) -> None:
-    """Advertise a layout on a node (in place): device-plugin resources, feature-discovery count labels,
-    the state label and the layout annotation."""
-    totals: dict[str, int] = {}
-    for device in layout:
-        for profile, count in device["devices"].items():
-            totals[profile] = totals.get(profile, 0) + count
-    advertised = {mig_resource_name(profile): str(count) for profile, count in totals.items() if count}
-    full_gpus = str(sum(1 for device in layout if not device["mig"]))
-    for field in ("capacity", "allocatable"):
-        resources = _without_mig_resources(node["status"].get(field, {}))
-        node["status"][field] = {**resources, GPU_RESOURCE: full_gpus, **advertised}
+    """Advertise a layout on a node (in place), its MIG-disabled GPUs shared as the device plugin last
+    applied: device-plugin resources, feature-discovery count labels, the state label and the layout
+    annotation."""
+    advertise(node, gpu_resources(layout, node_sharing(node)))
     labels = {
         key: value
         for key, value in node["metadata"]["labels"].items()
         if not key.startswith(MIG_RESOURCE_PREFIX)
     }
-    labels.update({f"{name}.count": count for name, count in advertised.items()})
+    labels.update({f"{name}.count": str(count) for name, count in mig_totals(layout).items()})
     labels[STATE_LABEL] = "success"
     node["metadata"]["labels"] = labels
     node["metadata"].setdefault("annotations", {})[LAYOUT_ANNOTATION] = json.dumps(layout, sort_keys=True)
@@ -148,77 +121,27 @@ def apply_layout(node: dict, layout: list[DeviceLayout]) -> None:
 
 def wedge(node: dict) -> None:
     """The known wedge (in place): stuck `pending` with nothing advertised, until someone intervenes."""
-    for field in ("capacity", "allocatable"):
-        resources = _without_mig_resources(node["status"].get(field, {}))
-        node["status"][field] = {**resources, GPU_RESOURCE: "0"}
+    advertise(node, {GPU_RESOURCE: "0"})
     node["metadata"]["labels"][STATE_LABEL] = "pending"
 
 
-class MigManager:
+class MigManager(Operand):
     """Reacts to config-label changes the way the real manager does: late, on its own thread, and only for
     the latest change (a newer change makes the timers of an older one do nothing)."""
 
-    def __init__(self, server: KubeApiServer) -> None:
-        self._server = server
-        self._generations: dict[str, int] = {}
-        self._outcomes: dict[str, tuple[str, int | None]] = {}
-        self._timers: set[threading.Timer] = set()
-        self._stopped = False
-
-    def set_outcome(self, node: str, outcome: str, applies: int | None = 1) -> None:
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
-        if outcome == "success":
-            self._outcomes.pop(node, None)
-        else:
-            self._outcomes[node] = (outcome, applies)
-
-    def _take_outcome(self, node: str) -> str:
-        outcome, applies = self._outcomes.get(node, ("success", None))
-        if applies is not None:
-            if applies <= 1:
-                self._outcomes.pop(node, None)
-            else:
-                self._outcomes[node] = (outcome, applies - 1)
-        return outcome
+    outcomes = OUTCOMES
 
     def config_changed(self, node: dict) -> None:
         """Called under the server lock with the patched node before it is stored (so the PATCH response
         already shows `pending` when there is no stale window)."""
         name = node["metadata"]["name"]
-        generation = self._generations.get(name, 0) + 1
-        self._generations[name] = generation
+        generation = self._next_generation(name)
         stale = self._server.stale_success_seconds
         if stale > 0:
             self._schedule(stale, self._mark_pending, name, generation)
         else:
             node["metadata"]["labels"][STATE_LABEL] = "pending"
             self._schedule(self._server.mig_apply_seconds, self._apply, name, generation)
-
-    def stop(self) -> None:
-        with self._server.lock:
-            self._stopped = True
-            timers, self._timers = self._timers, set()
-        for timer in timers:
-            timer.cancel()
-
-    def _schedule(self, delay: float, action: Any, name: str, generation: int) -> None:
-        if self._stopped:
-            return
-        timer = threading.Timer(delay, self._fire, args=(action, name, generation))
-        timer.daemon = True
-        self._timers.add(timer)
-        timer.start()
-
-    def _fire(self, action: Any, name: str, generation: int) -> None:
-        with self._server.lock:
-            self._timers = {timer for timer in self._timers if timer.is_alive()}
-            if self._stopped or self._generations.get(name) != generation:
-                return
-            node = self._server.store.get("Node", name)
-            if node is None:
-                return
-            action(deepcopy(node), generation)
 
     def _mark_pending(self, node: dict, generation: int) -> None:
         node["metadata"]["labels"][STATE_LABEL] = "pending"

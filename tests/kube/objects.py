@@ -9,16 +9,20 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from tests.kube.device_plugin import PRODUCT_LABEL, REPLICAS_LABEL, STRATEGY_LABEL
+from tests.kube.gpu_resources import (
+    GPU_COUNT_LABEL,
+    GPU_RESOURCE,
+    LAYOUT_ANNOTATION,
+    NO_SHARING,
+    disabled_layout,
+)
 from tests.kube.mig_manager import (
     ALL_DISABLED,
     CONFIG_LABEL,
-    GPU_COUNT_LABEL,
     GPU_PRESENT_LABEL,
-    GPU_RESOURCE,
-    LAYOUT_ANNOTATION,
     MIG_CAPABLE_LABEL,
     STATE_LABEL,
-    disabled_layout,
 )
 
 # Resources every node reports, whether or not it has GPUs; values as a 2-socket GPU server would show.
@@ -92,11 +96,14 @@ def gpu_node(
     mig_capable: bool = True,
     labels: dict[str, str] | None = None,
 ) -> dict:
-    """A GPU node right after the operator's first pass: feature-discovery labels, MIG off everywhere."""
+    """A GPU node right after the operator's first pass: feature-discovery labels, MIG off everywhere, no
+    sharing."""
     gpu_labels = {
         GPU_PRESENT_LABEL: "true",
-        "nvidia.com/gpu.product": product,
+        PRODUCT_LABEL: product,
         GPU_COUNT_LABEL: str(gpus),
+        REPLICAS_LABEL: str(NO_SHARING.replicas),
+        STRATEGY_LABEL: NO_SHARING.strategy,
         "nvidia.com/gpu.memory": str(memory_mib),
         MIG_CAPABLE_LABEL: "true" if mig_capable else "false",
         "nvidia.com/mig.strategy": "mixed",

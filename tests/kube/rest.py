@@ -65,7 +65,8 @@ def _decode_continue(token: str) -> Key:
 
 class RestApi:
     """Answers authenticated requests. `on_node_write(current, new)` runs (lock held) before a changed node
-    is stored, so the MIG manager can react to its config label and change the node being written."""
+    is stored, so the MIG manager and the device plugin can react to their config labels and change the node
+    being written."""
 
     def __init__(self, store: ClusterStore, *, on_node_write: Callable[[dict, dict], None]) -> None:
         self.store = store

@@ -6,8 +6,9 @@ server writes; tests arrange the cluster through the Python control API (`add_gp
 `set_mig_outcome`, ...) and assert on stored objects with `get` and `objects`. The admin token may do
 anything; a token from `service_account_token` is authorized by the RBAC objects stored in the server,
 and `grants` records which rule allowed each of its requests. Node MIG reconfiguration follows the GPU
-Operator's MIG manager (mig_manager.py); the REST verbs are in rest.py, per-kind rules in kinds.py, RBAC in
-rbac.py, the store in store.py.
+Operator's MIG manager (mig_manager.py) and GPU sharing its device plugin (device_plugin.py), agreeing on a
+node's resources through gpu_resources.py; the REST verbs are in rest.py, per-kind rules in kinds.py, RBAC
+in rbac.py, the store in store.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from urllib.parse import parse_qsl, urlsplit
 import yaml
 
 from tests.kube import objects as build
+from tests.kube.device_plugin import DevicePlugin
+from tests.kube.device_plugin import config_name as device_plugin_config
 from tests.kube.mig_manager import CONFIG_LABEL, GPU_PRESENT_LABEL, MigManager
 from tests.kube.rbac import (
     Authorizer,
@@ -47,11 +50,13 @@ class KubeApiServer:
         *,
         token: str = "test-token",
         mig_config_map: str = "gpu-operator/custom-mig-parted-config",
+        device_plugin_config_map: str = "gpu-operator/gpu-portal-device-plugin",
         mig_apply_seconds: float = 0.05,
         stale_success_seconds: float = 0.0,
     ) -> None:
         self.token = token
         self.mig_config_map = mig_config_map
+        self.device_plugin_config_map = device_plugin_config_map
         self.mig_apply_seconds = mig_apply_seconds
         self.stale_success_seconds = stale_success_seconds
         self.store = ClusterStore()
@@ -62,12 +67,15 @@ class KubeApiServer:
         self._failures: list[int] = []
         self._http: ThreadingHTTPServer | None = None
         self._mig = MigManager(self)
+        self._device_plugin = DevicePlugin(self)
         self._rest = RestApi(self.store, on_node_write=self._node_written)
         self.patch_content_types = self._rest.patch_content_types  # what clients really send on PATCH
         self._authorizer = Authorizer(self.store)
         self._service_account_tokens: dict[str, ServiceAccountUser] = {}
-        self.store.insert("Namespace", build.namespace("default"))
-        self.store.insert("Namespace", build.namespace(mig_config_map.partition("/")[0]))
+        for namespace in dict.fromkeys(
+            ("default", mig_config_map.partition("/")[0], device_plugin_config_map.partition("/")[0])
+        ):
+            self.store.insert("Namespace", build.namespace(namespace))
         for obj in bootstrap_objects():
             self.store.insert(obj["kind"], obj)
 
@@ -89,6 +97,7 @@ class KubeApiServer:
 
     def stop(self) -> None:
         self._mig.stop()
+        self._device_plugin.stop()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -173,6 +182,12 @@ class KubeApiServer:
         with self.lock:
             self._mig.set_outcome(node, outcome, applies)
 
+    def set_device_plugin_outcome(self, node: str, outcome: str, *, applies: int | None = 1) -> None:
+        """Force what the next `applies` device-plugin applies on `node` do (None: until set back to
+        `success`): `failed` as a config it cannot read, `stall` as a plugin that never applies."""
+        with self.lock:
+            self._device_plugin.set_outcome(node, outcome, applies)
+
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         with self.lock:
             return deepcopy(self.store.get(kind, name, namespace))
@@ -250,6 +265,8 @@ class KubeApiServer:
             return
         if labels.get(CONFIG_LABEL) != (current["metadata"].get("labels") or {}).get(CONFIG_LABEL):
             self._mig.config_changed(node)
+        if device_plugin_config(node) != device_plugin_config(current):
+            self._device_plugin.config_changed(node)
 
 
 class _Handler(BaseHTTPRequestHandler):
