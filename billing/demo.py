@@ -31,7 +31,7 @@ from billing.models import BillingProfile, Invoice, InvoiceMail, MeteredPeriod, 
 from billing.prices import metered_until
 from billing.selectors import this_month
 from billing.services import add_price, first_unmetered, meter_periods
-from pools import mig
+from pools import kinds, mig
 from pools.models import Pool
 from pools.services import history
 from pools.specs import specs_of
@@ -126,9 +126,7 @@ PAST_POOLS = (
 
 def share_price(gpu_model: str, profile: str) -> Decimal:
     full = FULL_GPU_HOURLY[gpu_model]
-    if profile == mig.FULL_GPU:
-        return full
-    compute = mig.gpu_model(gpu_model).profile(profile).compute_slices
+    compute = kinds.compute_slices(gpu_model, profile)
     return (full * compute / mig.COMPUTE_SLICES).quantize(Decimal("1"), rounding=ROUND_HALF_UP)
 
 

@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from monitoring import selectors
 from monitoring.models.samples import WHOLE_GPU
-from pools import mig
+from pools.kinds import WHOLE
 from pools.selectors import monitoring as pools
 
 PREFIX = "gpu_portal_"
@@ -128,7 +128,7 @@ class FleetCollector:
                 str(index),
                 uuid,
                 model,
-                mig.FULL_GPU if slot == WHOLE_GPU else (profile or "unknown"),
+                WHOLE.profile if slot == WHOLE_GPU else (profile or "unknown"),
                 "" if slot == WHOLE_GPU else str(slot),
                 tenant,
                 project,

@@ -45,28 +45,36 @@ _MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _MEDIA_EXTENSION = "+me"
 # The device plugin's mixed strategy writes "+" as "." (NVIDIA k8s-device-plugin, MIG strategies).
 _MIG_RESOURCE = re.compile(re.escape(_MIG_RESOURCE_PREFIX) + r"(\d+g\.\d+gb)(\.me)?")
+_PROFILE_NAME = re.compile(r"\d+g\.\d+gb(\+me)?")
 
 # The MIG User Guide's profile tables and the placements `nvidia-smi mig -lgipp` lists, one row per class.
 # A100-80GB and H100-80GB share a column: the same profile names.
 # mem, cmp: memory and compute slices an instance takes; max: instances of the profile a GPU can hold.
-# fmt: off
-_PROFILE_CLASSES: tuple[tuple[str, tuple[str, str, str, str], int, int, int, tuple[int, ...]], ...] = (
-    # class      A100-40GB    A/H100-80GB   H200-141GB    B200-180GB     mem cmp max starts
-    ("1g",      ("1g.5gb",    "1g.10gb",    "1g.18gb",    "1g.23gb"),    1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),
-    ("1g+me",   ("1g.5gb+me", "1g.10gb+me", "1g.18gb+me", "1g.23gb+me"), 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
-    ("1g/2mem", ("1g.10gb",   "1g.20gb",    "1g.35gb",    "1g.45gb"),    2, 1, 4, (0, 2, 4, 6)),
-    ("2g",      ("2g.10gb",   "2g.20gb",    "2g.35gb",    "2g.45gb"),    2, 2, 3, (0, 2, 4)),
-    ("3g",      ("3g.20gb",   "3g.40gb",    "3g.71gb",    "3g.90gb"),    4, 3, 2, (0, 4)),
-    ("4g",      ("4g.20gb",   "4g.40gb",    "4g.71gb",    "4g.90gb"),    4, 4, 1, (0,)),
-    ("7g",      ("7g.40gb",   "7g.80gb",    "7g.141gb",   "7g.180gb"),   8, 7, 1, (0,)),
+# A profile is named by its compute slices and the memory of its memory slices as sold, rounded to whole GB:
+# a model's row gives that memory for 1, 2 and 4 slices (8 slices are the whole card). Every class has the
+# same geometry on each model listed.
+# class: (compute prefix, mem slices, cmp slices, max per GPU, starts, media extension)
+_PROFILE_CLASSES: tuple[tuple[str, int, int, int, tuple[int, ...], bool], ...] = (
+    ("1g", 1, 1, 7, (0, 1, 2, 3, 4, 5, 6), False),
+    ("1g", 1, 1, 1, (0, 1, 2, 3, 4, 5, 6), True),
+    ("1g", 2, 1, 4, (0, 2, 4, 6), False),
+    ("2g", 2, 2, 3, (0, 2, 4), False),
+    ("3g", 4, 3, 2, (0, 4), False),
+    ("4g", 4, 4, 1, (0,), False),
+    ("7g", 8, 7, 1, (0,), False),
 )
-# catalogue name, memory in GB as sold, column of the table above
-_MODELS: tuple[tuple[str, int, int], ...] = (
-    ("A100-40GB",  40,  0),
-    ("A100-80GB",  80,  1),
-    ("H100-80GB",  80,  1),
-    ("H200-141GB", 141, 2),
-    ("B200-180GB", 180, 3),
+# catalogue name, memory in GB as sold, GB of 1, 2 and 4 memory slices. H100-94GB is the H100 NVL, GH200-96GB
+# the Hopper GPU of a Grace Hopper superchip, GB200-186GB the Blackwell GPU of a Grace Blackwell superchip.
+# fmt: off
+_MODELS: tuple[tuple[str, int, tuple[int, int, int]], ...] = (
+    ("A100-40GB",   40,  (5, 10, 20)),
+    ("A100-80GB",   80,  (10, 20, 40)),
+    ("H100-80GB",   80,  (10, 20, 40)),
+    ("H100-94GB",   94,  (12, 24, 47)),
+    ("GH200-96GB",  96,  (12, 24, 48)),
+    ("H200-141GB",  141, (18, 35, 71)),
+    ("B200-180GB",  180, (23, 45, 90)),
+    ("GB200-186GB", 186, (23, 47, 93)),
 )
 # fmt: on
 # GiB per class as `nvidia-smi mig -lgip` reports it on an H100-80GB and an H200-141GB. Only these were
@@ -75,10 +83,6 @@ _USABLE_MEMORY_GIB: dict[str, dict[str, float]] = {
     "H100-80GB": {"1g": 9.75, "2g": 19.62, "3g": 39.50, "4g": 39.50, "7g": 79.25},
     "H200-141GB": {"1g": 16.00, "2g": 32.50, "7g": 140.00},
 }
-# Node labels name the family; the catalogue tells sizes apart within it.
-_FAMILIES = ("A100", "H100", "H200", "B200")
-_SIZE_TOKEN = re.compile(r"(\d+)GB")
-_SIZE_TOLERANCE = 0.10
 
 
 class UnknownGpuModel(ValueError):
@@ -134,11 +138,16 @@ class Instance:
 
 def _catalogue() -> dict[str, GpuModel]:
     models = {}
-    for model_name, memory_gb, column in _MODELS:
+    for model_name, memory_gb, sizes in _MODELS:
         usable = _USABLE_MEMORY_GIB.get(model_name, {})
+        sold = {1: sizes[0], 2: sizes[1], 4: sizes[2], MEMORY_SLICES: memory_gb}
         profiles = {}
-        for class_name, names, memory_slices, compute_slices, max_count, starts in _PROFILE_CLASSES:
-            name = names[column]
+        for prefix, memory_slices, compute_slices, max_count, starts, media in _PROFILE_CLASSES:
+            name = f"{prefix}.{sold[memory_slices]}gb" + (_MEDIA_EXTENSION if media else "")
+            one_with_two_slices = prefix == "1g" and memory_slices == 2
+            class_name = (
+                prefix + (_MEDIA_EXTENSION if media else "") + ("/2mem" if one_with_two_slices else "")
+            )
             profiles[name] = Profile(
                 name=name,
                 memory_slices=memory_slices,
@@ -146,7 +155,7 @@ def _catalogue() -> dict[str, GpuModel]:
                 max_count=max_count,
                 starts=starts,
                 usable_memory_gib=usable.get(class_name),
-                media_extension=name.endswith(_MEDIA_EXTENSION),
+                media_extension=media,
             )
         models[model_name] = GpuModel(name=model_name, memory_gb=memory_gb, profiles=profiles)
     return models
@@ -162,29 +171,22 @@ def gpu_model(name: str) -> GpuModel:
         raise UnknownGpuModel(f"Unknown GPU model {name!r}; known models: {', '.join(GPU_MODELS)}.") from None
 
 
-def profile_compute_slices(model_name: str, profile: str) -> int:
-    """Compute slices one instance of `profile` takes on a GPU of `model_name`; a whole GPU ("full") takes
-    all of them. Raises UnknownGpuModel or UnknownProfile for what the catalogue lacks."""
-    if profile == FULL_GPU:
-        return COMPUTE_SLICES
-    return gpu_model(model_name).profile(profile).compute_slices
+def is_profile_name(name: str) -> bool:
+    """Whether the name has the shape of a MIG profile ("3g.40gb", "1g.10gb+me"), on any model."""
+    return _PROFILE_NAME.fullmatch(name) is not None
 
 
 def resource_name(profile_name: str) -> str:
-    """The device plugin's resource for a profile (mixed strategy), or for a whole GPU ("full")."""
-    if profile_name == FULL_GPU:
-        return FULL_GPU_RESOURCE
+    """The device plugin's resource for a MIG profile (mixed strategy)."""
     return _MIG_RESOURCE_PREFIX + profile_name.replace("+", ".")
 
 
 def profile_from_resource(resource: str) -> str | None:
-    """The profile behind a device plugin resource; None for resources that are not GPUs or MIG instances.
+    """The MIG profile behind a device plugin resource; None for resources that are not MIG instances.
 
     Any profile of the MIG shape is returned, even one outside the catalogue: a node may hold models we do
     not describe yet, and the caller decides what to do with them.
     """
-    if resource == FULL_GPU_RESOURCE:
-        return FULL_GPU
     match = _MIG_RESOURCE.fullmatch(resource)
     if match is None:
         return None
@@ -373,31 +375,3 @@ def stranded_compute_slices(model: GpuModel, instances: Iterable[Instance]) -> i
     """Free compute slices that no addition can ever use: the fragmentation cost of this layout."""
     layout = list(instances)
     return COMPUTE_SLICES - used_compute_slices(model, layout) - placeable_compute_slices(model, layout)
-
-
-def model_from_node_labels(product: str, memory_mib: int | None) -> str:
-    """The catalogue name for feature discovery's `nvidia.com/gpu.product` and `nvidia.com/gpu.memory` labels.
-
-    The family comes from the product; the size from the product when it names one ("...-40GB"), else from
-    the memory, which must be within 10 % of a catalogue size of that family.
-    """
-    # Whole tokens, not substrings: "NVIDIA-GH200-480GB" is no H200, and in the single strategy the product
-    # ends in "-MIG-1g.5gb", whose "5gb" is not the card's size.
-    tokens = re.split(r"[-_\s]+", product.upper())
-    family = next((token for token in tokens if token in _FAMILIES), None)
-    models = [m for m in GPU_MODELS.values() if family and m.name.startswith(f"{family}-")]
-    named_size = next((int(match[1]) for token in tokens if (match := _SIZE_TOKEN.fullmatch(token))), None)
-    found: GpuModel | None = None
-    if named_size is not None:
-        found = next((m for m in models if m.memory_gb == named_size), None)
-    elif memory_mib is not None and models:
-        gib = memory_mib / 1024
-        nearest = min(models, key=lambda m: abs(m.memory_gb - gib))
-        if abs(nearest.memory_gb - gib) <= _SIZE_TOLERANCE * nearest.memory_gb:
-            found = nearest
-    if found is None:
-        raise UnknownGpuModel(
-            f"No catalogue model for GPU product {product!r} with {memory_mib} MiB; "
-            f"known models: {', '.join(GPU_MODELS)}."
-        )
-    return found.name

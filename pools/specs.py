@@ -1,34 +1,44 @@
 """Specs: what can be requested, named the way the API names it.
 
-A spec is a GPU model and a profile: `h200-141gb.mig-1g.18gb` for a MIG instance,
-`h200-141gb.full` for a whole GPU. Only models that the fleet has are offered.
+A spec is a GPU model and a profile of one of its kinds (pools/kinds/): `h200-141gb.mig-1g.18gb` for a MIG
+instance, `h200-141gb.full` for a whole GPU, `l40s-48gb.full` for a GPU outside the MIG catalogue. Only
+models that the fleet has are offered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
-from django.utils.translation import pgettext
+from django.utils.translation import gettext
 
-from pools import mig
-
-FULL = mig.FULL_GPU
+from pools import kinds
+from pools.gpu_models import ModelInfo, UnknownGpuModel, is_model_name, model_info
+from pools.kinds import GpuKind, UnknownProfile, kind_of
 
 
 def profile_label(profile: str) -> str:
-    """A profile as people read it: a MIG profile's own name, or "full" in the reader's language."""
-    return pgettext("a whole GPU, after its model", "full") if profile == FULL else profile
+    """A profile as people read it after its model: a MIG profile's own name, "full" in the reader's
+    language."""
+    return gettext(kind_of(profile).profile_label(profile))
 
 
 @dataclass(frozen=True)
 class Spec:
     gpu_model: str
-    profile: str  # a MIG profile, or "full"
+    profile: str  # a profile of one of the model's kinds
+
+    @cached_property
+    def kind(self) -> GpuKind:
+        return kind_of(self.profile)
+
+    @cached_property
+    def model(self) -> ModelInfo:
+        return model_info(self.gpu_model)
 
     @property
     def id(self) -> str:
-        kind = FULL if self.profile == FULL else f"mig-{self.profile}"
-        return f"{self.gpu_model.lower()}.{kind}"
+        return f"{self.gpu_model.lower()}.{self.kind.token(self.profile)}"
 
     @property
     def label(self) -> str:
@@ -42,25 +52,18 @@ class Spec:
 
     @property
     def compute_slices(self) -> int:
-        if self.profile == FULL:
-            return mig.COMPUTE_SLICES
-        return mig.gpu_model(self.gpu_model).profile(self.profile).compute_slices
+        return self.kind.compute_slices(self.model, self.profile)
 
     @property
     def memory_gb(self) -> float:
-        model = mig.gpu_model(self.gpu_model)
-        if self.profile == FULL:
-            return float(model.memory_gb)
-        return float(self.profile.split(".")[1].split("+")[0].removesuffix("gb"))
+        return self.kind.memory_gb(self.model, self.profile)
 
     @property
     def resource_name(self) -> str:
-        return mig.resource_name(self.profile)
+        return self.kind.resource_name(self.profile)
 
     def max_per_gpu(self) -> int:
-        if self.profile == FULL:
-            return 1
-        return mig.gpu_model(self.gpu_model).profile(self.profile).max_count
+        return self.kind.max_per_gpu(self.model, self.profile)
 
 
 class UnknownSpec(ValueError):
@@ -69,28 +72,29 @@ class UnknownSpec(ValueError):
 
 def parse_spec(spec_id: str) -> Spec:
     """`h200-141gb.mig-1g.18gb` → Spec("H200-141GB", "1g.18gb"); UnknownSpec says what exists."""
-    model_part, _dot, kind = spec_id.partition(".")
-    by_lower = {name.lower(): name for name in mig.GPU_MODELS}
-    if model_part not in by_lower or not kind:
+    model_part, _dot, token = spec_id.partition(".")
+    name = model_part.upper()
+    if not token or model_part != model_part.lower() or not is_model_name(name):
         raise UnknownSpec(
             f"Unknown spec {spec_id!r}; specs look like h200-141gb.mig-1g.18gb or h100-80gb.full."
         )
-    model = mig.gpu_model(by_lower[model_part])
-    if kind == FULL:
-        return Spec(model.name, FULL)
-    profile = kind.removeprefix("mig-")
-    if not kind.startswith("mig-") or profile not in model.profiles:
-        profiles = ", ".join(model.profiles)
-        raise UnknownSpec(
-            f"Unknown spec {spec_id!r}: {model.name} has the MIG profiles {profiles} (and full)."
-        )
-    return Spec(model.name, profile)
+    try:
+        model = model_info(name)
+    except UnknownGpuModel as error:
+        raise UnknownSpec(str(error)) from None
+    for kind in kinds.KINDS:
+        profile = kind.profile_of_token(token)
+        if profile is not None:
+            try:
+                kind.check(model, profile)
+            except UnknownProfile:
+                break
+            return Spec(model.name, profile)
+    offered = ", ".join(Spec(model.name, p).id for p in kinds.profiles_of(model))
+    raise UnknownSpec(f"Unknown spec {spec_id!r}: {model.name} is offered as {offered}.")
 
 
 def specs_of(models: list[str]) -> list[Spec]:
-    """Every requestable spec of these GPU models: full GPUs, then each MIG profile small to large."""
-    return [
-        spec
-        for name in sorted(models)
-        for spec in [Spec(name, FULL), *(Spec(name, p) for p in mig.gpu_model(name).profiles)]
-    ]
+    """Every requestable spec of these GPU models: kind by kind (full GPUs, then each MIG profile small to
+    large)."""
+    return [Spec(name, profile) for name in sorted(models) for profile in kinds.profiles_of(model_info(name))]

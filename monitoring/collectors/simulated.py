@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from monitoring.collectors.base import GpuReading, InstanceReading, Reading
+from pools.gpu_models import model_info
 from pools.mig import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -101,6 +102,10 @@ _HARDWARE: dict[str, _Hardware] = {
     "H100-80GB": _Hardware("NVIDIA H100 80GB HBM3", 81_559, 70.0, 700.0),
     "H200-141GB": _Hardware("NVIDIA H200", 143_771, 75.0, 700.0),
     "B200-180GB": _Hardware("NVIDIA B200", 183_359, 140.0, 1000.0),
+    "H100-94GB": _Hardware("NVIDIA H100 NVL", 95_830, 60.0, 400.0),
+    "GH200-96GB": _Hardware("NVIDIA GH200 480GB", 97_871, 90.0, 900.0),
+    "GB200-186GB": _Hardware("NVIDIA GB200", 189_471, 140.0, 1200.0),
+    "L40S-48GB": _Hardware("NVIDIA L40S", 46_068, 35.0, 350.0),
 }
 
 
@@ -217,10 +222,10 @@ class SimulatedCollector:
 
     def _gpu(self, gpu: SimulatedGpu, at: datetime) -> GpuReading:
         hardware = _HARDWARE[gpu.model]
-        model = gpu_model(gpu.model)
         seconds = at.timestamp()
         total = hardware.memory_mib << 20
         if gpu.mig_enabled:
+            model = gpu_model(gpu.model)
             instances = tuple(
                 self._instance(gpu, model.profile(i.profile), i, seconds)
                 for i in sorted(gpu.instances, key=lambda i: i.start)
@@ -349,12 +354,15 @@ def _check_fleet(hosts: Sequence[SimulatedHost]) -> None:
         if len(set(indexes)) != len(indexes):
             raise ValueError(f"{host.name}: two GPUs share an index ({sorted(indexes)}).")
         for gpu in host.gpus:
-            model = gpu_model(gpu.model)  # UnknownGpuModel for a name outside the catalogue
+            model = model_info(gpu.model)  # UnknownGpuModel for a name that is no model's
             if gpu.model not in _HARDWARE:
                 raise UnknownGpuModel(f"{host.name} GPU {gpu.index}: no simulated board for {gpu.model}.")
             if not gpu.mig_enabled and gpu.instances:
                 raise ValueError(f"{host.name} GPU {gpu.index}: MIG instances on a GPU with MIG off.")
-            validate_layout(model, [Instance(i.start, i.profile) for i in gpu.instances])
+            if gpu.mig_enabled and model.mig is None:
+                raise ValueError(f"{host.name} GPU {gpu.index}: MIG on, but {gpu.model} has no MIG geometry.")
+            if model.mig is not None:
+                validate_layout(model.mig, [Instance(i.start, i.profile) for i in gpu.instances])
             for uuid in (gpu.uuid, *(i.uuid for i in gpu.instances)):
                 if not uuid or uuid in seen_uuids:
                     raise ValueError(f"{host.name} GPU {gpu.index}: UUID {uuid!r} is empty or used twice.")

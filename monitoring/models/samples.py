@@ -16,7 +16,16 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from pools.kinds import kind_of
+
 WHOLE_GPU = -1
+
+
+def figures_slot(profile: str, start: int) -> int:
+    """Where the figures of a unit of `profile` whose allocation starts at `start` are kept: on its GPU's
+    row for a kind measured on the whole GPU, else on its instance's (pools/kinds/)."""
+    return WHOLE_GPU if kind_of(profile).gpu_figures else start
+
 
 # The figures a sample carries, in the order of the table's columns. Roll-ups keep min / avg / max of each.
 METRICS = ("power_w", "temperature_c", "utilisation_pct", "sm_active_pct", "memory_used_bytes")

@@ -10,9 +10,9 @@ from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
 from monitoring.models import Latest
-from monitoring.models.samples import WHOLE_GPU
+from monitoring.models.samples import WHOLE_GPU, figures_slot
 from monitoring.selectors.fleet import fresh_since
-from pools import mig
+from pools.kinds import WHOLE
 from pools.models import Allocation, GpuCapacity, Health
 
 # --- the GPU table ---------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def holders(*, gpu_ids: list[int]) -> dict[int, list[Holder]]:
         .order_by("gpu_id", "slices")
     )
     for gpu_id, profile, slices, tenant, project, pool_id in live:
-        slot = WHOLE_GPU if profile == mig.FULL_GPU else slices.lower
+        slot = figures_slot(profile, slices.lower)
         found[gpu_id].append(Holder(slot, profile, tenant, project, pool_id))
     return found
 
@@ -148,7 +148,7 @@ def gpu_detail(*, gpu_id: int, now: datetime | None = None) -> GpuDetail:
     latest = {row.slot: row for row in Latest.objects.filter(gpu=gpu)}
     held = {h.slot: h for h in holders(gpu_ids=[gpu.pk])[gpu.pk]}
     fresh = fresh_since(now)
-    profiles = {WHOLE_GPU: mig.FULL_GPU} | {e["start"]: e["profile"] for e in gpu.layout or []}
+    profiles = {WHOLE_GPU: WHOLE.profile} | {e["start"]: e["profile"] for e in gpu.layout or []}
     uuids = {WHOLE_GPU: gpu.uuid} | {e["start"]: e.get("uuid", "") for e in gpu.layout or []}
     detail = GpuDetail(gpu)
     for slot in sorted(set(profiles) | set(latest)):

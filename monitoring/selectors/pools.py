@@ -10,10 +10,9 @@ from django.db.models import Q
 from django.shortcuts import get_object_or_404
 
 from monitoring.models import Latest
-from monitoring.models.samples import WHOLE_GPU
+from monitoring.models.samples import figures_slot
 from monitoring.selectors.fleet import fresh_since
 from monitoring.storage import samples
-from pools import mig
 from pools.models import Allocation, Pool
 
 # --- one pool --------------------------------------------------------------------------------------
@@ -24,7 +23,7 @@ def pool_windows(*, pool: Pool) -> list[samples.Window]:
     return [
         samples.Window(
             a.gpu_id,
-            WHOLE_GPU if a.profile == mig.FULL_GPU else a.slices.lower,
+            figures_slot(a.profile, a.slices.lower),
             a.allocated_at,
             a.released_at,
         )
@@ -63,7 +62,7 @@ def pool_figures(*, pool: Pool, now: datetime | None = None) -> list[AllocationF
         .select_related("gpu__node__cluster")
         .order_by("gpu_id", "slices")
     )
-    slot_of = {a.pk: WHOLE_GPU if a.profile == mig.FULL_GPU else a.slices.lower for a in live}
+    slot_of = {a.pk: figures_slot(a.profile, a.slices.lower) for a in live}
     wanted = Q(pk__in=[])
     for a in live:
         wanted |= Q(gpu_id=a.gpu_id, slot=slot_of[a.pk])

@@ -40,6 +40,7 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
+from pools.gpu_models import ModelInfo, model_from_node_labels, model_info
 from pools.kubeconfig import check_kubeconfig
 from pools.mig import MigState
 from pools.models import Cluster
@@ -191,7 +192,7 @@ class KubernetesDriver:
             }
             count = int(labels.get("nvidia.com/gpu.count", "0"))
             memory_mib = int(labels.get("nvidia.com/gpu.memory", "0")) or None
-            model = mig.model_from_node_labels(labels.get("nvidia.com/gpu.product", ""), memory_mib)
+            model = model_from_node_labels(labels.get("nvidia.com/gpu.product", ""), memory_mib)
             if base["mig_state"] == MigState.FAILED:
                 return NodeInfo(
                     **base,
@@ -216,14 +217,18 @@ class KubernetesDriver:
             per_device = _per_device(configs[config_name], count)
         else:
             raise ValueError(f"MIG config {config_name!r} is not in {self.cluster.mig_config_map}")
-        model = mig.gpu_model(model_name)
+        geometry = model_info(model_name).mig
         mig_capable = labels.get("nvidia.com/mig.capable", "false") == "true"
         gpus = []
         for index, layout in enumerate(per_device):
             enabled, counts = layout if layout is not None else (False, {})
             instances: tuple[MigInstanceInfo, ...] = ()
             if enabled:
-                placed = mig.place_profiles(model, counts)
+                if geometry is None:
+                    raise ValueError(
+                        f"GPU {index}: MIG is on, but the catalogue has no MIG geometry for {model_name}"
+                    )
+                placed = mig.place_profiles(geometry, counts)
                 if placed is None:
                     raise ValueError(f"GPU {index}: {counts} does not fit on a {model_name}")
                 instances = tuple(MigInstanceInfo(i.profile, i.start) for i in placed)
@@ -282,8 +287,8 @@ class KubernetesDriver:
         with _translated_errors(f"re-partition {node}"):
             labels = self.core.read_node(node, _request_timeout=TIMEOUT).metadata.labels or {}
             count = int(labels.get("nvidia.com/gpu.count", "0"))
-            model = mig.gpu_model(
-                mig.model_from_node_labels(
+            model = model_info(
+                model_from_node_labels(
                     labels.get("nvidia.com/gpu.product", ""),
                     int(labels.get("nvidia.com/gpu.memory", "0")) or None,
                 )
@@ -293,7 +298,7 @@ class KubernetesDriver:
                 if not 0 <= gpu.index < count:
                     raise DriverError(f"{node} has no GPU {gpu.index}.")
                 if gpu.mig_enabled:
-                    mig.validate_layout(model, [mig.Instance(i.start, i.profile) for i in gpu.instances])
+                    _check_layout(node, model, gpu)
             name = self._write_config(node, labels.get(MIG_CONFIG_LABEL, ALL_DISABLED), count, wanted)
             # The manager may still show the previous config's "success" for a moment: mark the
             # new config pending ourselves so that nobody mistakes the old success for the new one.
@@ -405,3 +410,9 @@ class KubernetesDriver:
             except ApiException as error:
                 if error.status != 404:
                     raise
+
+
+def _check_layout(node: str, model: ModelInfo, gpu: GpuLayout) -> None:
+    if model.mig is None:
+        raise DriverError(f"{node} GPU {gpu.index}: the catalogue has no MIG geometry for {model.name}.")
+    mig.validate_layout(model.mig, [mig.Instance(i.start, i.profile) for i in gpu.instances])

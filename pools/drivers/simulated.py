@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from pools import mig
+from pools import kinds, mig
 from pools.conf import settings
 from pools.drivers.base import (
     ClusterUnreachable,
@@ -37,6 +37,7 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
+from pools.gpu_models import model_info
 from pools.mig import MigState
 from pools.models import Cluster, SimulatedClusterState
 
@@ -150,13 +151,17 @@ class SimulatedDriver:
     def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
         with self._state(write=True) as state:
             found = self._node(state, node)
-            model = mig.gpu_model(found["model"])
+            geometry = model_info(found["model"]).mig
             for gpu in layout:
                 if not 0 <= gpu.index < len(found["gpus"]):
                     raise DriverError(f"{node} has no GPU {gpu.index}.")
                 if gpu.mig_enabled:
+                    if geometry is None:
+                        raise DriverError(f"{node} GPU {gpu.index}: {found['model']} has no MIG geometry.")
                     try:
-                        mig.validate_layout(model, [mig.Instance(i.start, i.profile) for i in gpu.instances])
+                        mig.validate_layout(
+                            geometry, [mig.Instance(i.start, i.profile) for i in gpu.instances]
+                        )
                     except mig.LayoutError as error:
                         raise DriverError(f"{node} GPU {gpu.index}: {error}") from None
             # A change still pending keeps its layouts for the GPUs not listed here, as the GPU Operator's
@@ -323,7 +328,7 @@ class SimulatedDriver:
         allocatable: dict[str, int] = {}
         for gpu in node["gpus"]:
             names = (
-                [mig.resource_name(i["profile"]) for i in gpu["instances"]]
+                [kinds.resource_name(i["profile"]) for i in gpu["instances"]]
                 if gpu["mig"]
                 else ["nvidia.com/gpu"]
             )

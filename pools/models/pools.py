@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from pools.conf import settings
-from pools.mig import FULL_GPU
+from pools.kinds import kind_of
 from pools.specs import profile_label
 from portal.models import visible_tenant_ids
 
@@ -354,7 +354,7 @@ class Allocation(models.Model):
 
     @property
     def start(self) -> int | None:
-        return None if self.profile == FULL_GPU else self.slices.lower
+        return None if kind_of(self.profile).takes_whole_gpu else self.slices.lower
 
 
 class PoolItem(models.Model):

@@ -40,7 +40,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pools.mig import profile_compute_slices
+from pools.kinds import compute_slices
 from pools.placement.backfill import may_keep_out_of_the_way, wanted_pairs
 from pools.placement.reasons import Reason, gettext_noop
 from pools.placement.types import Item, Placement
@@ -89,7 +89,7 @@ NOT_EVEN_RECLAIMED = gettext_noop(
 
 def item_slices(item: Item) -> int:
     """Compute slices an item asks for: each instance its profile's, a whole GPU all of them."""
-    return profile_compute_slices(item.model, item.profile) * item.count
+    return compute_slices(item.model, item.profile) * item.count
 
 
 def asked_slices(items: Iterable[Item], group: str | None) -> dict[Key, int]:

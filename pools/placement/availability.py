@@ -25,7 +25,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from pools.mig import FULL_GPU, gpu_model
+from pools.gpu_models import model_info
+from pools.kinds import kind_of, profiles_of
 from pools.placement.index import Bucket, has_allocation
 
 Key = tuple[str, "str | None", str, str]  # cluster, group (None: any), model, profile
@@ -55,9 +56,7 @@ class Tally:
 
 def obtainable(tally: Tally, model: str, profile: str) -> int:
     """How many of one spec a request could get now from what the tally counts."""
-    if profile == FULL_GPU:
-        return tally.blank
-    return tally.free.get(profile, 0) + tally.blank * gpu_model(model).profile(profile).max_count
+    return tally.free.get(profile, 0) + tally.blank * kind_of(profile).max_per_gpu(model_info(model), profile)
 
 
 def tally_of_buckets(buckets: Iterable[Bucket]) -> Tally:
@@ -92,10 +91,12 @@ def availability(gpus) -> dict[Key, Availability]:
     grouped = [(key, tally) for key, tally in tallies.items() if key[1] is not None]
     found: dict[Key, Availability] = {}
     for (cluster, group, model), tally in [*grouped, *whole.items()]:
-        found[(cluster, group, model, FULL_GPU)] = Availability(tally.blank, tally.present)
-        for name, profile in gpu_model(model).profiles.items():
-            now = obtainable(tally, model, name)
-            found[(cluster, group, model, name)] = Availability(now, tally.present * profile.max_count)
+        info = model_info(model)
+        for profile in profiles_of(info):
+            most = kind_of(profile).max_per_gpu(info, profile)
+            found[(cluster, group, model, profile)] = Availability(
+                tally.free.get(profile, 0) + tally.blank * most, tally.present * most
+            )
     return found
 
 

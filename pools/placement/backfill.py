@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from pools.mig import FULL_GPU
+from pools.kinds import kind_of
 from pools.placement.engine import fleet_index
 from pools.placement.index import has_allocation
 from pools.placement.types import Fleet, Item, Placement
@@ -38,7 +38,7 @@ def may_keep_out_of_the_way(asked: Collection[tuple[str, str]], wanted: Collecti
     """Whether a request asking for `asked` could be placed out of the way of starving requests that want
     `wanted` at all, before it is placed: not with a whole GPU, nor with a profile they want. A queue run
     places a held-back request only when this holds, so holding back costs no more than it did."""
-    return not any(profile == FULL_GPU or (model, profile) in wanted for model, profile in asked)
+    return not any(kind_of(profile).takes_whole_gpu or (model, profile) in wanted for model, profile in asked)
 
 
 def room_out_of_the_way(fleet: Fleet, items: Iterable[Item]) -> bool:
@@ -68,7 +68,7 @@ def out_of_the_way(fleet: Fleet, placement: Placement, wanted: Collection[tuple[
     index = fleet_index(fleet)
     for assignment in placement.assignments:
         position = index.position.get(assignment.gpu)
-        if position is None or assignment.profile == FULL_GPU:
+        if position is None or kind_of(assignment.profile).takes_whole_gpu:
             return False
         gpu = index.gpus[position]
         if not gpu.mig or not has_allocation(gpu) or (gpu.model, assignment.profile) in wanted:

@@ -24,7 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
 
-from pools.mig import FULL_GPU, Instance, UnknownGpuModel, UnknownProfile, gpu_model, validate_layout
+from pools.gpu_models import UnknownGpuModel, model_info
+from pools.kinds import UnknownProfile, kind_of
+from pools.mig import Instance, gpu_model, validate_layout
 from pools.placement.index import FleetIndex, has_allocation
 from pools.placement.layouts import RECENT_WEIGHT, evidence_weight
 from pools.placement.plan import QUEUE_WINDOW, plan_request, wanted_by_model
@@ -57,9 +59,7 @@ def validate_request(request: Request, fleet: Fleet) -> list[str]:
         if isinstance(item.count, bool) or not isinstance(item.count, int) or item.count <= 0:
             errors.append(f"{label}: the count must be a whole number above 0 (got {item.count!r}).")
         try:
-            model = gpu_model(item.model)
-            if item.profile != FULL_GPU:
-                model.profile(item.profile)
+            kind_of(item.profile).check(model_info(item.model), item.profile)
         except (UnknownGpuModel, UnknownProfile) as error:
             errors.append(f"{label}: {error}")
     return errors
@@ -176,7 +176,7 @@ def _position(index: FleetIndex, gpu_id: str) -> int:
 
 def _allocate(gpu: Gpu, assignment: Assignment, placement: Placement) -> Gpu:
     """The GPU with the assigned instance (or itself, whole) allocated, marked as the placement's request."""
-    if assignment.profile == FULL_GPU:
+    if kind_of(assignment.profile).takes_whole_gpu:
         if gpu.mig or gpu.allocated:
             raise ValueError(f"GPU {gpu.id} is not a free MIG-disabled GPU: it cannot be given whole.")
         return replace(gpu, allocated=True, ends=placement.ends)

@@ -2,8 +2,9 @@
 command line's words and applied to the placement engine's Fleet, in the order given.
 
 Words used here:
-- add: N whole GPUs of one catalogue model, MIG off and free, schedulable, in new nodes of at most 8 GPUs
-  named `added-1`, `added-2`, … (the next free numbers), optionally in a GPU group. Written "N MODEL [GROUP]".
+- add: N whole GPUs of one model (pools/gpu_models.py), MIG off and free, schedulable, in new nodes of at most
+  8 GPUs named `added-1`, `added-2`, … (the next free numbers), optionally in a GPU group. Written
+  "N MODEL [GROUP]".
 - remove: every GPU of one node. Written "NODE".
 - regroup: every GPU of one node moves to a group (nothing after "=": out of any group). Written
   "NODE=GROUP".
@@ -23,6 +24,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from pools.gpu_models import is_model_name
 from pools.mig import GPU_MODELS
 from pools.placement.types import Fleet, Gpu
 
@@ -126,11 +128,12 @@ def _parse_add(text: str) -> AddGpus:
         raise FleetChangeError(
             f"--add {text.strip()!r}: at most {MAX_ADDED_GPUS} GPUs can be added at once, not {count}."
         )
-    model = next((name for name in GPU_MODELS if name.lower() == model_text.lower()), None)
-    if model is None:
+    model = model_text.upper()
+    if not is_model_name(model):
         known = ", ".join(GPU_MODELS)
         raise FleetChangeError(
-            f"--add {text.strip()!r}: unknown GPU model {model_text!r}; known models: {known}."
+            f"--add {text.strip()!r}: unknown GPU model {model_text!r}; known models: {known}, and any other "
+            "GPU named by its family and the memory sold, such as L40S-48GB (given out whole)."
         )
     group = _group(words[2], f"--add {text.strip()!r}") if len(words) == 3 else None
     return AddGpus(count, model, group)

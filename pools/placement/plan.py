@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pools.mig import COMPUTE_SLICES, FULL_GPU
+from pools.kinds import WHOLE, kind_of
+from pools.mig import COMPUTE_SLICES
 from pools.placement.ends import Fit, fit
 from pools.placement.index import Bucket, FleetIndex
 from pools.placement.layouts import (
@@ -73,7 +74,9 @@ class Plan:
         )
 
     def cost(self, index: FleetIndex) -> tuple[int, int, int, int]:
-        full_nodes = {index.gpus[gpu].node for gpu, profile, _ in self.assignments if profile == FULL_GPU}
+        full_nodes = {
+            index.gpus[gpu].node for gpu, profile, _ in self.assignments if kind_of(profile).takes_whole_gpu
+        }
         paused = sum(node not in index.reconfiguring for node in self.nodes)
         return (len(self.reconfigure), self.switched_on, paused, len(full_nodes))
 
@@ -97,7 +100,7 @@ class _Context:
                 if request.group is not None and self.group is not None and request.group != self.group:
                     continue
                 for item in request.items:
-                    if item.model == model and item.profile != FULL_GPU and item.count > 0:
+                    if item.model == model and not kind_of(item.profile).takes_whole_gpu and item.count > 0:
                         counts[item.profile] = counts.get(item.profile, 0) + item.count
             self._queue[model] = counts
         return self._queue[model]
@@ -120,7 +123,7 @@ def wanted_by_model(request: Request) -> Wanted:
     wanted: Wanted = {}
     for item in request.items:
         full, mig = wanted.get(item.model, (0, {}))
-        if item.profile == FULL_GPU:
+        if kind_of(item.profile).takes_whole_gpu:
             full += item.count
         else:
             mig[item.profile] = mig.get(item.profile, 0) + item.count
@@ -245,7 +248,7 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], count: int
         if index.gpus[gpu].mig:
             plan.reconfigure[gpu] = (False, ())
             plan.nodes[index.gpus[gpu].node] = None
-        plan.assignments.append((gpu, FULL_GPU, None))
+        plan.assignments.append((gpu, WHOLE.profile, None))
     return True
 
 

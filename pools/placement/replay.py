@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
 
-from pools.mig import FULL_GPU
+from pools.kinds import kind_of
 from pools.placement.engine import apply
 from pools.placement.simulation import (
     Outcome,
@@ -144,7 +144,9 @@ def _fulfils(timed: TimedRequest, placement: Placement, gpus: dict[str, Gpu]) ->
         if timed.group is not None and gpus[gpu].group != timed.group:
             problems.append(f"GPU {gpu} is not in its group {timed.group!r}.")
     for assignment in placement.assignments:
-        if (assignment.profile == FULL_GPU) != (assignment.start is None):
+        if assignment.profile not in {profile for _model, profile in asked}:
+            continue  # said above: nothing asked for it
+        if kind_of(assignment.profile).takes_whole_gpu != (assignment.start is None):
             problems.append(
                 f"the assignment on {assignment.gpu} gives {assignment.profile} at {assignment.start}."
             )

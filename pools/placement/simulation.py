@@ -40,13 +40,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Protocol
 
-from pools.mig import (
-    FULL_GPU,
-    Instance,
-    gpu_model,
-    profile_compute_slices,
-    stranded_compute_slices,
-)
+from pools.kinds import compute_slices as unit_compute_slices
+from pools.kinds import kind_of
+from pools.mig import Instance, gpu_model, stranded_compute_slices
 from pools.placement.admission import (
     BORROWED,
     Admitted,
@@ -243,7 +239,7 @@ def mark(fleet: Fleet, placement: Placement, *, reclaimable: bool) -> Fleet:
     gpus = list(fleet.gpus)
     changed: set[int] = set()
     for assignment in placement.assignments:
-        if assignment.profile == FULL_GPU:
+        if kind_of(assignment.profile).takes_whole_gpu:
             continue
         position = index.position[assignment.gpu]
         gpu = gpus[position]
@@ -259,7 +255,7 @@ def mark(fleet: Fleet, placement: Placement, *, reclaimable: bool) -> Fleet:
 
 
 def _free(gpu: Gpu, assignment: Assignment) -> Gpu:
-    if assignment.profile == FULL_GPU:
+    if kind_of(assignment.profile).takes_whole_gpu:
         if gpu.mig or not gpu.allocated:
             raise ValueError(f"GPU {gpu.id} is not a MIG-disabled GPU in use: it cannot be given back whole.")
         return replace(gpu, allocated=False, ends=None)
@@ -278,7 +274,7 @@ def compute_slices(fleet: Fleet, placement: Placement) -> int:
 
 def held_slices(models: Mapping[str, str], placement: Placement) -> int:
     """compute_slices, given the fleet's GPU models by GPU id (built once for many placements)."""
-    return sum(profile_compute_slices(models[a.gpu], a.profile) for a in placement.assignments)
+    return sum(unit_compute_slices(models[a.gpu], a.profile) for a in placement.assignments)
 
 
 def stranded_slices(fleet: Fleet) -> int:

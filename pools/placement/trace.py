@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pools.mig import FULL_GPU, Instance, UnknownGpuModel, gpu_model, layout_errors
+from pools.gpu_models import UnknownGpuModel, model_info
+from pools.kinds import kind_of as kind_of_profile
+from pools.mig import Instance, layout_errors
 from pools.placement.engine import validate_request
 from pools.placement.types import Fleet, Gpu, Item, Placement, Request, Slot
 
@@ -61,7 +63,7 @@ def _gpu(raw: Any, where: str) -> Gpu:
     where = f"{where} ({gpu_id!r})"
     model_name = _text(raw, "model", where)
     try:
-        model = gpu_model(model_name)
+        model = model_info(model_name)
     except UnknownGpuModel as error:
         raise TraceError(f"{where}: {error}") from None
     mig = _flag(raw, "mig", where, default=_MISSING)
@@ -70,7 +72,9 @@ def _gpu(raw: Any, where: str) -> Gpu:
     )
     if slots and not mig:
         raise TraceError(f"{where}: MIG is off, so it cannot have MIG instances.")
-    errors = layout_errors(model, [Instance(slot.start, slot.profile) for slot in slots])
+    if mig and model.mig is None:
+        raise TraceError(f"{where}: the MIG catalogue has no geometry for {model.name}, so MIG cannot be on.")
+    errors = layout_errors(model.mig, [Instance(s.start, s.profile) for s in slots]) if model.mig else []
     if errors:
         raise TraceError(f"{where}: this layout does not fit on one {model.name}: {' '.join(errors)}")
     return Gpu(
@@ -146,7 +150,7 @@ def write_changes(placement: Placement) -> dict:
         ],
         "assignments": [
             {"gpu": a.gpu, "profile": a.profile}
-            if a.profile == FULL_GPU
+            if kind_of_profile(a.profile).takes_whole_gpu
             else {"gpu": a.gpu, "profile": a.profile, "start": a.start}
             for a in placement.assignments
         ],

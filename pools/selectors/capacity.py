@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
-from pools import capacity_version, mig, placement
+from pools import capacity_version, kinds, mig, placement
 from pools.conf import settings
 from pools.models import (
     Allocation,
@@ -71,15 +71,6 @@ def gpus(*, cluster: str = "", node: str = "", model: str = "") -> QuerySet[GpuC
     if model:
         queryset = queryset.filter(model=model)
     return queryset
-
-
-def compute_slices_of(model: str, profile: str) -> int:
-    if profile == mig.FULL_GPU:
-        return mig.COMPUTE_SLICES
-    try:
-        return mig.gpu_model(model).profile(profile).compute_slices
-    except ValueError:
-        return 0
 
 
 @dataclass
@@ -203,7 +194,7 @@ def compute_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tupl
     for row in allocated:
         key = tuple(row[path] for path in spec_by)
         if key in figures:
-            slices = compute_slices_of(row["node__gpu_model"], row["profile"])
+            slices = kinds.counted_slices(row["node__gpu_model"], row["profile"])
             figures[key].compute_allocated += row["held"] * slices
     return figures
 

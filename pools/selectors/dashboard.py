@@ -17,7 +17,8 @@ from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, Out
 from django.utils.translation import gettext as _
 
 from pools import mig
-from pools.mig import profile_from_resource
+from pools.gpu_models import UnknownGpuModel, model_info
+from pools.kinds import WHOLE, profile_of_resource
 from pools.models import (
     Allocation,
     Cluster,
@@ -69,6 +70,22 @@ class NodeView:
     workloads: list[tuple[str, object, str, int]] = field(default_factory=list)
     figures: ComputeFigures = field(default_factory=lambda: ComputeFigures())
 
+    @property
+    def whole_only(self) -> str:
+        """Why the node's GPUs are given out whole only (no MIG instances); empty where they may be cut.
+        The engine refuses MIG items for the same reason: the model lacks a geometry (pools/gpu_models.py)."""
+        try:
+            if not self.node.gpu_model or model_info(self.node.gpu_model).mig is not None:
+                return ""
+        except UnknownGpuModel:
+            return ""
+        if any(view.gpu.mig_capable for view in self.gpus):
+            return _(
+                "%(model)s can run MIG, but the catalogue has no MIG geometry for it yet: "
+                "its GPUs are given out whole."
+            ) % {"model": self.node.gpu_model}
+        return _("%(model)s has no MIG: its GPUs are given out whole.") % {"model": self.node.gpu_model}
+
 
 Holders = dict[tuple[int, int], tuple[int, str]]
 
@@ -76,7 +93,7 @@ Holders = dict[tuple[int, int], tuple[int, str]]
 def _segments(gpu: GpuCapacity, holders: Holders) -> list[Segment]:
     """The GPU's memory slices as instances (with the project holding each) and free runs."""
     if not gpu.mig_enabled:
-        return [_held(Segment(0, mig.MEMORY_SLICES, mig.FULL_GPU, gpu.uuid), holders.get((gpu.pk, 0)))]
+        return [_held(Segment(0, mig.MEMORY_SLICES, WHOLE.profile, gpu.uuid), holders.get((gpu.pk, 0)))]
     try:
         model = mig.gpu_model(gpu.model)
     except ValueError:
@@ -253,7 +270,7 @@ def node_views(nodes: list[NodeCapacity]) -> list[NodeView]:
         node_name__in={node.name for node in nodes},
     ).select_related("project__tenant")
     for pod in running.order_by("namespace", "resource_name"):
-        key = (pod.namespace, pod.project, profile_from_resource(pod.resource_name) or pod.resource_name)
+        key = (pod.namespace, pod.project, profile_of_resource(pod.resource_name) or pod.resource_name)
         counts = pods_by_node[(pod.cluster_id, pod.node_name)]
         counts[key] = counts.get(key, 0) + pod.count
     figures = compute_figures(by=("node_id",), where=Q(node_id__in=node_ids))

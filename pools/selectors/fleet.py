@@ -10,6 +10,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from pools import mig, placement
+from pools.kinds import kind_of
 from pools.models import (
     Allocation,
     Cluster,
@@ -68,6 +69,11 @@ def _latest(ends: list[int | None]) -> int | None:
     return None if not ends or None in ends else max(ends)
 
 
+def _slots(model_name: str, layout, live, reclaimable: Collection[int]) -> tuple[placement.Slot, ...]:
+    model = mig.gpu_model(model_name)
+    return tuple(_slot(instance, model, live, reclaimable) for instance in layout)
+
+
 def _slot(instance: dict, model: mig.GpuModel, live, reclaimable: Collection[int]) -> placement.Slot:
     """A provisioned instance, allocated where it shares a memory slice with a live allocation (slices, not
     starts, decide: a cluster may report an instance at another start than the one planned, never a shared
@@ -124,8 +130,7 @@ def fleet_snapshot(
         mig_on = planned["mig"] if planned else gpu["mig_enabled"]
         layout = planned["instances"] if planned else gpu["layout"]
         live = allocations.get(gpu["pk"], ())
-        whole_taken = any(profile == mig.FULL_GPU for profile, *_rest in live)
-        model = mig.gpu_model(gpu["model"])
+        whole = [ends for profile, *_rest, ends in live if kind_of(profile).takes_whole_gpu]
         group = gpu["node__group__name"]
         # as GpuCapacity.schedulable says it (the GPU is present: only present ones are read)
         schedulable = gpu["health"] == Health.OK and not gpu["drained"] and not gpu["node__drained"]
@@ -135,9 +140,9 @@ def fleet_snapshot(
                 node=f"{cluster}/{gpu['node__name']}",
                 model=gpu["model"],
                 mig=mig_on,
-                allocated=whole_taken,
-                ends=_latest([e for p, *_rest, e in live if p == mig.FULL_GPU]) if whole_taken else None,
-                instances=tuple(_slot(i, model, live, reclaimable) for i in layout) if mig_on else (),
+                allocated=bool(whole),
+                ends=_latest(whole) if whole else None,
+                instances=_slots(gpu["model"], layout, live, reclaimable) if mig_on else (),
                 group=group if group and use_groups[gpu["node__cluster_id"]] else None,
                 cluster=cluster,
                 schedulable=schedulable and gpu["node__ready"],
@@ -155,6 +160,6 @@ def held_assignments(pool_ids: Iterable[int]) -> dict[tuple[int, int], tuple[pla
         "pool_id", "pool__cluster_id", "gpu_id", "profile", "slices"
     )
     for pool, cluster, gpu, profile, slices in rows.order_by("pk"):
-        start = None if profile == mig.FULL_GPU else slices.lower
+        start = None if kind_of(profile).takes_whole_gpu else slices.lower
         found[(pool, cluster)].append(placement.Assignment(str(gpu), profile, start))
     return {key: tuple(assignments) for key, assignments in found.items()}

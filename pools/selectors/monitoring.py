@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from django.db.models import Case, F, IntegerField, QuerySet, Value, When
 
 from pools import mig
+from pools.kinds import WHOLE
 from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity
 from pools.selectors.requests import LIVE_POOL_STATES
 
@@ -75,7 +76,7 @@ def _compute() -> Case:
         for profile in model.profiles.values()
     ]
     return Case(
-        When(profile=mig.FULL_GPU, then=Value(mig.COMPUTE_SLICES)),
+        When(profile=WHOLE.profile, then=Value(mig.COMPUTE_SLICES)),
         *catalogue,
         default=Value(0),
         output_field=IntegerField(),
@@ -100,7 +101,7 @@ def allocations(*, live: bool = False, active_pools: bool = False) -> Relation:
             "allocated_at",
             "released_at",
             start=Case(
-                When(profile=mig.FULL_GPU, then=Value(None)),
+                When(profile=WHOLE.profile, then=Value(None)),
                 default=F("slices__startswith"),
                 output_field=IntegerField(),
             ),

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from django.db.models import Count, QuerySet
 
 from pools.conf import settings
-from pools.mig import COMPUTE_SLICES, UnknownGpuModel, UnknownProfile, profile_compute_slices
+from pools.kinds import counted_slices
+from pools.mig import COMPUTE_SLICES
 from pools.models import (
     Allocation,
     Cluster,
@@ -31,15 +32,6 @@ from pools.placement.admission import Holding, Key, Ledger, asked_slices
 from pools.placement.admission import Quota as PolicyQuota
 from pools.selectors.fleet import engine_request
 from portal.models import Tenant
-
-
-def profile_slices(model: str, profile: str) -> int:
-    """Compute slices of one instance of `profile` on a GPU of `model` (pools/mig.py), 0 for what the
-    catalogue does not know: an allocation of a model it lost is held, but counts for no quota."""
-    try:
-        return profile_compute_slices(model, profile)
-    except (UnknownGpuModel, UnknownProfile):
-        return 0
 
 
 def quota_owner(project, of_project: bool) -> str:
@@ -74,7 +66,7 @@ def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
     slices: dict[int, Counter] = defaultdict(Counter)
     for pool, tenant, project, priority, reserved, state, purpose, model, profile, n in rows:
         pools[pool] = (tenant, project, priority, (reserved, pool), state == PoolState.ACTIVE)
-        slices[pool][(purpose, model)] += profile_slices(model, profile) * n
+        slices[pool][(purpose, model)] += counted_slices(model, profile) * n
     return [
         Holding(pool, tenant, project, priority, admitted, dict(slices[pool]), reclaimable)
         for pool, (tenant, project, priority, admitted, reclaimable) in pools.items()
@@ -273,7 +265,6 @@ __all__ = [
     "holdings",
     "in_service_slices",
     "ledger",
-    "profile_slices",
     "quota_owner",
     "quota_rows",
     "request_slices",

@@ -20,7 +20,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.backends.postgresql.psycopg_any import NumericRange
 
-from pools import mig
+from pools import kinds, mig
+from pools.kinds import WHOLE
 from pools.models import (
     Allocation,
     GpuCapacity,
@@ -86,7 +87,7 @@ def _slots() -> dict[tuple[int, str, str, str], list[_Slot]]:
     for gpu in gpus:
         key = (gpu.node.cluster_id, gpu.node.group.name, gpu.model)
         if not gpu.mig_enabled:
-            found[(*key, mig.FULL_GPU)].append(_Slot(gpu, mig.FULL_GPU, 0, mig.MEMORY_SLICES, gpu.uuid))
+            found[(*key, WHOLE.profile)].append(_Slot(gpu, WHOLE.profile, 0, mig.MEMORY_SLICES, gpu.uuid))
             continue
         model = mig.gpu_model(gpu.model)
         for instance in gpu.layout:
@@ -174,7 +175,7 @@ def _record(past: PastPool, cluster_id: int, chosen: list[_Slot], rows: _Rows) -
         slot.held.append((reserved, released))
         allocation = Allocation(
             pool=pool, gpu=slot.gpu, profile=slot.profile, slices=NumericRange(slot.lower, slot.upper),
-            resource_name=mig.resource_name(slot.profile), instance_uuid=slot.uuid, released_at=released,
+            resource_name=kinds.resource_name(slot.profile), instance_uuid=slot.uuid, released_at=released,
             allocated_at=reserved, request=request,
         )  # fmt: skip
         rows.allocations.append(allocation)

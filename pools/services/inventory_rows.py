@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from pools.conf import settings
 from pools.drivers.base import NodeInfo, PodInfo
-from pools.mig import profile_from_resource
+from pools.kinds import profile_of_resource
 from pools.models import Cluster, GpuCapacity, Health, NodeCapacity, SpecAndCount, WorkloadProfile
 from portal.models import Project
 
@@ -208,7 +208,7 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
             }
         for resource, count in info.resources.items():
             wanted_specs[(node_id, resource)] = {
-                "profile": profile_from_resource(resource) or resource,
+                "profile": profile_of_resource(resource) or resource,
                 "capacity": count.capacity,
                 "allocatable": count.allocatable,
             }

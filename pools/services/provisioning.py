@@ -38,7 +38,8 @@ from pools.drivers.base import (
     MigInstanceInfo,
     driver_for,
 )
-from pools.mig import FULL_GPU, MigState
+from pools.kinds import kind_of
+from pools.mig import MigState
 from pools.models import IN_USE_STATES, Allocation, GpuCapacity, Pool, PoolState
 from pools.placement.reasons import Reason
 from pools.services.ends import cancel_changes
@@ -230,7 +231,7 @@ def _ask_mig_change(pool: Pool, driver, node: str, layouts: list[GpuLayout]) -> 
 def bind_instances(pool: Pool) -> None:
     """Record the UUID of each MIG instance the pool holds, now that the cluster reports them."""
     for allocation in Allocation.objects.filter(pool=pool, released_at__isnull=True).select_related("gpu"):
-        if allocation.profile == FULL_GPU:
+        if kind_of(allocation.profile).takes_whole_gpu:
             uuid = allocation.gpu.uuid
         else:
             uuid = next(

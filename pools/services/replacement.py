@@ -39,7 +39,7 @@ from django.utils.translation import gettext as _
 from pools import placement, task_names
 from pools.conf import settings
 from pools.drivers.base import DriverError, driver_for
-from pools.mig import FULL_GPU, resource_name
+from pools.kinds import kind_of, resource_name
 from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
@@ -132,7 +132,7 @@ def _takes_no_work(gpu: GpuCapacity) -> bool:
 
 
 def _where(gpu: GpuCapacity, profile: str, start: int | None) -> str:
-    at = "" if profile == FULL_GPU or start is None else f" @{start}"
+    at = "" if kind_of(profile).takes_whole_gpu or start is None else f" @{start}"
     return f"{profile} {gpu.node.name} GPU {gpu.index}{at}"
 
 

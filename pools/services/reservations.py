@@ -15,7 +15,8 @@ from django.db import connection
 from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.db.models import Count, F, QuerySet
 
-from pools import capacity_version, mig, placement
+from pools import capacity_version, kinds, placement
+from pools.gpu_models import model_info
 from pools.models import Allocation, GpuCapacity, Pool, PoolItem, PoolRequest, SpecAndCount
 
 QUEUE_LOCK = 0x6770_7571  # pg advisory lock key of reserved capacity (the admission queue's)
@@ -48,18 +49,18 @@ def reserve_plan(
             pool=pool,
             gpu_id=int(a.gpu),
             profile=a.profile,
-            slices=NumericRange(0, mig.MEMORY_SLICES)
-            if a.profile == mig.FULL_GPU
-            else NumericRange(
-                a.start, a.start + mig.gpu_model(gpus[int(a.gpu)].model).profile(a.profile).memory_slices
-            ),
-            resource_name=mig.resource_name(a.profile),
+            slices=NumericRange(*_slots(gpus[int(a.gpu)].model, a.profile, a.start)),
+            resource_name=kinds.resource_name(a.profile),
             allocated_at=at,
             request=request,
         )
         for a in plan.assignments
     )
     return {g.node_id for g in gpus.values()}
+
+
+def _slots(model: str, profile: str, start: int | None) -> tuple[int, int]:
+    return kinds.kind_of(profile).slots(model_info(model), profile, start)
 
 
 def add_items(pool: Pool, plan: placement.Placement) -> None:
@@ -124,7 +125,7 @@ def recount_allocated(node_ids: set[int]) -> None:
             SpecAndCount(
                 node_id=node_id,
                 resource_name=resource,
-                profile=mig.profile_from_resource(resource) or resource,
+                profile=kinds.profile_of_resource(resource) or resource,
                 allocated=n,
             )
             for (node_id, resource), n in sorted(wanted.items())

@@ -7,7 +7,7 @@ import factory
 from django.db.models import Max
 from django.utils import timezone
 
-from pools import mig
+from pools import kinds, mig
 from pools.models import Health
 
 
@@ -128,6 +128,6 @@ class SpecAndCountFactory(factory.django.DjangoModelFactory):
 
     node = factory.SubFactory(NodeCapacityFactory)
     profile = mig.FULL_GPU
-    resource_name = factory.LazyAttribute(lambda s: mig.resource_name(s.profile))
+    resource_name = factory.LazyAttribute(lambda s: kinds.resource_name(s.profile))
     capacity = 1
     allocatable = factory.SelfAttribute("capacity")

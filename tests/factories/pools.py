@@ -7,7 +7,7 @@ import factory
 from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.utils import timezone
 
-from pools import mig
+from pools import kinds, mig
 from pools.models import PoolItem, PoolState, RequestState
 from pools.specs import parse_spec
 from tests.factories.capacity import ClusterFactory, GpuCapacityFactory
@@ -176,7 +176,7 @@ class AllocationFactory(factory.django.DjangoModelFactory):
     )
     profile = mig.FULL_GPU
     slices = None  # the first free ones, chosen in _create
-    resource_name = factory.LazyAttribute(lambda a: mig.resource_name(a.profile))
+    resource_name = factory.LazyAttribute(lambda a: kinds.resource_name(a.profile))
     released_at = factory.LazyAttribute(lambda a: a.pool.released_at)
 
     @classmethod

@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from monitoring.collectors import Collector, GpuReading, InstanceReading, Reading
+from pools.gpu_models import model_from_node_labels
 from pools.mig import (
     MEMORY_SLICES,
     Instance,
     UnknownGpuModel,
     gpu_model,
     layout_errors,
-    model_from_node_labels,
 )
 
 MAX_TEMPERATURE_C = 120  # a GPU throttles, then shuts down, well below this

@@ -190,6 +190,17 @@ def test_every_catalogue_model_and_profile_can_be_simulated(model):
         assert reading.memory_used_bytes == sum(i.memory_used_bytes for i in reading.instances)
 
 
+def test_a_gpu_outside_the_mig_catalogue_is_simulated_whole_and_never_with_mig():
+    whole = SimulatedGpu(0, "l40s-0", "L40S-48GB")
+    readings = assert_honours_contract(
+        simulated(hosts=(SimulatedHost("n", (whole,)),), busy={("l40s-0", WHOLE_GPU): "pool-1"})
+    )
+    assert readings[0].gpus[0].memory_total_bytes == 46_068 << 20
+    assert readings[0].gpus[0].instances == ()
+    with pytest.raises(ValueError, match="L40S-48GB has no MIG geometry"):
+        simulated(hosts=(SimulatedHost("n", (SimulatedGpu(0, "l40s-1", "L40S-48GB", True),)),))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(min_value=0, max_value=2**32),

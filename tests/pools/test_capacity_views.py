@@ -298,8 +298,8 @@ def test_the_summary_reads_in_the_same_queries_for_a_bigger_fleet_and_agrees_wit
 def test_the_overview_figures_equal_the_sums_of_each_gpu(synced, tenancy, staff_user):
     """Per cluster × group, on a synced fleet with pools, drained and unhealthy GPUs: the SQL figures are
     what adding up each GPU (GpuCapacity.compute, its flags, its live allocations) gives."""
+    from pools.kinds import counted_slices
     from pools.selectors import overview
-    from pools.selectors.capacity import compute_slices_of
     from pools.services import admit_waiting, approve_request, submit_request
 
     training = GpuGroupFactory(cluster=synced, name="training")
@@ -323,7 +323,7 @@ def test_the_overview_figures_equal_the_sums_of_each_gpu(synced, tenancy, staff_
     held = {a.gpu_id for a in live}
     for a in live.select_related("gpu__node"):
         row = expected.setdefault((a.gpu.node.cluster_id, a.gpu.node.group_id), {})
-        row["allocated"] = row.get("allocated", 0) + compute_slices_of(a.gpu.model, a.profile)
+        row["allocated"] = row.get("allocated", 0) + counted_slices(a.gpu.model, a.profile)
     for gpu in GpuCapacity.objects.filter(present=True, node__present=True).select_related("node"):
         row = expected.setdefault((gpu.node.cluster_id, gpu.node.group_id), {})
         drained = gpu.drained or gpu.node.drained

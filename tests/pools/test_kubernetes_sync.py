@@ -65,10 +65,10 @@ def test_server_errors_are_recorded(kube, cluster):
     ("labels", "product", "message"),
     [
         ({"nvidia.com/gpu.count": "eight"}, "NVIDIA-H200", "cannot read"),
-        ({}, "NVIDIA-L40S", "L40S"),
+        ({"nvidia.com/gpu.memory": "0"}, "NVIDIA-L40S", "nvidia.com/gpu.memory"),
         ({"nvidia.com/mig.config": "not-in-the-map"}, "NVIDIA-H200", "not-in-the-map"),
     ],
-    ids=["malformed-count", "unknown-model", "unknown-config"],
+    ids=["malformed-count", "no-memory-label", "unknown-config"],
 )
 def test_a_node_that_cannot_be_read_is_shown_with_why_and_the_rest_goes_on(
     labels, product, message, kube, cluster
@@ -81,6 +81,45 @@ def test_a_node_that_cannot_be_read_is_shown_with_why_and_the_rest_goes_on(
     assert message in bad.error and bad.gpus.count() == 0
     good = NodeCapacity.objects.get(name="good")
     assert good.error == "" and good.gpus.count() == 8
+
+
+def test_gpus_outside_the_mig_catalogue_are_pooled_whole_and_placed(kube, cluster, tenancy, approver):
+    from pools.selectors import node_views, spec_offers
+    from pools.services import admit_waiting, approve_request, submit_request
+    from portal.errors import InvalidInput
+
+    kube.add_gpu_node("l40s", product="NVIDIA-L40S", memory_mib=46068, mig_capable=False)
+    kube.add_gpu_node("a30", gpus=4, product="NVIDIA-A30", memory_mib=24576, mig_capable=True)
+    kube.add_gpu_node("h200", product="NVIDIA-H200")
+    assert sync_inventory(cluster=cluster).ok
+    nodes = {node.name: node for node in NodeCapacity.objects.all()}
+    assert {name: (n.error, n.gpu_model, n.gpus.count()) for name, n in nodes.items()} == {
+        "l40s": ("", "L40S-48GB", 8),
+        "a30": ("", "A30-24GB", 4),
+        "h200": ("", "H200-141GB", 8),
+    }
+    assert not nodes["l40s"].gpus.filter(mig_enabled=True).exists()
+    offered = {offer.spec.id: offer.total for offer in spec_offers()}
+    assert offered["l40s-48gb.full"] == 8 and offered["a30-24gb.full"] == 4
+    assert not [spec for spec in offered if spec.startswith(("l40s-48gb.mig", "a30-24gb.mig"))]
+    assert offered["h200-141gb.mig-1g.18gb"] == 56
+
+    reasons = {view.node.name: view.whole_only for view in node_views(NodeCapacity.objects.all())}
+    assert reasons["h200"] == ""
+    assert reasons["l40s"] == "L40S-48GB has no MIG: its GPUs are given out whole."
+    assert "A30-24GB can run MIG, but the catalogue has no MIG geometry for it yet" in reasons["a30"]
+
+    with pytest.raises(InvalidInput, match=r"is offered as l40s-48gb\.full\."):
+        submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("l40s-48gb.mig-1g.12gb", 1)])
+    request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("l40s-48gb.full", 3)])
+    approve_request(request_id=request.pk, approver=approver)
+    admit_waiting()
+    request.refresh_from_db()
+    held = request.pool.allocations.filter(released_at__isnull=True)
+    assert (
+        sorted((a.gpu.node.name, a.profile, a.resource_name) for a in held)
+        == [("l40s", "full", "nvidia.com/gpu")] * 3
+    )
 
 
 TOO_BIG = """version: v1

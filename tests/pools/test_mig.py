@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from pools.kinds import profile_of_resource, resource_name
 from pools.mig import (
     FULL_GPU_RESOURCE,
     GPU_MODELS,
@@ -12,26 +13,41 @@ from pools.mig import (
     UnknownGpuModel,
     UnknownProfile,
     gpu_model,
-    model_from_node_labels,
-    profile_from_resource,
-    resource_name,
 )
 
 # Typed from the published profile tables (NVIDIA's MIG User Guide, "Supported MIG Profiles") and the
 # placements `nvidia-smi mig -lgipp` lists, not from pools/mig.py, so that a typo in either shows.
-# Columns: class, A100-40GB, A100-80GB and H100-80GB, H200-141GB, B200-180GB, memory slices, compute,
-# max count, starts.
+# Columns: class, A100-40GB, A100-80GB and H100-80GB, H100-94GB (H100 NVL), GH200-96GB, H200-141GB,
+# B200-180GB, GB200-186GB, memory slices, compute, max count, starts.
 REFERENCE_TABLE = """
-| 1g     | 1g.5gb | 1g.10gb | 1g.18gb | 1g.23gb | 1 | 1 | 7 | 0,1,2,3,4,5,6 |
-| 1g+me  | 1g.5gb+me | 1g.10gb+me | 1g.18gb+me | 1g.23gb+me | 1 | 1 | 1 | 0,1,2,3,4,5,6 |
-| 1g (2 mem) | 1g.10gb | 1g.20gb | 1g.35gb | 1g.45gb | 2 | 1 | 4 | 0,2,4,6 |
-| 2g     | 2g.10gb | 2g.20gb | 2g.35gb | 2g.45gb | 2 | 2 | 3 | 0,2,4 |
-| 3g     | 3g.20gb | 3g.40gb | 3g.71gb | 3g.90gb | 4 | 3 | 2 | 0,4 |
-| 4g     | 4g.20gb | 4g.40gb | 4g.71gb | 4g.90gb | 4 | 4 | 1 | 0 |
-| 7g     | 7g.40gb | 7g.80gb | 7g.141gb | 7g.180gb | 8 | 7 | 1 | 0 |
-"""
-TABLE_COLUMN = {"A100-40GB": 1, "A100-80GB": 2, "H100-80GB": 2, "H200-141GB": 3, "B200-180GB": 4}
-MODEL_MEMORY_GB = {"A100-40GB": 40, "A100-80GB": 80, "H100-80GB": 80, "H200-141GB": 141, "B200-180GB": 180}
+| 1g     | 1g.5gb | 1g.10gb | 1g.12gb | 1g.12gb | 1g.18gb | 1g.23gb | 1g.23gb | 1 | 1 | 7 | 0,1,2,3,4,5,6 |
+| 1g+me  | 1g.5gb+me | 1g.10gb+me | 1g.12gb+me | 1g.12gb+me | 1g.18gb+me | 1g.23gb+me | 1g.23gb+me | 1 | 1 | 1 | 0,1,2,3,4,5,6 |
+| 1g (2 mem) | 1g.10gb | 1g.20gb | 1g.24gb | 1g.24gb | 1g.35gb | 1g.45gb | 1g.47gb | 2 | 1 | 4 | 0,2,4,6 |
+| 2g     | 2g.10gb | 2g.20gb | 2g.24gb | 2g.24gb | 2g.35gb | 2g.45gb | 2g.47gb | 2 | 2 | 3 | 0,2,4 |
+| 3g     | 3g.20gb | 3g.40gb | 3g.47gb | 3g.48gb | 3g.71gb | 3g.90gb | 3g.93gb | 4 | 3 | 2 | 0,4 |
+| 4g     | 4g.20gb | 4g.40gb | 4g.47gb | 4g.48gb | 4g.71gb | 4g.90gb | 4g.93gb | 4 | 4 | 1 | 0 |
+| 7g     | 7g.40gb | 7g.80gb | 7g.94gb | 7g.96gb | 7g.141gb | 7g.180gb | 7g.186gb | 8 | 7 | 1 | 0 |
+"""  # noqa: E501
+TABLE_COLUMN = {
+    "A100-40GB": 1,
+    "A100-80GB": 2,
+    "H100-80GB": 2,
+    "H100-94GB": 3,
+    "GH200-96GB": 4,
+    "H200-141GB": 5,
+    "B200-180GB": 6,
+    "GB200-186GB": 7,
+}
+MODEL_MEMORY_GB = {
+    "A100-40GB": 40,
+    "A100-80GB": 80,
+    "H100-80GB": 80,
+    "H100-94GB": 94,
+    "GH200-96GB": 96,
+    "H200-141GB": 141,
+    "B200-180GB": 180,
+    "GB200-186GB": 186,
+}
 USABLE_GIB = {
     ("H100-80GB", "1g"): 9.75,
     ("H100-80GB", "2g"): 19.62,
@@ -61,9 +77,9 @@ def _reference_rows() -> list[Row]:
     for line in REFERENCE_TABLE.strip().splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         for model, column in TABLE_COLUMN.items():
-            starts = tuple(int(start) for start in cells[8].split(","))
+            starts = tuple(int(start) for start in cells[11].split(","))
             rows.append(
-                Row(model, cells[0], cells[column], int(cells[5]), int(cells[6]), int(cells[7]), starts)
+                Row(model, cells[0], cells[column], int(cells[8]), int(cells[9]), int(cells[10]), starts)
             )
     return rows
 
@@ -156,7 +172,7 @@ RESOURCES = [
 @pytest.mark.parametrize(("profile", "resource"), RESOURCES)
 def test_resource_names_both_ways(profile, resource):
     assert resource_name(profile) == resource
-    assert profile_from_resource(resource) == profile
+    assert profile_of_resource(resource) == profile
 
 
 def test_full_gpu_resource_is_the_plain_gpu():
@@ -168,7 +184,7 @@ def test_every_catalogue_profile_round_trips_through_its_resource(row):
     profile = gpu_model(row.model).profile(row.name)
     expected = "nvidia.com/mig-" + row.name.replace("+me", ".me")
     assert profile.resource_name == expected
-    assert profile_from_resource(expected) == row.name
+    assert profile_of_resource(expected) == row.name
 
 
 @pytest.mark.parametrize(
@@ -185,54 +201,4 @@ def test_every_catalogue_profile_round_trips_through_its_resource(row):
     ],
 )
 def test_other_resources_have_no_profile(resource):
-    assert profile_from_resource(resource) is None
-
-
-# --- node labels ----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("product", "memory_mib", "model"),
-    [
-        ("NVIDIA-H200", 143771, "H200-141GB"),
-        ("NVIDIA-H100-80GB-HBM3", 81559, "H100-80GB"),
-        ("NVIDIA-H100-SXM5-80GB", 81559, "H100-80GB"),
-        ("NVIDIA-H100-80GB-HBM3", None, "H100-80GB"),
-        ("NVIDIA-H100-PCIe", 81559, "H100-80GB"),
-        ("NVIDIA-A100-SXM4-40GB", 40960, "A100-40GB"),
-        ("NVIDIA-A100-SXM4-80GB", 81920, "A100-80GB"),
-        ("NVIDIA-A100-PCIE-40GB", 40960, "A100-40GB"),
-        ("NVIDIA-A100-80GB-PCIe", 81920, "A100-80GB"),
-        ("NVIDIA-A100-SXM4", 40960, "A100-40GB"),
-        ("NVIDIA-A100-SXM4", 81920, "A100-80GB"),
-        ("NVIDIA-B200", 183359, "B200-180GB"),
-        # the product's size wins over the memory label
-        ("NVIDIA-A100-SXM4-80GB", 40960, "A100-80GB"),
-        # single strategy appends the MIG profile, whose "5gb" is not the card's size
-        ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", 40960, "A100-40GB"),
-        ("NVIDIA-A100-SXM4-MIG-1g.10gb", 81920, "A100-80GB"),
-    ],
-)
-def test_model_from_node_labels(product, memory_mib, model):
-    assert model_from_node_labels(product, memory_mib) == model
-
-
-@pytest.mark.parametrize(
-    ("product", "memory_mib"),
-    [
-        ("NVIDIA-L40S", 46068),
-        ("Tesla-T4", 15360),
-        ("", None),
-        ("NVIDIA-H200", None),  # no size anywhere
-        ("NVIDIA-H100-NVL", 95830),  # 94 GB: 17 % from the 80 GB model
-        ("NVIDIA-H100-94GB", 95830),  # a size the catalogue does not have
-        ("NVIDIA-GH200-480GB", 97871),  # Grace Hopper, not an H200
-        ("NVIDIA-GB200", 189471),  # Grace Blackwell, not a B200
-        ("NVIDIA-A100-PCIE", 65536),  # 64 GiB: 20 % from both A100 sizes
-    ],
-)
-def test_model_from_node_labels_refuses_gpus_outside_the_catalogue(product, memory_mib):
-    with pytest.raises(UnknownGpuModel) as refused:
-        model_from_node_labels(product, memory_mib)
-    assert isinstance(refused.value, ValueError)
-    assert all(name in str(refused.value) for name in MODELS)
+    assert profile_of_resource(resource) is None

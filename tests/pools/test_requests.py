@@ -42,7 +42,7 @@ def test_a_member_submits_and_sees_the_request(fleet, tenancy, api_for):
 @pytest.mark.parametrize(
     ("overrides", "field_or_message"),
     [
-        ({"items": [{"spec": "h200-141gb.mig-9g.99gb", "count": 1}]}, "has the MIG profiles"),
+        ({"items": [{"spec": "h200-141gb.mig-9g.99gb", "count": 1}]}, "is offered as h200-141gb.full,"),
         ({"items": [{"spec": "rtx-4090.full", "count": 1}]}, "Unknown spec"),
         ({"items": [{"spec": "h100-80gb.full", "count": 0}]}, "items"),
         ({"items": [{"spec": "h100-80gb.full", "count": -3}]}, "items"),
