@@ -11,11 +11,18 @@ from functools import lru_cache
 from pools.gpu_models import ModelInfo, UnknownGpuModel, model_info
 from pools.kinds.base import GpuKind, UnknownProfile
 from pools.kinds.mig_instances import MigInstances
+from pools.kinds.shares import MPS, SHARE_COUNTS, SHARED_RESOURCE, TIME_SLICED, Shares
 from pools.kinds.whole import Whole
 
 __all__ = [
+    "DEFAULT_OFFERS",
     "KINDS",
     "MIG",
+    "MPS",
+    "SHARED_RESOURCE",
+    "SHARE_COUNTS",
+    "SHARE_KINDS",
+    "TIME_SLICED",
     "WHOLE",
     "GpuKind",
     "UnknownProfile",
@@ -23,16 +30,74 @@ __all__ = [
     "counted_slices",
     "kind_named",
     "kind_of",
+    "parse_offers",
     "profile_of_resource",
     "profiles_of",
     "resource_name",
+    "share_kind",
+    "share_profile",
 ]
 
 WHOLE = Whole()
 MIG = MigInstances()
 # In the order specs are offered: a whole GPU first, then its parts.
 KINDS: tuple[GpuKind, ...] = (WHOLE, MIG)
+SHARE_KINDS: tuple[Shares, ...] = (TIME_SLICED, MPS)
 _BY_NAME = {kind.name: kind for kind in KINDS}
+# What a GPU group offers unless an operator says otherwise: whole GPUs and MIG instances.
+DEFAULT_OFFERS = (WHOLE.name, MIG.name)
+
+
+def share_profile(strategy: str, replicas: int) -> str:
+    """The share profile of feature discovery's `nvidia.com/gpu.sharing-strategy` and `.replicas` labels;
+    "" for a node whose GPUs are not shared. Raises ValueError for a strategy or count the portal cannot
+    give out."""
+    if strategy in ("", "none") or replicas <= 1:
+        return ""
+    for kind in SHARE_KINDS:
+        if kind.strategy == strategy:
+            if replicas not in SHARE_COUNTS:
+                raise ValueError(
+                    f"{replicas} {strategy} replicas per GPU: the portal gives out {SHARE_COUNTS.start} to "
+                    f"{SHARE_COUNTS.stop - 1} shares of a GPU."
+                )
+            return kind.profile_of(replicas)
+    raise ValueError(f"Unknown sharing strategy {strategy!r}; the device plugin's are time-slicing and mps.")
+
+
+def share_kind(profile: str) -> Shares:
+    """The kind of a share profile; ValueError for a profile that is no share's."""
+    for kind in SHARE_KINDS:
+        if kind.owns(profile):
+            return kind
+    raise ValueError(f"{profile!r} is not a share profile (such as ts-4 or mps-2).")
+
+
+def parse_offers(values: object) -> tuple[str, ...]:
+    """A GPU group's offers, checked: a list of kind names (whole, mig) and share profiles (ts-4, mps-2),
+    each once. Raises ValueError saying what is wrong."""
+    if not isinstance(values, list | tuple) or not all(isinstance(value, str) for value in values):
+        raise ValueError("Offers are a list of names, such as whole, mig, ts-4 or mps-2.")
+    if not values:
+        raise ValueError("A GPU group offers at least one kind.")
+    if len(set(values)) != len(values):
+        raise ValueError("Each offer is listed once.")
+    for value in values:
+        if value in (WHOLE.name, MIG.name):
+            continue
+        try:
+            share_kind(value).replicas(value)
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is no offer: offers are whole, mig, and shares ts-N (time-sliced) or mps-N (MPS) "
+                f"with N from {SHARE_COUNTS.start} to {SHARE_COUNTS.stop - 1}."
+            ) from None
+        if share_kind(value).replicas(value) not in SHARE_COUNTS:
+            raise ValueError(
+                f"{value!r}: a GPU is shared {SHARE_COUNTS.start} to {SHARE_COUNTS.stop - 1} ways, as the "
+                "device plugin allows at least 2 replicas and the portal keeps at most 8 shares per GPU."
+            )
+    return tuple(values)
 
 
 @lru_cache(maxsize=4096)

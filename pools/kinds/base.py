@@ -54,6 +54,11 @@ class GpuKind(ABC):
     def profile_of_token(self, token: str) -> str | None:
         """The profile a spec id's token names, when the token is this kind's; None otherwise."""
 
+    def offer_of(self, profile: str) -> str:
+        """What a GPU group must offer for a unit of the profile to be placed on its GPUs: the kind's name,
+        or for a share the profile itself (a group offers time-slicing in fours, not time-slicing)."""
+        return self.name
+
     def profile_label(self, profile: str) -> str:
         """The profile as people read it after its model; translated by pools/specs.py."""
         return profile
