@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from zoneinfo import ZoneInfo
 
 from django.contrib.auth import get_user_model
@@ -126,8 +127,9 @@ PAST_POOLS = (
 
 def share_price(gpu_model: str, profile: str) -> Decimal:
     full = FULL_GPU_HOURLY[gpu_model]
-    compute = kinds.compute_slices(gpu_model, profile)
-    return (full * compute / mig.COMPUTE_SLICES).quantize(Decimal("1"), rounding=ROUND_HALF_UP)
+    compute = Fraction(kinds.compute_slices(gpu_model, profile))
+    price = full * compute.numerator / compute.denominator / mig.COMPUTE_SLICES
+    return price.quantize(Decimal("1"), rounding=ROUND_HALF_UP)
 
 
 def load(stdout) -> None:

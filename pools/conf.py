@@ -33,7 +33,7 @@ settings = AppSettings(
     POOL_REDRIVE_SECONDS=Setting.int(lambda s: s.MIG_PENDING_TIMEOUT_SECONDS + 300, minimum=0),
     POOL_STUCK_SECONDS=Setting.int(lambda s: 2 * s.POOL_REDRIVE_SECONDS, minimum=0),
     POOL_SWEEP_SECONDS=Setting.int(60, minimum=1),
-    # The simulated GPU Operator's delay between a layout change and its success.
+    # The simulated GPU Operator's delay between a layout or sharing change and its success.
     SIMULATED_MIG_APPLY_SECONDS=Setting.float(8.0, minimum=0),
     # --- Quotas (pools/models/quotas.py) ------------------------------------------------------------------
     # The limit, in compute slices, of a tenant in a GPU group and model where it has no quota (none: none).

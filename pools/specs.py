@@ -90,8 +90,15 @@ def parse_spec(spec_id: str) -> Spec:
             except UnknownProfile:
                 break
             return Spec(model.name, profile)
-    offered = ", ".join(Spec(model.name, p).id for p in kinds.profiles_of(model))
-    raise UnknownSpec(f"Unknown spec {spec_id!r}: {model.name} is offered as {offered}.")
+    offered = ", ".join(
+        Spec(model.name, p).id for p in kinds.profiles_of(model) if kind_of(p) not in kinds.SHARE_KINDS
+    )
+    counts = kinds.SHARE_COUNTS
+    shares = " or ".join(f"{model.name.lower()}.{kind.prefix}-N" for kind in kinds.SHARE_KINDS)
+    raise UnknownSpec(
+        f"Unknown spec {spec_id!r}: {model.name} is offered as {offered}, or in shares {shares} "
+        f"(N from {counts.start} to {counts.stop - 1}) where a GPU group offers them."
+    )
 
 
 def specs_of(models: list[str]) -> list[Spec]:

@@ -1,14 +1,17 @@
-"""Django admin of capacity: clusters (kubeconfig and Prometheus credential write-only), groups, nodes and
-GPUs with drain actions."""
+"""Django admin of capacity: clusters (kubeconfig and Prometheus credential write-only), groups and what they
+offer, nodes and GPUs with drain actions."""
 
 from __future__ import annotations
+
+import json
+import re
 
 from django import forms
 from django.contrib import admin, messages
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from pools import capacity_version, selectors, services
+from pools import capacity_version, kinds, selectors, services
 from pools.models import Cluster, GpuCapacity, GpuGroup, NodeCapacity, SpecAndCount, WorkloadProfile
 from portal.errors import PortalError
 
@@ -33,8 +36,21 @@ class ClusterForm(forms.ModelForm):
 
     class Meta:
         model = Cluster
-        fields = ["name", "driver", "context", "in_cluster", "mig_config_map", "prometheus_url"]
+        fields = [
+            "name",
+            "driver",
+            "context",
+            "in_cluster",
+            "mig_config_map",
+            "device_plugin_config_map",
+            "prometheus_url",
+        ]
         field_classes = {"prometheus_url": _UrlField}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "device_plugin_config_map" in self.fields:  # left empty: keep the stored one, or the default
+            self.fields["device_plugin_config_map"].required = False
 
     def registration(self) -> services.ClusterSettings:
         """What to register; name and driver never change once a cluster exists."""
@@ -46,6 +62,7 @@ class ClusterForm(forms.ModelForm):
             context=data.get("context", ""),
             in_cluster=data.get("in_cluster", False),
             mig_config_map=data.get("mig_config_map", ""),
+            device_plugin_config_map=data.get("device_plugin_config_map", ""),
             prometheus_url=data.get("prometheus_url", ""),
         )
 
@@ -136,11 +153,61 @@ class ClusterAdmin(admin.ModelAdmin):
         )
 
 
+class OffersField(forms.CharField):
+    """A group's offers typed as names apart (`whole, mig, ts-4`) or as a JSON list; checked by the kinds."""
+
+    def prepare_value(self, value):
+        if isinstance(value, list | tuple):
+            return ", ".join(str(offer) for offer in value)
+        if isinstance(value, str) and value.startswith("["):
+            try:
+                return self.prepare_value(json.loads(value))
+            except ValueError:
+                pass
+        return value
+
+    def to_python(self, value):
+        text = super().to_python(value).strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise forms.ValidationError(
+                    _("Name the offers apart, e.g. whole, mig, ts-4."), code="offers"
+                ) from None
+        return [offer for offer in re.split(r"[\s,]+", text) if offer]
+
+    def validate(self, value):
+        try:
+            kinds.parse_offers(value)
+        except ValueError as error:
+            raise forms.ValidationError(
+                _("%(why)s Name the offers apart, e.g. whole, mig, ts-4.") % {"why": error}, code="offers"
+            ) from None
+
+
+class GpuGroupForm(forms.ModelForm):
+    offers = OffersField(
+        label=_("offers"),
+        required=False,  # empty is refused by the kinds, saying what a group may offer
+        help_text=_(
+            "What the group gives out, e.g. whole, mig, ts-4: whole GPUs, MIG instances, and shares of a "
+            "GPU, ts-N time-sliced or mps-N under MPS, N from 2 to 8. A node shares its MIG-off GPUs one way "
+            "at a time."
+        ),
+    )
+
+    class Meta:
+        model = GpuGroup
+        fields = ["cluster", "name", "description", "offers"]
+
+
 @admin.register(GpuGroup)
 class GpuGroupAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
-    list_display = ["name", "cluster", "description", "node_count"]
+    form = GpuGroupForm
+    list_display = ["name", "cluster", "description", "offer_list", "node_count"]
     list_filter = ["cluster"]
     search_fields = ["name", "description", "cluster__name"]
 
@@ -152,6 +219,10 @@ class GpuGroupAdmin(admin.ModelAdmin):
     @admin.display(description=_("nodes"), ordering="node_count")
     def node_count(self, group):
         return group.node_count
+
+    @admin.display(description=_("offers"))
+    def offer_list(self, group):
+        return ", ".join(group.offers) if isinstance(group.offers, list) else ""
 
     # Groups decide where work lands: availability computed before a change no longer holds.
     def save_model(self, request, obj, form, change):
@@ -239,6 +310,8 @@ class NodeCapacityAdmin(DrainActions, admin.ModelAdmin):
         "mig_strategy",
         "mig_config",
         "mig_state",
+        "sharing",
+        "sharing_config",
         "drained",
         "present",
         "error",

@@ -89,8 +89,13 @@ class NodeInfo:
     # cluster then cannot tell each GPU's layout, and the portal keeps its last known GPU rows.
     gpus_known: bool = True
     # Why this node's GPUs could not be read (malformed labels, unknown model, invalid layout, a
-    # failed MIG change). When set, the portal keeps the node's previous GPU rows untouched.
+    # failed MIG change, a sharing the portal cannot give out). When set, the portal keeps the node's
+    # previous GPU rows untouched.
     error: str = ""
+    # The share profile its MIG-off GPUs are advertised as (pools/kinds/shares.py), as feature discovery
+    # labels it: "" when they are not shared.
+    sharing: str = ""
+    sharing_config: str = ""  # the device plugin config its nvidia.com/device-plugin.config label asks for
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,16 @@ class MigStatus:
     state: MigState
 
 
+@dataclass(frozen=True)
+class SharingStatus:
+    """What a node's labels say of its sharing now: the device plugin config asked for, and the share
+    profile its MIG-off GPUs show ("" for none). The two disagree until the plugin has applied the config,
+    and for good when it cannot (the node then advertises no MIG-off GPU at all)."""
+
+    config: str
+    sharing: str
+
+
 class ClusterDriver(Protocol):
     def inventory(self) -> list[NodeInfo]:
         """Every node, with its GPUs, MIG layouts and nvidia.com/* resources."""
@@ -140,6 +155,18 @@ class ClusterDriver(Protocol):
         """
 
     def mig_state(self, node: str) -> MigStatus: ...
+
+    def apply_sharing(self, node: str, profile: str) -> str:
+        """Put the node's MIG-off GPUs in a share mode: a share profile (`ts-4`, `mps-2`), or "" for none.
+
+        Writes the portal's config for that mode into the cluster's device-plugin ConfigMap, under a key
+        named after the mode (`portal-ts-4`, `portal-none`) that always means the same (the plugin reads a
+        config again only when a node's label changes), and labels the node with it; returns that key.
+        Refuses a profile that is no share's, a node the cluster does not have, and a node whose MIG
+        change is still under way.
+        """
+
+    def sharing_state(self, node: str) -> SharingStatus: ...
 
     def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None:
         """Create the namespace with these labels, or re-label one the portal created before.

@@ -6,6 +6,9 @@ mig-parted config the node's `nvidia.com/mig.config` label names: the portal
 writes one config per node and change, with one entry per device, so GPUs it does
 not touch keep their layout (mig-parted skips them). Starts are not visible
 through the Kubernetes API; they are derived the way mig-parted places profiles.
+Shares of MIG-off GPUs (time-sliced, MPS) follow the device plugin config the node's
+`nvidia.com/device-plugin.config` label names: the portal adds its configs, one per
+share mode (pools/drivers/device_plugin.py), to the ConfigMap the plugin is told of.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from pools import mig
+from pools.drivers import device_plugin
 from pools.drivers.base import (
     QUOTA_NAME,
     ClusterUnauthorised,
@@ -37,6 +41,7 @@ from pools.drivers.base import (
     NodeInfo,
     PodInfo,
     ResourceCount,
+    SharingStatus,
     portal_manages,
     register,
 )
@@ -108,6 +113,7 @@ class KubernetesDriver:
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.config_namespace, self.config_name = cluster.mig_config_map_ref
+        self.plugin_namespace, self.plugin_name = cluster.device_plugin_config_map_ref
         self._core: client.CoreV1Api | None = None
 
     @property
@@ -183,8 +189,10 @@ class KubernetesDriver:
             "mig_strategy": labels.get("nvidia.com/mig.strategy", ""),
             "mig_config": labels.get(MIG_CONFIG_LABEL, ""),
             "mig_state": labels.get(MIG_STATE_LABEL, MigState.UNKNOWN.value),
+            "sharing_config": labels.get(device_plugin.CONFIG_LABEL, ""),
         }
         try:
+            base["sharing"] = device_plugin.profile_of_labels(labels)
             resources = {
                 name: ResourceCount(_quantity(value), _quantity(allocatable.get(name, "0")))
                 for name, value in capacity.items()
@@ -281,6 +289,22 @@ class KubernetesDriver:
             state=MigState(state) if state in MigState._value2member_map_ else MigState.UNKNOWN,
         )
 
+    def sharing_state(self, node: str) -> SharingStatus:
+        with _translated_errors(f"read node {node}"):
+            labels = self._node_labels(node)
+            return SharingStatus(
+                config=labels.get(device_plugin.CONFIG_LABEL, ""),
+                sharing=device_plugin.profile_of_labels(labels),
+            )
+
+    def _node_labels(self, node: str) -> dict[str, str]:
+        try:
+            return self.core.read_node(node, _request_timeout=TIMEOUT).metadata.labels or {}
+        except ApiException as error:
+            if error.status == 404:
+                raise device_plugin.no_such_node(node) from None
+            raise
+
     # --- changing ------------------------------------------------------------------------
 
     def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
@@ -308,6 +332,59 @@ class KubernetesDriver:
                 _request_timeout=TIMEOUT,
             )
         return name
+
+    def apply_sharing(self, node: str, profile: str) -> str:
+        device_plugin.check_profile(profile)
+        with _translated_errors(f"share the GPUs of {node}"):
+            labels = self._node_labels(node)
+            if labels.get(MIG_STATE_LABEL, "") in mig.MIG_CHANGING:
+                raise device_plugin.mig_change_pending(node)
+            key = device_plugin.config_key(profile)
+            self._write_sharing_config(key, device_plugin.config_text(profile))
+            if labels.get(device_plugin.CONFIG_LABEL) != key:
+                self.core.patch_node(
+                    node,
+                    {"metadata": {"labels": {device_plugin.CONFIG_LABEL: key}}},
+                    _request_timeout=TIMEOUT,
+                )
+        return key
+
+    def _write_sharing_config(self, key: str, text: str) -> None:
+        """Put a config into the device plugin's ConfigMap when it is missing or different there, touching
+        no other key (the operator's own configs may sit beside the portal's)."""
+        for _attempt in range(CONFLICT_RETRIES):
+            try:
+                configmap = self.core.read_namespaced_config_map(
+                    self.plugin_name, self.plugin_namespace, _request_timeout=TIMEOUT
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                configmap = None
+            try:
+                if configmap is None:
+                    self.core.create_namespaced_config_map(
+                        self.plugin_namespace,
+                        client.V1ConfigMap(
+                            metadata=client.V1ObjectMeta(name=self.plugin_name), data={key: text}
+                        ),
+                        _request_timeout=TIMEOUT,
+                    )
+                elif (configmap.data or {}).get(key) != text:
+                    self.core.patch_namespaced_config_map(
+                        self.plugin_name,
+                        self.plugin_namespace,
+                        {"data": {key: text}},
+                        _request_timeout=TIMEOUT,
+                    )
+                return
+            except ApiException as error:
+                if error.status != 409:  # another worker created it first: read again
+                    raise
+        raise DriverError(
+            _("%(config_map)s kept changing while the portal wrote to it; try again.")
+            % {"config_map": self.cluster.device_plugin_config_map}
+        )
 
     def _write_config(self, node: str, current: str, count: int, wanted: Mapping[int, GpuLayout]) -> str:
         """Add a per-device config for the node to the mig-parted ConfigMap; returns its name."""

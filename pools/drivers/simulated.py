@@ -1,8 +1,11 @@
 """SimulatedDriver: an embedded GPU fleet that behaves like a cluster with the GPU Operator.
 
 Layout changes go `pending` → `success` after SIMULATED_MIG_APPLY_SECONDS (or end
-`failed`, or wedge in `pending` with no GPUs advertised, when told to); quotas
-make pods appear in their namespace. The state lives in one database row per
+`failed`, or wedge in `pending` with no GPUs advertised, when told to). A node's
+sharing changes as its device plugin would: after the same delay its MIG-off GPUs
+are advertised as nvidia.com/gpu.shared, N each (or, when told to, the plugin
+fails and advertises none of them, or stalls and never applies). Quotas make pods
+appear in their namespace. The state lives in one database row per
 cluster, so the web, worker and beat processes all see the same fleet; time moves
 on whenever the state is read.
 """
@@ -23,6 +26,7 @@ from django.utils.dateparse import parse_datetime
 
 from pools import kinds, mig
 from pools.conf import settings
+from pools.drivers import device_plugin
 from pools.drivers.base import (
     ClusterUnreachable,
     DriverError,
@@ -34,6 +38,7 @@ from pools.drivers.base import (
     NodeInfo,
     PodInfo,
     ResourceCount,
+    SharingStatus,
     portal_manages,
     register,
 )
@@ -42,6 +47,7 @@ from pools.mig import MigState
 from pools.models import Cluster, SimulatedClusterState
 
 OUTCOMES = ("success", "failed", "wedge")
+SHARING_OUTCOMES = ("success", "failed", "stall")  # as the test API server's device plugin
 
 # The demo fleet: per cluster, (node name prefix, node count, GPU model, per-GPU layouts to start with).
 # A layout is None for a MIG-disabled GPU, or a {profile: count} map.
@@ -101,6 +107,10 @@ def node_state(model: str, layouts: Sequence[Mapping[str, int] | None]) -> dict:
         "mig_state": MigState.SUCCESS.value,
         "pending": None,
         "next_outcome": "success",
+        "sharing": "",  # the share profile its MIG-off GPUs are advertised as, as applied
+        "sharing_config": "",  # the device plugin config its label asks for
+        "sharing_pending": None,
+        "next_sharing_outcome": "success",
         "gpus": [
             {
                 "uuid": _new_uuid("GPU"),
@@ -146,6 +156,11 @@ class SimulatedDriver:
             found = self._node(state, node)
             return MigStatus(config=found["mig_config"], state=MigState(found["mig_state"]))
 
+    def sharing_state(self, node: str) -> SharingStatus:
+        with self._state() as state:
+            found = self._node(state, node)
+            return SharingStatus(config=found.get("sharing_config", ""), sharing=found.get("sharing", ""))
+
     # --- changing --------------------------------------------------------------
 
     def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
@@ -182,6 +197,21 @@ class SimulatedDriver:
             found["pending"] = {"layout": {str(k): v for k, v in wanted.items()}, "due": due.isoformat()}
             return config
 
+    def apply_sharing(self, node: str, profile: str) -> str:
+        device_plugin.check_profile(profile)
+        with self._state(write=True) as state:
+            found = state["nodes"].get(node)
+            if found is None:
+                raise device_plugin.no_such_node(node)
+            if found.get("pending") is not None or found["mig_state"] in mig.MIG_CHANGING:
+                raise device_plugin.mig_change_pending(node)
+            config = device_plugin.config_key(profile)
+            if found.get("sharing_config", "") != config:  # the plugin follows a label change only
+                due = timezone.now() + timedelta(seconds=settings.SIMULATED_MIG_APPLY_SECONDS)
+                found["sharing_config"] = config
+                found["sharing_pending"] = {"sharing": profile, "due": due.isoformat()}
+            return config
+
     def ensure_namespace(self, namespace: str, labels: Mapping[str, str]) -> None:
         with self._state(write=True) as state:
             existing = state["namespaces"].get(namespace)
@@ -211,6 +241,14 @@ class SimulatedDriver:
             raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
         with self._state(write=True) as state:
             self._node(state, node)["next_outcome"] = outcome
+
+    def set_next_sharing_outcome(self, node: str, outcome: str) -> None:
+        """What the node's device plugin does with its next config: apply it, fail (advertising none of
+        the MIG-off GPUs), or stall (never apply it)."""
+        if outcome not in SHARING_OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(SHARING_OUTCOMES)}")
+        with self._state(write=True) as state:
+            self._node(state, node)["next_sharing_outcome"] = outcome
 
     def set_gpu_health(self, node: str, index: int, health: str) -> None:
         with self._state(write=True) as state:
@@ -263,6 +301,7 @@ class SimulatedDriver:
     def _advance(state: dict, now: datetime) -> bool:
         moved = False
         for node in state["nodes"].values():
+            moved = SimulatedDriver._advance_sharing(node, now) or moved
             pending = node.get("pending")
             if not pending or parse_datetime(pending["due"]) > now:
                 continue
@@ -284,6 +323,22 @@ class SimulatedDriver:
                 ]
             node["mig_state"] = MigState.SUCCESS.value
         return moved
+
+    @staticmethod
+    def _advance_sharing(node: dict, now: datetime) -> bool:
+        pending = node.get("sharing_pending")
+        if not pending or pending.get("stalled") or parse_datetime(pending["due"]) > now:
+            return False
+        outcome = node.get("next_sharing_outcome", "success")
+        node["next_sharing_outcome"] = "success"
+        if outcome == "stall":  # never applied: the old sharing stays, the label asks for the new one
+            pending["stalled"] = True
+            return True
+        node["sharing_pending"] = None
+        node["sharing_failed"] = outcome == "failed"  # labels left as they were, no MIG-off GPU advertised
+        if outcome == "success":
+            node["sharing"] = pending["sharing"]
+        return True
 
     def _node_info(self, name: str, node: dict) -> NodeInfo:
         model = node["model"]
@@ -315,6 +370,8 @@ class SimulatedDriver:
             mig_strategy="mixed",
             mig_config=node["mig_config"],
             mig_state=node["mig_state"],
+            sharing=node.get("sharing", ""),
+            sharing_config=node.get("sharing_config", ""),
             error=(
                 f"the GPU Operator failed to apply MIG config {node['mig_config']}"
                 if node["mig_state"] == MigState.FAILED
@@ -324,20 +381,25 @@ class SimulatedDriver:
 
     @staticmethod
     def _resources(node: dict) -> dict[str, ResourceCount]:
+        sharing = node.get("sharing", "")
+        whole = kinds.SHARED_RESOURCE if sharing else device_plugin.GPU_RESOURCE
+        per_gpu = kinds.share_kind(sharing).replicas(sharing) if sharing else 1
+        failed = node.get("sharing_failed", False)
         capacity: dict[str, int] = {}
         allocatable: dict[str, int] = {}
         for gpu in node["gpus"]:
-            names = (
-                [kinds.resource_name(i["profile"]) for i in gpu["instances"]]
-                if gpu["mig"]
-                else ["nvidia.com/gpu"]
-            )
-            for resource in names:
-                capacity[resource] = capacity.get(resource, 0) + 1
+            if gpu["mig"]:
+                names = [(kinds.resource_name(i["profile"]), 1) for i in gpu["instances"]]
+            else:
+                names = [] if failed else [(whole, per_gpu)]
+            for resource, count in names:
+                capacity[resource] = capacity.get(resource, 0) + count
                 if gpu["health"] == "ok":
-                    allocatable[resource] = allocatable.get(resource, 0) + 1
-        if not node["gpus"] or all(g["mig"] for g in node["gpus"]):
-            capacity.setdefault("nvidia.com/gpu", 0)
+                    allocatable[resource] = allocatable.get(resource, 0) + count
+        if failed:
+            capacity.setdefault(device_plugin.GPU_RESOURCE, 0)
+        elif not node["gpus"] or all(g["mig"] for g in node["gpus"]):
+            capacity.setdefault(whole, 0)
         return {r: ResourceCount(capacity[r], allocatable.get(r, 0)) for r in sorted(capacity)}
 
     def _run_pods(self, state: dict, namespace: str) -> None:

@@ -41,8 +41,8 @@ __all__ = [
 WHOLE = Whole()
 MIG = MigInstances()
 # In the order specs are offered: a whole GPU first, then its parts.
-KINDS: tuple[GpuKind, ...] = (WHOLE, MIG)
 SHARE_KINDS: tuple[Shares, ...] = (TIME_SLICED, MPS)
+KINDS: tuple[GpuKind, ...] = (WHOLE, MIG, *SHARE_KINDS)
 _BY_NAME = {kind.name: kind for kind in KINDS}
 # What a GPU group offers unless an operator says otherwise: whole GPUs and MIG instances.
 DEFAULT_OFFERS = (WHOLE.name, MIG.name)

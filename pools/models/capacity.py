@@ -1,8 +1,9 @@
 """Capacity: the portal's picture of each cluster's nodes, GPUs and MIG stock.
 
 - Cluster: a Kubernetes cluster (or a simulated one) the portal places pools on.
-- GpuGroup: nodes of one cluster grouped by workload type (training, inference, …).
-- NodeCapacity: one node's GPU totals, MIG manager state and drain flag.
+- GpuGroup: nodes of one cluster grouped by workload type (training, inference, …), and the kinds of GPU
+  unit it offers (whole GPUs, MIG instances, shares: pools/kinds/).
+- NodeCapacity: one node's GPU totals, MIG manager state, share mode and drain flag.
 - GpuCapacity: one physical GPU: model, UUID, memory, MIG mode and layout, health.
 - SpecAndCount: one provisioned resource on a node (a MIG profile or full GPUs) and
   how many exist, are allocatable, and are allocated to pools.
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
-from pools import mig, secrets
+from pools import kinds, mig, secrets
 from pools.conf import settings
 from portal.models import DNS_LABEL_PATTERN, dns_label_validator
 from portal.outbound import validate_outbound_url
@@ -57,6 +59,16 @@ class Cluster(models.Model):
         max_length=253,
         default="gpu-operator/custom-mig-parted-config",
         help_text=_("namespace/name of the mig-parted ConfigMap the GPU Operator is told to use."),
+    )
+    device_plugin_config_map = models.CharField(
+        _("device plugin config map"),
+        max_length=253,
+        default="gpu-operator/gpu-portal-device-plugin",
+        help_text=_(
+            "namespace/name of the device plugin's ConfigMap the GPU Operator is told to use (its "
+            "ClusterPolicy's devicePlugin.config.name); the portal writes its time-slicing and MPS configs "
+            "there."
+        ),
     )
     prometheus_url = models.URLField(
         _("Prometheus URL"),
@@ -130,6 +142,25 @@ class Cluster(models.Model):
         namespace, _slash, name = self.mig_config_map.partition("/")
         return namespace, name
 
+    @property
+    def device_plugin_config_map_ref(self) -> tuple[str, str]:
+        namespace, _slash, name = self.device_plugin_config_map.partition("/")
+        return namespace, name
+
+
+def default_offers() -> list[str]:
+    return list(kinds.DEFAULT_OFFERS)
+
+
+def validate_offers(value: object) -> None:
+    try:
+        kinds.parse_offers(value)
+    except ValueError as error:
+        raise ValidationError(
+            _('%(why)s Write them as a list, e.g. ["whole", "mig", "ts-4"].') % {"why": error},
+            code="offers",
+        ) from None
+
 
 class GpuGroup(models.Model):
     """Nodes of a cluster set aside for one workload type; a node is in at most one group."""
@@ -146,6 +177,15 @@ class GpuGroup(models.Model):
         ),
     )
     description = models.CharField(_("description"), max_length=200, blank=True)
+    offers = models.JSONField(
+        _("offers"),
+        default=default_offers,
+        validators=[validate_offers],
+        help_text=_(
+            'What the group gives out, e.g. ["whole", "mig", "ts-4"]: whole GPUs, MIG instances, and shares '
+            "of a GPU, ts-N time-sliced or mps-N under MPS, N from 2 to 8."
+        ),
+    )
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -157,6 +197,23 @@ class GpuGroup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def offer_labels(self) -> list[str]:
+        """What the group offers, as people read it: "whole GPU", "time-sliced share (ts-4: 4 per GPU)"."""
+        labels = []
+        for offer in self.offers if isinstance(self.offers, list) else ():
+            if offer in (kinds.WHOLE.name, kinds.MIG.name):
+                labels.append(gettext(kinds.kind_named(offer).label))
+                continue
+            try:
+                kind = kinds.share_kind(offer)
+                labels.append(
+                    gettext("%(kind)s (%(offer)s: %(count)s per GPU)")
+                    % {"kind": gettext(kind.label), "offer": offer, "count": kind.replicas(offer)}
+                )
+            except ValueError:
+                labels.append(str(offer))
+        return labels
 
 
 # The MIG manager's states (pools.mig.MigState, a pure enum) as people read them.
@@ -196,6 +253,21 @@ class NodeCapacity(models.Model):
     mig_config = models.CharField(_("MIG config"), max_length=253, blank=True)
     mig_state = models.CharField(_("MIG state"), max_length=16, blank=True)
     mig_state_since = models.DateTimeField(_("MIG state since"), null=True, blank=True)
+    sharing = models.CharField(
+        _("sharing"),
+        max_length=16,
+        blank=True,
+        help_text=_(
+            "The share profile the node's MIG-off GPUs are advertised as (e.g. ts-4), as the last sync read "
+            "it; empty when they are not shared."
+        ),
+    )
+    sharing_config = models.CharField(
+        _("device plugin config"),
+        max_length=253,
+        blank=True,
+        help_text=_("The device plugin config the node's nvidia.com/device-plugin.config label asked for."),
+    )
     drained = models.BooleanField(_("drained"), default=False)
     present = models.BooleanField(
         _("present"), default=True, help_text=_("False once the node left the cluster.")
@@ -279,7 +351,9 @@ class SpecAndCount(models.Model):
         NodeCapacity, on_delete=models.CASCADE, related_name="specs", verbose_name=_("node")
     )
     resource_name = models.CharField(_("resource"), max_length=64)
-    profile = models.CharField(_("profile"), max_length=32, help_text=_("A MIG profile, or full."))
+    profile = models.CharField(
+        _("profile"), max_length=32, help_text=_("A MIG profile, full, or a share profile such as ts-4.")
+    )
     capacity = models.PositiveIntegerField(_("exist"), default=0)
     allocatable = models.PositiveIntegerField(_("allocatable"), default=0)
     allocated = models.PositiveIntegerField(_("allocated to pools"), default=0)

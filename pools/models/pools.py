@@ -270,7 +270,8 @@ class Pool(models.Model):
     end_at = models.DateTimeField(_("ends"), null=True, blank=True)
     # The reminders of the end sent, as seconds before `end_at`: emptied when the end moves.
     reminders_sent = models.JSONField(_("reminders sent"), default=list, blank=True, editable=False)
-    # Per node, the MIG config provisioning asked the GPU Operator for: {"node-name": "portal-node-…"}.
+    # Per node, the MIG config provisioning asked the GPU Operator for: {"node-name": "portal-node-…"}, and
+    # the device plugin config under "sharing:node-name".
     mig_configs = models.JSONField(_("MIG configs asked for"), default=dict, blank=True)
 
     objects = ProjectRowsQuerySet.as_manager()
@@ -294,6 +295,14 @@ class Pool(models.Model):
 
     def __str__(self) -> str:
         return f"pool #{self.pk} of {self.project}"
+
+    def forget_configs(self, nodes: set[str]) -> None:
+        """Forget the MIG and device-plugin configs asked for on these nodes, which a later change of its
+        own (a growth, a move) must ask for anew."""
+        kept = {key: c for key, c in self.mig_configs.items() if key.rpartition(":")[2] not in nodes}
+        if kept != self.mig_configs:
+            self.mig_configs = kept
+            self.save(update_fields=["mig_configs"])
 
     @property
     def billing_ended_at(self):

@@ -1,19 +1,23 @@
 """How much of each spec one request could get now, and the most it could ever get.
 
-Per cluster, GPU group and spec (a GPU model and a profile, or `full`), counted the
-way the engine places a request of that one spec, so that what the portal offers
-is what the queue admits (a property test holds the two together):
+Per cluster, GPU group and spec (a GPU model and a profile, or `full`), among the specs the group offers
+(pools/kinds: `offer_of`), counted the way the engine places a request of that one spec
+(pools/placement/plan.py), so that what the portal offers is what the queue admits (a property test holds the
+two together):
 
-- a full GPU: each GPU with nothing allocated on it, MIG-disabled or wholly free
-  (the engine switches MIG off where it must);
-- a MIG profile: the free instances of it on GPUs in use, plus, on each GPU with
-  nothing allocated, as many as one GPU holds (it may be re-partitioned).
+- a full GPU: each GPU with nothing allocated on a node not shared (the engine switches MIG off where it
+  must), and each GPU a shared node would give if its sharing were turned off: its MIG-off GPUs and its
+  wholly free MIG GPUs, where none of its MIG-off GPUs holds work;
+- a MIG profile: the free instances of it on GPUs in use, plus, on each GPU with nothing allocated, as many
+  as one GPU holds (it may be re-partitioned);
+- a share: its free shares, plus N for each wholly free MIG GPU of a node in that share mode (switched off),
+  and N for each GPU a node in another mode would give if it were put in this one.
 
 Only schedulable GPUs count now. Ever counts every GPU present as if it held
 nothing: what a request could get once the fleet is free and healthy again.
 
 A request with a group is placed on that group's GPUs; one without (group None)
-on every GPU of the cluster. A cluster without groups has only group None.
+on every GPU of the cluster whose group offers the spec. A cluster without groups has only group None.
 
 The waiting reasons (pools/placement/reasons.py) count what one cluster could give now with the
 same `Tally` and `obtainable`, read from the engine's index instead of a list of GPUs.
@@ -26,8 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from pools.gpu_models import model_info
-from pools.kinds import kind_of, profiles_of
-from pools.placement.index import Bucket, has_allocation
+from pools.kinds import MIG, kind_of, profiles_of
+from pools.placement.index import Bucket, FleetIndex, has_allocation
 
 Key = tuple[str, "str | None", str, str]  # cluster, group (None: any), model, profile
 
@@ -40,63 +44,111 @@ class Availability:
 
 @dataclass
 class Tally:
-    """One (cluster, group, model): schedulable GPUs with nothing allocated (blank), every GPU present,
-    and the free instances per profile on schedulable GPUs in use."""
+    """One (cluster, group, model), as the engine may use it now. Node counts are keyed by the node's share
+    mode ("" for none)."""
 
-    blank: int = 0
-    present: int = 0
-    free: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-    def add(self, other: Tally) -> None:
-        self.blank += other.blank
-        self.present += other.present
-        for profile, count in other.free.items():
-            self.free[profile] += count
+    present: int = 0  # every GPU
+    blank: int = 0  # schedulable GPUs with nothing allocated: each may be re-cut for MIG
+    whole: int = 0  # those of them a full GPU may be without changing a node's sharing
+    free: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # free instances and shares
+    mig_whole: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # wholly free MIG GPUs
+    convertible: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # a node change would give
+    offers: frozenset[str] = frozenset()
 
 
 def obtainable(tally: Tally, model: str, profile: str) -> int:
-    """How many of one spec a request could get now from what the tally counts."""
-    return tally.free.get(profile, 0) + tally.blank * kind_of(profile).max_per_gpu(model_info(model), profile)
+    """How many of one spec a request could get now from what the tally counts (0 where not offered)."""
+    kind = kind_of(profile)
+    if kind.offer_of(profile) not in tally.offers:
+        return 0
+    changed = sum(count for sharing, count in tally.convertible.items() if sharing != profile)
+    if kind.takes_whole_gpu:
+        return tally.whole + sum(count for sharing, count in tally.convertible.items() if sharing)
+    if kind is MIG:
+        return tally.free.get(profile, 0) + tally.blank * kind.max_per_gpu(model_info(model), profile)
+    replicas = kind.max_per_gpu(model_info(model), profile)
+    return tally.free.get(profile, 0) + replicas * (tally.mig_whole.get(profile, 0) + changed)
 
 
-def tally_of_buckets(buckets: Iterable[Bucket]) -> Tally:
+def obtainable_in(index: FleetIndex, buckets: Iterable[Bucket], model: str, profile: str) -> int:
+    """`obtainable` read from the engine's index: over the buckets whose group offers the profile."""
+    offer = kind_of(profile).offer_of(profile)
+    return obtainable(
+        tally_of_buckets(index, [b for b in buckets if offer in b.offers], model), model, profile
+    )
+
+
+def tally_of_buckets(index: FleetIndex, buckets: Iterable[Bucket], model: str) -> Tally:
     """The tally of the engine's index buckets of one model (a cluster's, in a group or all of it)."""
     tally = Tally()
+    nodes: dict[str, None] = {}
     for bucket in buckets:
         tally.present += bucket.total
-        tally.blank += sum(len(gpus) for gpus in bucket.off.values())
-        tally.blank += sum(len(gpus) for gpus in bucket.whole.values())
+        tally.offers |= frozenset(bucket.offers)
+        for table in (bucket.off, bucket.shared, bucket.whole):
+            for node, gpus in table.items():
+                tally.blank += len(gpus)
+                nodes[node] = None
+        tally.whole += sum(len(gpus) for gpus in bucket.off.values())
+        for node, gpus in bucket.whole.items():
+            sharing = index.gpus[index.nodes[node][0]].sharing
+            tally.mig_whole[sharing] += len(gpus)
+            tally.whole += 0 if sharing else len(gpus)
         for profile, by_gpu in bucket.partial.items():
             tally.free[profile] += sum(by_gpu.values())
+        for profile, by_gpu in bucket.whole_slots.items():
+            if kind_of(profile) is not MIG:
+                tally.free[profile] += sum(by_gpu.values())
+    for node in nodes:
+        mig_off = index.free_mig_off(node, model)
+        if mig_off is not None:
+            sharing = index.gpus[index.nodes[node][0]].sharing
+            tally.convertible[sharing] += len(mig_off) + len(index.wholly_free_mig(node, model))
     return tally
 
 
 def availability(gpus) -> dict[Key, Availability]:
-    """Every (cluster, group, model, profile) of the GPUs given, with group None for the whole cluster."""
+    """Every (cluster, group, model, profile) the GPUs' groups offer, with group None for the cluster."""
     tallies: dict[tuple[str, str | None, str], Tally] = defaultdict(Tally)
+    by_node: dict[tuple[str, str], list] = defaultdict(list)
     for gpu in gpus:
-        tally = tallies[(gpu.cluster, gpu.group, gpu.model)]
-        tally.present += 1
-        if not gpu.schedulable:
-            continue
-        if not has_allocation(gpu):
+        by_node[(gpu.cluster, gpu.node)].append(gpu)
+    for members in by_node.values():
+        sharing = members[0].sharing
+        changeable = not any(has_allocation(g) for g in members if not g.mig)
+        for gpu in members:
+            tally = tallies[(gpu.cluster, gpu.group, gpu.model)]
+            tally.present += 1
+            tally.offers = frozenset(gpu.offers)
+            if not gpu.schedulable:
+                continue
+            busy = has_allocation(gpu)
+            if gpu.mig or sharing:
+                for slot in gpu.instances:
+                    if not slot.allocated and (busy or not gpu.mig):
+                        tally.free[slot.profile] += 1
+            if busy:
+                continue
             tally.blank += 1
-        elif gpu.mig:
-            for slot in gpu.instances:
-                if not slot.allocated:
-                    tally.free[slot.profile] += 1
-    whole: dict[tuple[str, str | None, str], Tally] = defaultdict(Tally)
-    for (cluster, _group, model), tally in tallies.items():
-        whole[(cluster, None, model)].add(tally)
-    grouped = [(key, tally) for key, tally in tallies.items() if key[1] is not None]
+            if gpu.mig:
+                tally.mig_whole[sharing] += 1
+            if not sharing:
+                tally.whole += 1
+            if changeable:
+                tally.convertible[sharing] += 1
     found: dict[Key, Availability] = {}
-    for (cluster, group, model), tally in [*grouped, *whole.items()]:
+    for (cluster, group, model), tally in tallies.items():
         info = model_info(model)
         for profile in profiles_of(info):
-            most = kind_of(profile).max_per_gpu(info, profile)
-            found[(cluster, group, model, profile)] = Availability(
-                tally.free.get(profile, 0) + tally.blank * most, tally.present * most
-            )
+            kind = kind_of(profile)
+            if kind.offer_of(profile) not in tally.offers:
+                continue
+            most = kind.max_per_gpu(info, profile)
+            here = Availability(obtainable(tally, model, profile), tally.present * most)
+            if group is not None:
+                found[(cluster, group, model, profile)] = here
+            wide = found.get((cluster, None, model, profile), Availability(0, 0))
+            found[(cluster, None, model, profile)] = Availability(wide.now + here.now, wide.ever + here.ever)
     return found
 
 

@@ -29,7 +29,7 @@ from pools.kinds import UnknownProfile, kind_of
 from pools.mig import Instance, gpu_model, validate_layout
 from pools.placement.index import FleetIndex, has_allocation
 from pools.placement.layouts import RECENT_WEIGHT, evidence_weight
-from pools.placement.plan import QUEUE_WINDOW, plan_request, wanted_by_model
+from pools.placement.plan import QUEUE_WINDOW, plan_request, share_slots, wanted_by_model
 from pools.placement.reasons import shortfall as cluster_shortfall
 from pools.placement.types import Assignment, Fleet, Gpu, Placement, Reconfigure, Request, Slot
 
@@ -102,8 +102,8 @@ def _place(
         reclaimable=request.reclaimable,
         ends=request.ends,
         reconfigure=tuple(
-            Reconfigure(gpus[position].id, mig, instances)
-            for position, (mig, instances) in sorted(plan.reconfigure.items())
+            Reconfigure(gpus[position].id, mig, instances, sharing)
+            for position, (mig, instances, sharing) in sorted(plan.reconfigure.items())
         ),
         assignments=tuple(
             Assignment(gpus[position].id, profile, start) for position, profile, start in plan.assignments
@@ -124,30 +124,43 @@ def shortfall(fleet: Fleet, request: Request) -> int:
 
 
 def apply(fleet: Fleet, placement: Placement) -> Fleet:
-    """The fleet after the placement: new layouts, assigned instances and GPUs allocated (carrying the
-    request's end), and the nodes re-partitioned marked as reconfiguring. Raises ValueError for a placement
-    that breaks a rule."""
+    """The fleet after the placement: new layouts and share modes, assigned instances, shares and GPUs
+    allocated (carrying the request's end), and the nodes changed marked as reconfiguring. Raises ValueError
+    for a placement that breaks a rule."""
     if not placement.placed:
         return fleet
     index = fleet_index(fleet)
     gpus = list(fleet.gpus)
     changed: set[int] = set()
     nodes: set[str] = set()
+    shared: dict[str, str] = {}  # node -> its new share mode
     for change in placement.reconfigure:
         position = _position(index, change.gpu)
         gpu = gpus[position]
         if has_allocation(gpu):
-            raise ValueError(f"GPU {gpu.id} holds allocated work: its layout cannot change.")
-        if change.mig:
-            validate_layout(
-                gpu_model(gpu.model), [Instance(start, profile) for profile, start in change.instances]
-            )
-        elif change.instances:
-            raise ValueError(f"GPU {gpu.id} is switched to MIG off but given MIG instances.")
+            raise ValueError(f"GPU {gpu.id} holds allocated work: its layout or share mode cannot change.")
+        _check_change(gpu, change)
+        sharing = gpu.sharing if change.mig else change.sharing
+        if not change.mig:
+            shared[gpu.node] = sharing
         slots = tuple(Slot(profile, start) for profile, start in sorted(change.instances, key=lambda i: i[1]))
-        gpus[position] = replace(gpu, mig=change.mig, allocated=False, ends=None, instances=slots)
+        gpus[position] = replace(
+            gpu, mig=change.mig, sharing=sharing, allocated=False, ends=None, instances=slots
+        )
         changed.add(position)
         nodes.add(gpu.node)
+    for node, sharing in shared.items():
+        for position in index.nodes[node]:
+            gpu = gpus[position]
+            if gpu.mig and gpu.sharing != sharing:
+                gpus[position] = replace(gpu, sharing=sharing)
+                changed.add(position)
+            elif not gpu.mig and gpu.sharing != sharing:
+                raise ValueError(
+                    f"GPU {gpu.id} would stay in share mode {gpu.sharing or 'none'} while another MIG-off "
+                    f"GPU of node {node} goes to {sharing or 'none'}: the device plugin shares a node's "
+                    "MIG-off GPUs alike."
+                )
     for assignment in placement.assignments:
         position = _position(index, assignment.gpu)
         gpus[position] = _allocate(gpus[position], assignment, placement)
@@ -157,6 +170,20 @@ def apply(fleet: Fleet, placement: Placement) -> Fleet:
             if not gpus[position].reconfiguring:
                 gpus[position] = replace(gpus[position], reconfiguring=True)
     return with_gpus(fleet, gpus, changed, nodes)
+
+
+def _check_change(gpu: Gpu, change: Reconfigure) -> None:
+    if change.mig:
+        if change.sharing:
+            raise ValueError(f"GPU {gpu.id} is switched to MIG on but given share mode {change.sharing}.")
+        validate_layout(
+            gpu_model(gpu.model), [Instance(start, profile) for profile, start in change.instances]
+        )
+    elif tuple(change.instances) != share_slots(change.sharing):
+        raise ValueError(
+            f"GPU {gpu.id} in share mode {change.sharing or 'none'} holds exactly "
+            f"{len(share_slots(change.sharing))} shares, numbered from 0, not {list(change.instances)}."
+        )
 
 
 def with_gpus(fleet: Fleet, gpus: Sequence[Gpu], changed: Iterable[int], reconfiguring=()) -> Fleet:

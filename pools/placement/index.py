@@ -4,13 +4,15 @@ Built once per fleet and carried forward by `apply` copy-on-write, so that placi
 that request touches rather than the size of the fleet, and an older fleet keeps an index that is right.
 
 States of a schedulable GPU (a drained or unhealthy one is only counted, for the reasons):
-- off: MIG disabled and free: what a `full` item wants.
+- off: MIG disabled, not shared and free: what a `full` item wants.
 - whole: MIG enabled and nothing on it allocated: its layout may be re-cut.
-- partial: MIG enabled and something on it allocated: its free instances can be used, its layout is fixed.
-- busy: MIG disabled and in use.
+- shared: MIG disabled, shared (its node's share mode) and none of its shares allocated.
+- partial: MIG enabled or shared, and something on it allocated: its free instances or shares can be used,
+  its layout or share mode is fixed.
+- busy: MIG disabled, not shared and in use.
 
-Reads GPUs by attribute (id, node, model, mig, allocated, instances, group, cluster, schedulable,
-reconfiguring), so it needs nothing from the engine at run time.
+Reads GPUs by attribute (id, node, model, mig, sharing, offers, allocated, instances, group, cluster,
+schedulable, reconfiguring), so it needs nothing from the engine at run time.
 """
 
 from __future__ import annotations
@@ -31,31 +33,48 @@ def has_allocation(gpu: Gpu) -> bool:
 def _state(gpu: Gpu) -> str:
     if not gpu.schedulable:
         return "drained"
-    if not gpu.mig:
-        return "busy" if gpu.allocated else "off"
-    return "partial" if has_allocation(gpu) else "whole"
+    if gpu.mig:
+        return "partial" if has_allocation(gpu) else "whole"
+    if gpu.sharing:
+        return "partial" if has_allocation(gpu) else "shared"
+    return "busy" if gpu.allocated else "off"
 
 
 class Bucket:
-    """The GPUs of one (cluster, model, group). Tables map to dicts used as ordered sets of GPU positions."""
+    """The GPUs of one (cluster, model, group), which its group's `offers` apply to. Tables map to dicts used
+    as ordered sets of GPU positions."""
 
-    __slots__ = ("_owned", "drained", "free", "off", "partial", "total", "whole", "whole_slots")
+    __slots__ = (
+        "_owned",
+        "drained",
+        "free",
+        "off",
+        "offers",
+        "partial",
+        "shared",
+        "total",
+        "whole",
+        "whole_slots",
+    )
 
-    def __init__(self) -> None:
-        self.partial: dict[str, dict[int, int]] = {}  # profile -> {GPU: its free instances of it}
-        self.whole_slots: dict[str, dict[int, int]] = {}  # the same, on wholly free MIG GPUs
+    def __init__(self, offers: tuple[str, ...] = ()) -> None:
+        self.offers = offers
+        self.partial: dict[str, dict[int, int]] = {}  # profile -> {GPU: its free instances or shares of it}
+        self.whole_slots: dict[str, dict[int, int]] = {}  # the same, on wholly free MIG or shared GPUs
         self.whole: dict[str, dict[int, None]] = {}  # node -> wholly free MIG GPUs
-        self.off: dict[str, dict[int, None]] = {}  # node -> free MIG-disabled GPUs
-        self.free: dict[str, int] = {}  # profile -> free instances on schedulable GPUs
+        self.shared: dict[str, dict[int, None]] = {}  # node -> wholly free shared GPUs
+        self.off: dict[str, dict[int, None]] = {}  # node -> free MIG-disabled, unshared GPUs
+        self.free: dict[str, int] = {}  # profile -> free instances or shares on schedulable GPUs
         self.total = 0
         self.drained = 0
         self._owned: set[tuple[str, str]] | None = None  # None: every inner table is this bucket's own
 
     def clone(self) -> Bucket:
         """A copy that shares the inner tables until it writes to one."""
-        copy = Bucket()
+        copy = Bucket(self.offers)
         copy.partial, copy.whole_slots = dict(self.partial), dict(self.whole_slots)
         copy.whole, copy.off, copy.free = dict(self.whole), dict(self.off), dict(self.free)
+        copy.shared = dict(self.shared)
         copy.total, copy.drained = self.total, self.drained
         copy._owned = set()
         return copy
@@ -85,7 +104,7 @@ class Bucket:
         if not gpu.schedulable:
             self.drained += 1
             return
-        if not gpu.mig:
+        if not gpu.mig and not gpu.sharing:
             if not gpu.allocated:
                 self.off.setdefault(gpu.node, {})[position] = None
             return
@@ -100,7 +119,7 @@ class Bucket:
             table = self.partial
         else:
             table = self.whole_slots
-            self.whole.setdefault(gpu.node, {})[position] = None
+            (self.whole if gpu.mig else self.shared).setdefault(gpu.node, {})[position] = None
         for profile, count in free.items():
             self.free[profile] = self.free.get(profile, 0) + count
             table.setdefault(profile, {})[position] = count
@@ -112,12 +131,12 @@ class Bucket:
         if state == "drained":
             self.drained += step
             return
-        if state in ("off", "whole"):
+        if state in ("off", "whole", "shared"):
             if step > 0:
                 self._inner(state, gpu.node)[position] = None
             else:
                 self._drop(state, gpu.node, position)
-        if state in ("partial", "whole"):
+        if state in ("partial", "whole", "shared"):
             free: dict[str, int] = {}
             for slot in gpu.instances:
                 if not slot.allocated:
@@ -167,7 +186,7 @@ class FleetIndex:
             key = (gpu.cluster, gpu.model, gpu.group)
             bucket = buckets.get(key)
             if bucket is None:
-                bucket = buckets[key] = Bucket()
+                bucket = buckets[key] = Bucket(gpu.offers)
                 layout.setdefault(gpu.cluster, {}).setdefault(gpu.model, {})[gpu.group] = key
             bucket.add_fresh(index, gpu)
         frozen_nodes = {node: tuple(members) for node, members in nodes.items()}
@@ -189,6 +208,27 @@ class FleetIndex:
             buckets[key].change(index, new, 1)
         nodes = self.reconfiguring.union(reconfiguring)
         return FleetIndex(gpus, self.position, self.nodes, self.layout, buckets, nodes)
+
+    def free_mig_off(self, node: str, model: str) -> list[int] | None:
+        """The schedulable MIG-off GPUs of `model` on a node whose share mode may change now (none of its
+        MIG-off GPUs holds work); None when it may not. The device plugin shares every MIG-off GPU of a node
+        alike, so the node changes as one. (A node being re-partitioned may change too: provisioning applies
+        the changes of a node one after the other.)"""
+        gpus = [position for position in self.nodes[node] if not self.gpus[position].mig]
+        if any(has_allocation(self.gpus[position]) for position in gpus):
+            return None
+        return [p for p in gpus if self.gpus[p].schedulable and self.gpus[p].model == model]
+
+    def wholly_free_mig(self, node: str, model: str) -> list[int]:
+        """The schedulable MIG GPUs of `model` on a node with nothing allocated: each may be switched off."""
+        return [
+            position
+            for position in self.nodes[node]
+            if (gpu := self.gpus[position]).mig
+            and gpu.model == model
+            and gpu.schedulable
+            and not has_allocation(gpu)
+        ]
 
     def clusters(self) -> list[str]:
         return list(self.layout)

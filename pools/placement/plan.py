@@ -1,15 +1,21 @@
 """Plans one request on an indexed fleet: which free instances it takes, which free GPUs get new layouts.
 
-The order of preference, per GPU model of the request, in one cluster:
-1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off; on one node if one can take
-   them all (NVLink), else on the fewest nodes.
-2. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway; on those
+The order of preference, per GPU model of the request, in one cluster, on GPUs whose group offers the item's
+kind (pools/kinds: `offer_of`):
+1. `full` items: free MIG-disabled GPUs, then wholly free MIG GPUs switched off, then the GPUs of a shared
+   node none of whose shares is in use, its sharing turned off; on one node if one can take them all
+   (NVLink), else on the fewest nodes.
+2. Shares (time-sliced, MPS): free shares of GPUs that already hold work (as MIG instances below), then
+   wholly free GPUs already shared that way, then nodes switched to that share mode. The device plugin shares
+   every MIG-off GPU of a node alike, so a node changes mode only when none of its MIG-off GPUs holds work;
+   nodes shared another way go first, then nodes of whole GPUs.
+3. MIG items: free instances on GPUs that already hold a tenant, whose layout is fixed anyway; on those
    whose busy time the request's end extends least first, then on those whose work ends soonest after it
    (pools/placement/ends.py), then on those holding the most tenants. Work that may not be reclaimed
    (within a guarantee) goes last to GPUs whose work all may (borrowed), so that a reclaim frees such a
    GPU whole.
-3. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
-4. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
+4. Free instances of wholly free GPUs, when their layout is nearly as good as a new one would be.
+5. New layouts on as few wholly free GPUs as possible: MIG GPUs first, then MIG-disabled ones switched on,
    on nodes being re-partitioned already, then on as few nodes as it can (see pools/placement/layouts.py).
 Each cluster that holds the request's models is planned; the plan that changes least wins.
 
@@ -22,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pools.kinds import WHOLE, kind_of
+from pools.kinds import MIG, WHOLE, kind_of, share_kind
 from pools.mig import COMPUTE_SLICES
 from pools.placement.ends import Fit, fit
 from pools.placement.index import Bucket, FleetIndex
@@ -52,14 +58,17 @@ LAYOUT_CANDIDATES = 16
 Wanted = dict[str, tuple[int, dict[str, int]]]  # model -> (full GPUs, {profile: instances})
 
 
+Change = tuple[bool, tuple[tuple[str, int], ...], str]  # MIG on, (profile, start) of each slot, share mode
+
+
 @dataclass
 class Plan:
-    reconfigure: dict[int, tuple[bool, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
+    reconfigure: dict[int, Change] = field(default_factory=dict)
     assignments: list[tuple[int, str, int | None]] = field(default_factory=list)
     taken: set[int] = field(default_factory=set)  # GPUs given whole, re-partitioned or newly in use
     slots: set[tuple[int, int]] = field(default_factory=set)  # provisioned instances assigned: (GPU, start)
     used_free: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, profile) -> from free ones
-    nodes: dict[str, None] = field(default_factory=dict)  # nodes re-partitioned, in order
+    nodes: dict[str, None] = field(default_factory=dict)  # nodes re-partitioned or re-shared, in order
     switched_on: int = 0  # MIG-disabled GPUs turned to MIG
 
     def copy(self) -> Plan:
@@ -162,13 +171,33 @@ def plan_request(
     return best[1]
 
 
+def offering(buckets: list[Bucket], offer: str) -> list[Bucket]:
+    """The buckets whose GPU group offers `offer` (a kind's name, or a share profile)."""
+    return [bucket for bucket in buckets if offer in bucket.offers]
+
+
 def _plan_model(
-    context: _Context, plan: Plan, cluster: str, model: str, full: int, mig: dict[str, int]
+    context: _Context, plan: Plan, cluster: str, model: str, full: int, parts: dict[str, int]
 ) -> bool:
     buckets = context.index.buckets_for(cluster, model, context.group)
-    if not buckets or (full and not _place_full(context.index, plan, buckets, full)):
+    if not buckets or (
+        full and not _place_full(context.index, plan, offering(buckets, WHOLE.name), model, full)
+    ):
         return False
-    need = {profile: count for profile, count in mig.items() if count}
+    need: dict[str, int] = {}
+    for profile, count in parts.items():
+        if not count:
+            continue
+        if kind_of(profile) is not MIG:
+            if not _place_shares(context, plan, offering(buckets, profile), model, profile, count):
+                return False
+        else:
+            need[profile] = count
+    if not need:
+        return True
+    buckets = offering(buckets, MIG.name)
+    if not buckets:
+        return False
     _use_partial(context, plan, buckets, model, need)
     if not need:
         return True
@@ -218,11 +247,20 @@ def _pick_by_nodes(count: int, by_node: dict[str, list[int]], tiers: list[list[s
     return chosen
 
 
-def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], count: int) -> bool:
+def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str, count: int) -> bool:
     """Whole GPUs: one node if any can hold them all, else the fewest nodes; MIG-disabled GPUs before
-    switching wholly free MIG GPUs off, and switching on nodes being re-partitioned already."""
+    switching wholly free MIG GPUs off or turning a node's sharing off (with its GPUs that it frees), and
+    switching on nodes being re-partitioned already. A MIG GPU switched off on a shared node would be shared,
+    so on a shared node only a node turned to whole GPUs gives any."""
     off = _by_node(buckets, "off", plan.taken)
-    whole = _by_node(buckets, "whole", plan.taken)
+    whole: dict[str, list[int]] = {}
+    for node, gpus in _by_node(buckets, "whole", plan.taken).items():
+        if not node_sharing(index, node):
+            whole[node] = gpus
+    for table in ("shared", "whole"):
+        for node in _by_node(buckets, table, plan.taken):
+            if node not in whole and (usable := convertible(index, plan, node, "", model)):
+                whole[node] = usable
     nodes = list(dict.fromkeys([*off, *whole]))
     size = {node: len(off.get(node, ())) + len(whole.get(node, ())) for node in nodes}
     if sum(size.values()) < count:
@@ -244,12 +282,107 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], count: int
         nodes.remove(node)
         chosen.extend((off.get(node, []) + whole.get(node, []))[:need])
     for gpu in chosen:
-        plan.taken.add(gpu)
+        node = index.gpus[gpu].node
+        if node_sharing(index, node) and node not in plan.nodes:
+            _share_node(index, plan, node, "")
         if index.gpus[gpu].mig:
-            plan.reconfigure[gpu] = (False, ())
-            plan.nodes[index.gpus[gpu].node] = None
+            _switch_off(index, plan, gpu, "")
+        plan.taken.add(gpu)
         plan.assignments.append((gpu, WHOLE.profile, None))
     return True
+
+
+def node_sharing(index: FleetIndex, node: str) -> str:
+    """The node's share mode, which each of its GPUs carries."""
+    return index.gpus[index.nodes[node][0]].sharing
+
+
+def convertible(index: FleetIndex, plan: Plan, node: str, sharing: str, model: str) -> list[int]:
+    """The GPUs of `model` that putting a node in share mode `sharing` ("" for none) would give now: its
+    schedulable MIG-off GPUs, then its wholly free MIG GPUs (to be switched off). Empty where the node is in
+    that mode already, or may not change now (pools/placement/index.py: `free_mig_off`; or this plan changes
+    or takes its MIG-off GPUs)."""
+    if node in plan.nodes or node_sharing(index, node) == sharing:
+        return []
+    mig_off = index.free_mig_off(node, model)
+    if mig_off is None or any(gpu in plan.taken for gpu in index.nodes[node] if not index.gpus[gpu].mig):
+        return []
+    return mig_off + [gpu for gpu in index.wholly_free_mig(node, model) if gpu not in plan.taken]
+
+
+def _share_node(index: FleetIndex, plan: Plan, node: str, sharing: str) -> None:
+    """Every MIG-off GPU of the node put in share mode `sharing` ("" for none), as the device plugin does."""
+    slots = share_slots(sharing)
+    for gpu in index.nodes[node]:
+        if not index.gpus[gpu].mig:
+            plan.reconfigure[gpu] = (False, slots, sharing)
+            plan.taken.add(gpu)
+    plan.nodes[node] = None
+
+
+def _switch_off(index: FleetIndex, plan: Plan, gpu: int, sharing: str) -> None:
+    """A wholly free MIG GPU switched off, into its node's share mode `sharing`."""
+    plan.reconfigure[gpu] = (False, share_slots(sharing), sharing)
+    plan.taken.add(gpu)
+    plan.nodes[index.gpus[gpu].node] = None
+
+
+def share_slots(sharing: str) -> tuple[tuple[str, int], ...]:
+    """The shares of one GPU in share mode `sharing` ("" for none: no shares)."""
+    return tuple((sharing, i) for i in range(share_kind(sharing).replicas(sharing))) if sharing else ()
+
+
+def _place_shares(
+    context: _Context, plan: Plan, buckets: list[Bucket], model: str, profile: str, count: int
+) -> bool:
+    """Shares of one mode: free shares of GPUs in use, then of wholly free GPUs in that mode, then wholly free
+    MIG GPUs of nodes in that mode switched off, then nodes put in that mode (nodes shared another way first,
+    then nodes of whole GPUs; in each, the smallest node that takes the rest, else the largest)."""
+    if not buckets:
+        return False
+    index, need = context.index, {profile: count}
+    _use_partial(context, plan, buckets, model, need)
+    left = need.get(profile, 0)
+    replicas = share_kind(profile).replicas(profile)
+
+    def take(gpu: int) -> None:
+        nonlocal left
+        taken = min(left, replicas)
+        plan.assignments.extend((gpu, profile, start) for start in range(taken))
+        left -= taken
+
+    for bucket in buckets:
+        for gpu in bucket.whole_slots.get(profile, ()):
+            if left and gpu not in plan.taken:
+                plan.taken.add(gpu)
+                left -= _take_slots(index, plan, model, gpu, profile, left)
+    for bucket in buckets:
+        for node, gpus in bucket.whole.items():
+            if node_sharing(index, node) == profile:
+                for gpu in gpus:
+                    if left and gpu not in plan.taken:
+                        _switch_off(index, plan, gpu, profile)
+                        take(gpu)
+    tiers: list[dict[str, list[int]]] = [{}, {}]
+    for bucket in buckets:
+        for table in (bucket.shared, bucket.off, bucket.whole):
+            for node in table:
+                tier = tiers[0 if node_sharing(index, node) else 1]
+                if node not in tier and (usable := convertible(index, plan, node, profile, model)):
+                    tier[node] = usable
+    for tier in tiers:
+        while tier and left:
+            fits = [node for node, gpus in tier.items() if len(gpus) * replicas >= left]
+            node = min(fits, key=lambda n: len(tier[n])) if fits else max(tier, key=lambda n: len(tier[n]))
+            gpus = tier.pop(node)
+            _share_node(index, plan, node, profile)
+            for gpu in gpus:
+                if not left:
+                    break
+                if index.gpus[gpu].mig:
+                    _switch_off(index, plan, gpu, profile)
+                take(gpu)
+    return not left
 
 
 def _take_slots(index: FleetIndex, plan: Plan, model: str, gpu: int, profile: str, count: int) -> int:
@@ -358,7 +491,7 @@ def _repartition(
     context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
 ) -> bool:
     index, cat = context.index, catalogue(model)
-    blank = {table: _by_node(buckets, table, plan.taken) for table in ("whole", "off")}
+    blank = {table: _by_node(buckets, table, plan.taken) for table in ("whole", "off", "shared")}
     available = sum(len(gpus) for by_node in blank.values() for gpus in by_node.values())
     wanted = cat.counts(need)
     # Bounds first, so that an absurd count fails fast instead of planning thousands of layouts.
@@ -374,8 +507,8 @@ def _repartition(
     )
     layouts = plan_layouts(model, wanted, queue, recent)
     chosen: list[int] = []
-    # MIG-disabled GPUs are what `full` work wants: switched on only when no MIG GPU is left.
-    for table in ("whole", "off"):
+    # MIG-disabled GPUs are what `full` work and shares want: switched on only when no MIG GPU is left.
+    for table in ("whole", "off", "shared"):
         tiers = _preferred_tiers(index, plan, blank[table])
         chosen += _pick_by_nodes(len(layouts) - len(chosen), blank[table], tiers)
         if len(chosen) == len(layouts):
@@ -389,7 +522,7 @@ def _repartition(
         plan.taken.add(gpu)
         plan.switched_on += not current.mig
         if not current.mig or provisioned != instances:
-            plan.reconfigure[gpu] = (True, instances)
+            plan.reconfigure[gpu] = (True, instances, "")
             plan.nodes[current.node] = None
         left = dict(zip(cat.names, part, strict=True))
         for profile, start in instances:

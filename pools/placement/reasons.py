@@ -7,10 +7,10 @@ that the portal can show it in the reader's language; the templates are marked w
 
 from __future__ import annotations
 
+from pools.kinds import WHOLE, compute_slices, kind_of
 from pools.mig import COMPUTE_SLICES
-from pools.placement.availability import obtainable, tally_of_buckets
+from pools.placement.availability import obtainable_in, tally_of_buckets
 from pools.placement.index import FleetIndex
-from pools.placement.layouts import catalogue
 
 Wanted = dict[str, tuple[int, dict[str, int]]]  # model -> (full GPUs, {profile: instances})
 
@@ -78,14 +78,12 @@ def shortfall(index: FleetIndex, cluster: str, group: str | None, wanted: Wanted
     free MIG-disabled and wholly free GPUs go to full GPUs first, the rest to instances, with the free
     instances of GPUs in use. An estimate that ranks clusters by how close they come, not a promise."""
     missing = 0
-    for model, (full, mig) in wanted.items():
-        tally = tally_of_buckets(index.buckets_for(cluster, model, group))
-        missing += max(0, full - tally.blank) * COMPUTE_SLICES
-        tally.blank = max(0, tally.blank - full)
-        cat = catalogue(model)
-        for profile, count in mig.items():
-            placeable = obtainable(tally, model, profile)
-            missing += max(0, count - placeable) * cat.compute[cat.names.index(profile)]
+    for model, (full, parts) in wanted.items():
+        buckets = index.buckets_for(cluster, model, group)
+        missing += max(0, full - obtainable_in(index, buckets, model, WHOLE.profile)) * COMPUTE_SLICES
+        for profile, count in parts.items():
+            placeable = obtainable_in(index, buckets, model, profile)
+            missing += max(0, count - placeable) * compute_slices(model, profile)
     return missing
 
 
@@ -93,6 +91,17 @@ def _no_gpu(model: str, group: str | None) -> Reason:
     if group:
         return Reason(gettext_noop("no %(model)s GPU in group %(group)s"), model=model, group=group)
     return Reason(gettext_noop("no %(model)s GPU"), model=model)
+
+
+def _not_offered(model: str, group: str | None, profile: str) -> Reason:
+    if group:
+        return Reason(
+            gettext_noop("no %(model)s GPU in group %(group)s is offered as %(profile)s"),
+            model=model,
+            group=group,
+            profile=profile,
+        )
+    return Reason(gettext_noop("no %(model)s GPU is offered as %(profile)s"), model=model, profile=profile)
 
 
 def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wanted, model: str) -> Reason:
@@ -120,18 +129,22 @@ def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wa
         return Reason(
             gettext_noop("all %(total)s %(model)s GPUs are drained or unhealthy"), total=total, model=model
         )
-    tally = tally_of_buckets(buckets)
+    tally = tally_of_buckets(index, buckets, model)
     blank = tally.blank
-    full, mig = wanted[model]
-    if full > blank:
+    full, parts = wanted[model]
+    for profile in [WHOLE.profile] * bool(full) + list(parts):
+        if kind_of(profile).offer_of(profile) not in tally.offers:
+            return _not_offered(model, group, profile)
+    whole = obtainable_in(index, buckets, model, WHOLE.profile)
+    if full > whole:
         return Reason(
             gettext_noop("needs %(full)s × full %(model)s; %(blank)s free"),
             full=full,
             model=model,
-            blank=blank,
+            blank=whole,
         )
-    for profile, count in mig.items():
-        placeable = obtainable(tally, model, profile)
+    for profile, count in parts.items():
+        placeable = obtainable_in(index, buckets, model, profile)
         if placeable < count:
             return Reason(
                 PLACEABLE,
@@ -142,7 +155,7 @@ def _model_reason(index: FleetIndex, cluster: str, group: str | None, wanted: Wa
     items = [Reason(gettext_noop("%(count)s × full %(model)s"), count=full, model=model)] if full else []
     items += [
         Reason(gettext_noop("%(count)s × %(profile)s"), count=count, profile=profile)
-        for profile, count in mig.items()
+        for profile, count in parts.items()
     ]
     template = TOGETHER[(bool(group), blank == 1)]
     return Reason(template, items=_and(items), model=model, group=group or "", blank=blank)

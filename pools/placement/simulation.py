@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
@@ -319,6 +319,12 @@ class _Queue:
         self.fleet = self.trace.fleet
         self.keys = {gpu.id: (gpu.cluster, gpu.model, gpu.group) for gpu in self.fleet.gpus}
         buckets = set(self.keys.values())
+        # A GPU's change may change what its node's other GPUs can take (a node's share mode changes only
+        # once all its MIG-off GPUs are free), so a change stamps every bucket of its node.
+        on_node: dict[tuple[str, str], set] = defaultdict(set)
+        for gpu in self.fleet.gpus:
+            on_node[(gpu.cluster, gpu.node)].add(self.keys[gpu.id])
+        self.node_keys = {gpu.id: frozenset(on_node[(gpu.cluster, gpu.node)]) for gpu in self.fleet.gpus}
         self.claims: list[Claim] = []
         self.buckets: list[tuple[tuple[str, str, str | None], ...]] = []
         self.ledger = Ledger(quotas=self.trace.quotas)
@@ -559,7 +565,8 @@ class _Queue:
         if gpus:
             self.changes += 1
             for gpu in gpus:
-                self.stamps[self.keys[gpu]] = self.changes
+                for key in self.node_keys[gpu]:
+                    self.stamps[key] = self.changes
 
     def _place(self, position: int, upcoming: list[Request], now: int, reclaimable: bool) -> Placement:
         if self._demand is None:
@@ -600,7 +607,8 @@ class _Queue:
     def _touched(self, placement: Placement) -> None:
         self.changes += 1
         for gpu in {a.gpu for a in placement.assignments} | {c.gpu for c in placement.reconfigure}:
-            self.stamps[self.keys[gpu]] = self.changes
+            for key in self.node_keys[gpu]:
+                self.stamps[key] = self.changes
 
     def stranded_now(self) -> int:
         if self._stranded_now is None:

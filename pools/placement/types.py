@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pools.kinds import DEFAULT_OFFERS
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -25,13 +27,16 @@ class Gpu:
     node: str
     model: str  # catalogue name, e.g. "H100-80GB"
     mig: bool  # MIG mode on
-    allocated: bool = False  # for a MIG-disabled GPU: the whole GPU is in use
+    allocated: bool = False  # for a MIG-disabled, unshared GPU: the whole GPU is in use
     ends: int | None = None  # for a MIG-disabled GPU in use: when the work on it ends; None: no end known
-    instances: tuple[Slot, ...] = ()
+    instances: tuple[Slot, ...] = ()  # its MIG instances, or its shares
     group: str | None = None
     cluster: str = ""  # items of one request stay in one cluster
     schedulable: bool = True  # False when drained or unhealthy: gets nothing new
     reconfiguring: bool = False  # its node is being re-partitioned right now (prefer that node)
+    # Its node's share mode (pools/kinds/shares.py), which every MIG-off GPU of the node is in: "" for none.
+    sharing: str = ""
+    offers: tuple[str, ...] = DEFAULT_OFFERS  # what its GPU group offers (pools/kinds: offer_of)
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,8 @@ class Request:
 class Reconfigure:
     gpu: str
     mig: bool
-    instances: tuple[tuple[str, int], ...]  # (profile, start), sorted by start
+    instances: tuple[tuple[str, int], ...]  # (profile, start), sorted by start: MIG instances or shares
+    sharing: str = ""  # MIG off: the share mode the GPU's node is put in ("" for none); MIG on: ""
 
 
 @dataclass(frozen=True)

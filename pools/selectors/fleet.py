@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from datetime import datetime
+from functools import lru_cache
 
 from django.utils import timezone
 
 from pools import mig, placement
-from pools.kinds import kind_of
+from pools.gpu_models import ModelInfo, model_info
+from pools.kinds import DEFAULT_OFFERS, kind_of
 from pools.models import (
     Allocation,
     Cluster,
@@ -19,6 +21,7 @@ from pools.models import (
     Health,
     PoolRequest,
 )
+from pools.placement.plan import share_slots
 from pools.selectors.ends import request_end
 
 
@@ -70,16 +73,17 @@ def _latest(ends: list[int | None]) -> int | None:
 
 
 def _slots(model_name: str, layout, live, reclaimable: Collection[int]) -> tuple[placement.Slot, ...]:
-    model = mig.gpu_model(model_name)
+    model = model_info(model_name)
     return tuple(_slot(instance, model, live, reclaimable) for instance in layout)
 
 
-def _slot(instance: dict, model: mig.GpuModel, live, reclaimable: Collection[int]) -> placement.Slot:
-    """A provisioned instance, allocated where it shares a memory slice with a live allocation (slices, not
-    starts, decide: a cluster may report an instance at another start than the one planned, never a shared
-    slice), reclaimable where that allocation's pool is, ending when its pool ends."""
+def _slot(instance: dict, model: ModelInfo, live, reclaimable: Collection[int]) -> placement.Slot:
+    """A provisioned instance or share, allocated where it shares a slot (a memory slice, a share) with a
+    live allocation (slots, not starts, decide: a cluster may report an instance at another start than the
+    one planned, never a shared slice), reclaimable where that allocation's pool is, ending when its pool
+    ends."""
     start = instance["start"]
-    end = start + model.profile(instance["profile"]).memory_slices
+    end = kind_of(instance["profile"]).slots(model, instance["profile"], start)[1]
     holders = [(pool, ends) for _profile, lower, upper, pool, ends in live if lower < end and start < upper]
     return placement.Slot(
         instance["profile"],
@@ -109,6 +113,8 @@ GPU_FIELDS = (
     "node__drained",
     "node__ready",
     "node__mig_state",
+    "node__sharing",
+    "node__group__offers",
 )
 
 
@@ -124,14 +130,17 @@ def fleet_snapshot(
         .values(*GPU_FIELDS)
     )
     fleets: dict[str, list[placement.Gpu]] = defaultdict(list)
-    for gpu in gpus:
+    rows = list(gpus)
+    sharing = _node_sharing(rows)
+    for gpu in rows:
         cluster = gpu["node__cluster__name"]
         planned = gpu["planned_layout"]
         mig_on = planned["mig"] if planned else gpu["mig_enabled"]
-        layout = planned["instances"] if planned else gpu["layout"]
+        shared = sharing[(cluster, gpu["node__name"])]
+        layout = planned["instances"] if planned else gpu["layout"] if mig_on else _share_layout(shared)
         live = allocations.get(gpu["pk"], ())
         whole = [ends for profile, *_rest, ends in live if kind_of(profile).takes_whole_gpu]
-        group = gpu["node__group__name"]
+        group = gpu["node__group__name"] if use_groups[gpu["node__cluster_id"]] else None
         # as GpuCapacity.schedulable says it (the GPU is present: only present ones are read)
         schedulable = gpu["health"] == Health.OK and not gpu["drained"] and not gpu["node__drained"]
         fleets[cluster].append(
@@ -142,14 +151,44 @@ def fleet_snapshot(
                 mig=mig_on,
                 allocated=bool(whole),
                 ends=_latest(whole) if whole else None,
-                instances=_slots(gpu["model"], layout, live, reclaimable) if mig_on else (),
-                group=group if group and use_groups[gpu["node__cluster_id"]] else None,
+                instances=_slots(gpu["model"], layout, live, reclaimable),
+                group=group,
                 cluster=cluster,
                 schedulable=schedulable and gpu["node__ready"],
                 reconfiguring=gpu["node__mig_state"] in mig.MIG_CHANGING or planned is not None,
+                sharing=shared,
+                offers=_offers(gpu["node__group__offers"]) if group else DEFAULT_OFFERS,
             )
         )
     return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}
+
+
+def _node_sharing(rows: list[dict]) -> dict[tuple[str, str], str]:
+    """Per node, its share mode as placement sees it: the one planned for its MIG-off GPUs (a change the
+    queue decided and provisioning brings about), else the one the cluster reports."""
+    found: dict[tuple[str, str], str] = {}
+    for gpu in rows:
+        key = (gpu["node__cluster__name"], gpu["node__name"])
+        planned = gpu["planned_layout"]
+        if planned and not planned["mig"]:
+            found[key] = planned.get("sharing", "")
+        else:
+            found.setdefault(key, gpu["node__sharing"])
+    return found
+
+
+def _share_layout(sharing: str) -> list[dict]:
+    return [{"profile": profile, "start": start} for profile, start in share_slots(sharing)]
+
+
+@lru_cache(maxsize=256)
+def _offers_of(values: tuple[str, ...]) -> tuple[str, ...]:
+    return values
+
+
+def _offers(values) -> tuple[str, ...]:
+    """A group's offers as placement reads them (one tuple per distinct list, shared by its GPUs)."""
+    return _offers_of(tuple(values or DEFAULT_OFFERS))
 
 
 def held_assignments(pool_ids: Iterable[int]) -> dict[tuple[int, int], tuple[placement.Assignment, ...]]:

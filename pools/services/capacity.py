@@ -32,7 +32,8 @@ class ClusterSettings:
     kubeconfig: str | None = None
     context: str = ""
     in_cluster: bool = False
-    mig_config_map: str = ""
+    mig_config_map: str = ""  # "" keeps the stored one (the default for a new cluster)
+    device_plugin_config_map: str = ""  # the same
     # The cluster's Prometheus (scraping dcgm-exporter) that GPU figures are read from; None keeps the
     # stored one, "" clears it. A user:password@ in it is its credential, stored encrypted apart from the
     # address; an address without one keeps the stored credential while it names the same server
@@ -51,6 +52,14 @@ def check_cluster(wanted: ClusterSettings) -> None:
         )
     if wanted.mig_config_map and wanted.mig_config_map.count("/") != 1:
         raise InvalidInput(_("The MIG config map is given as namespace/name."), field="mig_config_map")
+    if wanted.device_plugin_config_map and wanted.device_plugin_config_map.count("/") != 1:
+        raise InvalidInput(
+            _(
+                "The device plugin config map is given as namespace/name, e.g. "
+                "gpu-operator/gpu-portal-device-plugin."
+            ),
+            field="device_plugin_config_map",
+        )
     if wanted.prometheus_url:
         _check_prometheus_url(wanted.prometheus_url)
     if wanted.driver == Cluster.Driver.SIMULATED:
@@ -149,6 +158,8 @@ def register_cluster(wanted: ClusterSettings) -> tuple[Cluster, bool]:
         cluster.in_cluster = wanted.in_cluster
         if wanted.mig_config_map:
             cluster.mig_config_map = wanted.mig_config_map
+        if wanted.device_plugin_config_map:
+            cluster.device_plugin_config_map = wanted.device_plugin_config_map
         if wanted.prometheus_url is not None:
             _set_prometheus_url(cluster, wanted.prometheus_url)
         cluster.next_sync_at = None  # try the new settings at the next tick

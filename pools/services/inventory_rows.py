@@ -1,5 +1,6 @@
-"""The rows of a cluster's inventory made to match what its driver reported: nodes, GPUs, the resources each
-node advertises (SpecAndCount) and the GPU pods running (WorkloadProfile).
+"""The rows of a cluster's inventory made to match what its driver reported: nodes (with their share mode),
+GPUs, the resources each node advertises (SpecAndCount; shared GPUs under the node's share profile) and the
+GPU pods running (WorkloadProfile).
 
 Only the inventory service (pools/services/inventory.py) calls `write_inventory`, under the cluster's sync
 lock and inside its transaction; the cluster's own state (status, failures, back-off) is the service's to
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta
 
 from pools.conf import settings
 from pools.drivers.base import NodeInfo, PodInfo
-from pools.kinds import profile_of_resource
+from pools.kinds import SHARED_RESOURCE, profile_of_resource
 from pools.models import Cluster, GpuCapacity, Health, NodeCapacity, SpecAndCount, WorkloadProfile
 from portal.models import Project
 
@@ -27,6 +28,8 @@ NODE_FIELDS = (
     "mig_strategy",
     "mig_config",
     "mig_state",
+    "sharing",
+    "sharing_config",
     "present",
     "error",
 )
@@ -134,19 +137,28 @@ def _mark_absent(model, rows: Iterable, now: datetime) -> int:
     return len(gone)
 
 
-def _clear_reached_plans(gpus: dict, wanted: dict) -> None:
-    """A layout the queue planned is forgotten once the cluster reports it (same MIG mode and profiles)."""
+def _clear_reached_plans(gpus: dict, wanted: dict, sharing: dict[int, str]) -> None:
+    """A layout the queue planned is forgotten once the cluster reports it: the same MIG mode and profiles,
+    or for a GPU planned MIG-off, its node in the planned share mode (`sharing`: per node id, as read)."""
     reached = [
         gpu.pk
         for key, gpu in gpus.items()
         if gpu.planned_layout is not None
         and key in wanted
-        and wanted[key]["mig_enabled"] == gpu.planned_layout["mig"]
-        and sorted(i["profile"] for i in wanted[key]["layout"])
-        == sorted(i["profile"] for i in gpu.planned_layout["instances"])
+        and _reached(gpu.planned_layout, wanted[key], sharing.get(key[0]))
     ]
     if reached:
         GpuCapacity.objects.filter(pk__in=reached).update(planned_layout=None)
+
+
+def _reached(planned: dict, reported: dict, sharing: str | None) -> bool:
+    if reported["mig_enabled"] != planned["mig"]:
+        return False
+    if not planned["mig"]:
+        return sharing == planned.get("sharing", "")
+    return sorted(i["profile"] for i in reported["layout"]) == sorted(
+        i["profile"] for i in planned["instances"]
+    )
 
 
 def _node_values(info: NodeInfo, previous: NodeCapacity | None, now: datetime) -> dict:
@@ -162,9 +174,20 @@ def _node_values(info: NodeInfo, previous: NodeCapacity | None, now: datetime) -
         "mig_state_since": (
             previous.mig_state_since if previous and previous.mig_state == info.mig_state else now
         ),
+        # A node that cannot be read keeps the share mode last read, as it keeps its GPUs.
+        "sharing": previous.sharing if info.error and previous else info.sharing,
+        "sharing_config": info.sharing_config,
         "present": True,
         "error": info.error,
     }
+
+
+def _spec_profile(resource: str, info: NodeInfo) -> str:
+    """The profile a node's resource gives out: the resource says which, but for shared GPUs, whose
+    profile (how many shares per GPU) the node's share mode says."""
+    if resource == SHARED_RESOURCE and info.sharing:
+        return info.sharing
+    return profile_of_resource(resource) or resource
 
 
 def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: SyncReport) -> None:
@@ -208,7 +231,7 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
             }
         for resource, count in info.resources.items():
             wanted_specs[(node_id, resource)] = {
-                "profile": profile_of_resource(resource) or resource,
+                "profile": _spec_profile(resource, info),
                 "capacity": count.capacity,
                 "allocatable": count.allocatable,
             }
@@ -216,7 +239,7 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
             if key not in wanted_specs and (spec.capacity or spec.allocatable):
                 wanted_specs[key] = {"profile": spec.profile, "capacity": 0, "allocatable": 0}
 
-    _clear_reached_plans(gpus, wanted_gpus)
+    _clear_reached_plans(gpus, wanted_gpus, {nodes[i.name].pk: i.sharing for i in infos if not i.error})
     created, updated = _apply(
         GpuCapacity,
         gpus,

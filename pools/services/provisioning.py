@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Count, Max
@@ -54,6 +55,7 @@ from portal.models import namespace_problem
 log = logging.getLogger(__name__)
 
 DONE, WAITING, FAILED = "done", "waiting", "failed"
+SHARING_KEY = "sharing:"  # before a node's name in `Pool.mig_configs`: the device plugin config asked for it
 
 # Errors a repeated step gets past: the cluster or the database answers again, or the row a
 # concurrent writer inserted is there to be read. The tasks retry them; the sweeper bounds that.
@@ -70,9 +72,24 @@ def layouts_to_apply(pool: Pool) -> dict[str, list[GpuLayout]]:
     layouts: dict[str, list[GpuLayout]] = defaultdict(list)
     for gpu in gpus.distinct():
         plan = gpu.planned_layout
+        if not plan["mig"] and not gpu.mig_enabled:
+            continue  # MIG stays off: only its node's share mode may change (`shares_to_apply`)
         instances = tuple(MigInstanceInfo(i["profile"], i["start"]) for i in plan["instances"])
         layouts[gpu.node.name].append(GpuLayout(gpu.index, plan["mig"], instances))
     return layouts
+
+
+def shares_to_apply(pool: Pool) -> dict[str, str]:
+    """Per node name, the share mode ("" for none) planned for the MIG-off GPUs this pool was given, where the
+    node is not in it yet."""
+    gpus = GpuCapacity.objects.filter(
+        allocations__pool=pool, allocations__released_at__isnull=True, planned_layout__mig=False
+    ).select_related("node")
+    return {
+        gpu.node.name: gpu.planned_layout.get("sharing", "")
+        for gpu in gpus.distinct()
+        if gpu.node.sharing != gpu.planned_layout.get("sharing", "")
+    }
 
 
 def project_quota(project_id: int, cluster_id: int) -> dict[str, int]:
@@ -103,8 +120,7 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
     quota_touched = False  # from here on a failure must shrink the namespace's quota again
     try:
         driver = driver_for(pool.cluster)
-        pending = mig_changes(pool, driver)
-        if pending:
+        if mig_changes(pool, driver) or sharing_changes(pool, driver):
             return WAITING
         sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances and UUIDs
         bind_instances(pool)
@@ -200,6 +216,35 @@ def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
     return under_way
 
 
+def sharing_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
+    """Once a node's MIG changes are done, ask for its planned share mode once (the device plugin's config),
+    then watch it; True while any is still under way. One not applied MIG_PENDING_TIMEOUT_SECONDS after
+    `since` (default: the reservation) never will be: the device plugin could not read or apply it."""
+    under_way = False
+    for node, sharing in shares_to_apply(pool).items():
+        key = SHARING_KEY + node
+        if key not in pool.mig_configs and _ask_once(pool, key, partial(driver.apply_sharing, node, sharing)):
+            under_way = True
+            continue
+        if driver.sharing_state(node).sharing == sharing:
+            continue
+        waited = timezone.now() - (since or pool.reserved_at)
+        if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
+            raise DriverError(
+                _(
+                    "The device plugin on %(node)s has not shared its GPUs as %(mode)s after %(minutes)s "
+                    "minutes; its config cannot be applied there."
+                )
+                % {
+                    "node": node,
+                    "mode": sharing or _("whole GPUs"),
+                    "minutes": int(waited.total_seconds() // 60),
+                }
+            )
+        under_way = True
+    return under_way
+
+
 def _asked_later_for_another_pool(pool: Pool, node: str, config: str) -> bool:
     """Whether the portal itself asked for `config` on `node`, for another pool of the cluster, after
     this pool's change: a change asked while ours was pending carries our layouts along, where a config
@@ -218,11 +263,17 @@ def _ask_mig_change(pool: Pool, driver, node: str, layouts: list[GpuLayout]) -> 
     driver call, so only one run asks: asked again, the same change would re-partition the GPUs
     once more, or mark pending a node that has it already, which the MIG manager, seeing no new
     config, may never end."""
+    return _ask_once(pool, node, partial(driver.apply_mig_layout, node, layouts))
+
+
+def _ask_once(pool: Pool, key: str, ask) -> bool:
+    """`ask` the driver for a change and remember its config on the pool under `key`, unless a concurrent
+    run of this pool's task asked first; False then, and `pool.mig_configs` holds what that run asked."""
     with transaction.atomic():
         asked = Pool.objects.select_for_update().values_list("mig_configs", flat=True).get(pk=pool.pk)
-        first = node not in asked
+        first = key not in asked
         if first:
-            asked = {**asked, node: driver.apply_mig_layout(node, layouts)}
+            asked = {**asked, key: ask()}
             Pool.objects.filter(pk=pool.pk).update(mig_configs=asked)
     pool.mig_configs = asked
     return first
@@ -231,7 +282,7 @@ def _ask_mig_change(pool: Pool, driver, node: str, layouts: list[GpuLayout]) -> 
 def bind_instances(pool: Pool) -> None:
     """Record the UUID of each MIG instance the pool holds, now that the cluster reports them."""
     for allocation in Allocation.objects.filter(pool=pool, released_at__isnull=True).select_related("gpu"):
-        if kind_of(allocation.profile).takes_whole_gpu:
+        if kind_of(allocation.profile).gpu_figures:  # a whole GPU, or a share of one: the GPU's UUID
             uuid = allocation.gpu.uuid
         else:
             uuid = next(

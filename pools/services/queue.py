@@ -203,9 +203,7 @@ def _grow(request: PoolRequest, plan: placement.Placement, now: datetime) -> Poo
             "node__name", flat=True
         )
     )
-    if repartitioned & set(pool.mig_configs):
-        pool.mig_configs = {n: c for n, c in pool.mig_configs.items() if n not in repartitioned}
-        pool.save(update_fields=["mig_configs"])
+    pool.forget_configs(repartitioned)
     reason = Reason(GROWN, request=request.pk, items=", ".join(str(item) for item in request.items.all()))
     record_event(
         tenant_id=pool.project.tenant_id,

@@ -265,9 +265,7 @@ def replace(*, pool: Pool, actor) -> Pool:
         recount_allocated(nodes | {a.gpu.node_id for a in found.moving})
         # Nodes this move re-partitions are asked for their MIG change anew by `settle_move`.
         repartitioned = {gpus[int(c.gpu)].node.name for c in found.plan.reconfigure}
-        if repartitioned & set(pool.mig_configs):
-            pool.mig_configs = {n: c for n, c in pool.mig_configs.items() if n not in repartitioned}
-            pool.save(update_fields=["mig_configs"])
+        pool.forget_configs(repartitioned)
         record_event(
             tenant_id=pool.project.tenant_id,
             action="pool.moved",

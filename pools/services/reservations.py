@@ -42,6 +42,7 @@ def reserve_plan(
             planned_layout={
                 "mig": change.mig,
                 "instances": [{"profile": p, "start": s} for p, s in change.instances],
+                "sharing": change.sharing,
             }
         )
     Allocation.objects.bulk_create(

@@ -92,6 +92,7 @@ def group(request: HttpRequest, pk: int, group: str) -> HttpResponse:
         "cluster": cluster,
         "group": found,
         "figures": selectors.compute_figures(by=(), where=where).get((), selectors.ComputeFigures()),
+        "offers": found.offer_labels() if found else [],
         "page": page,
         "sections": shell.capacity_sections(request, scope),
         **_drawing(request, list(page.object_list)),

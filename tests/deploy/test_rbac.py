@@ -70,13 +70,16 @@ def test_the_bindings_bind_the_portal_account_to_roles_that_exist():
         assert ref["apiGroup"] == "rbac.authorization.k8s.io"
 
 
-def test_the_mig_config_map_role_names_the_default_config_map():
-    namespace, _, name = Cluster._meta.get_field("mig_config_map").default.partition("/")
+def test_the_operator_role_names_the_default_config_maps():
+    mig_namespace, _, mig_name = Cluster._meta.get_field("mig_config_map").default.partition("/")
+    plugin_namespace, _, plugin_name = Cluster._meta.get_field("device_plugin_config_map").default.partition(
+        "/"
+    )
     (role,) = of_kind("Role")
 
-    assert role["metadata"]["namespace"] == namespace
+    assert role["metadata"]["namespace"] == mig_namespace == plugin_namespace
     named = [rule for rule in role["rules"] if rule.get("resourceNames")]
-    assert [rule["resourceNames"] for rule in named] == [[name]]
+    assert [rule["resourceNames"] for rule in named] == [[mig_name], [plugin_name]]
     # create cannot be limited by name (a create request carries none), so it stands alone
     assert all("create" not in rule["verbs"] for rule in named)
 
@@ -150,6 +153,16 @@ def sliced(index: int, **counts: int) -> GpuLayout:
     return GpuLayout(index, True, tuple(MigInstanceInfo(i.profile, i.start) for i in placed))
 
 
+def shared(driver, node: str, config: str) -> str:
+    """The share profile the node shows once its device plugin has applied `config`."""
+    deadline = time.monotonic() + 10
+    while (status := driver.sharing_state(node)).sharing != config.removeprefix("portal-"):
+        assert status.config == config
+        assert time.monotonic() < deadline, f"{node} still shows {status.sharing!r} applying {config}"
+        time.sleep(0.02)
+    return status.sharing
+
+
 def drive_the_whole_protocol(cluster: Cluster) -> None:
     """Every call of the ClusterDriver protocol, each way the driver can take through it."""
     driver = driver_for(cluster)
@@ -159,6 +172,8 @@ def drive_the_whole_protocol(cluster: Cluster) -> None:
     assert settle(driver, "gpu-a", first) == MigState.SUCCESS
     second = driver.apply_mig_layout("gpu-a", [sliced(1, **{"3g.71gb": 2})])  # updates it
     assert settle(driver, "gpu-a", second) == MigState.SUCCESS
+    assert shared(driver, "gpu-a", driver.apply_sharing("gpu-a", "ts-4")) == "ts-4"  # creates the ConfigMap
+    assert shared(driver, "gpu-a", driver.apply_sharing("gpu-a", "mps-2")) == "mps-2"  # adds a key to it
     driver.ensure_namespace("acme-vision", NAMESPACE_LABELS)  # creates it
     driver.ensure_namespace("acme-vision", NAMESPACE_LABELS)  # exists: read, then re-labelled
     driver.apply_quota("acme-vision", {"nvidia.com/gpu": 1})  # creates the quota
@@ -175,6 +190,10 @@ def test_the_driver_does_everything_with_the_portal_account_and_uses_every_grant
     assert kube.denials == []
     assert kube.get("ResourceQuota", "gpu-portal", "acme-vision") is None
     assert kube.get("ConfigMap", "custom-mig-parted-config", "gpu-operator") is not None
+    assert set(kube.get("ConfigMap", "gpu-portal-device-plugin", "gpu-operator")["data"]) == {
+        "portal-ts-4",
+        "portal-mps-2",
+    }
     grants = [g for g in kube.grants if g.user == USER and g.request.is_resource]
     used = {(g.role[2], g.rule, g.request.verb, g.request.group, g.request.combined_resource) for g in grants}
     for manifest in manifests():
@@ -241,6 +260,16 @@ OUTSIDE_THE_GRANTS = [
         lambda core, _: core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator"),
         'configmaps "default-mig-parted-config" is forbidden: User "{user}" cannot get resource "configmaps" '
         'in API group "" in the namespace "gpu-operator"',
+    ),
+    (
+        "replace-the-device-plugin-configs",  # a patch adds the portal's keys; no write replaces the others
+        lambda core, _: core.replace_namespaced_config_map(
+            "gpu-portal-device-plugin",
+            "gpu-operator",
+            V1ConfigMap(metadata=V1ObjectMeta(name="gpu-portal-device-plugin"), data={}),
+        ),
+        'configmaps "gpu-portal-device-plugin" is forbidden: User "{user}" cannot update resource '
+        '"configmaps" in API group "" in the namespace "gpu-operator"',
     ),
     (
         "create-a-config-map-elsewhere",

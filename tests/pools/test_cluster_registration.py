@@ -45,10 +45,17 @@ def test_adding_a_cluster_in_the_admin_asks_a_worker_to_read_it(
     [
         ({"driver": "simulated"}, "kubeconfig", "takes no Kubernetes credentials"),
         ({"mig_config_map": "no-slash"}, "mig_config_map", "namespace/name"),
+        ({"device_plugin_config_map": "no-slash"}, "device_plugin_config_map", "namespace/name"),
         ({"kubeconfig": ""}, "kubeconfig", "needs a kubeconfig"),
         ({"context": "elsewhere"}, "kubeconfig", "elsewhere"),
     ],
-    ids=["simulated-with-credentials", "config-map", "no-kubeconfig", "unknown-context"],
+    ids=[
+        "simulated-with-credentials",
+        "config-map",
+        "device-plugin-config-map",
+        "no-kubeconfig",
+        "unknown-context",
+    ],
 )
 def test_the_admin_refuses_what_the_service_refuses_beside_the_field(
     fields, field, words, db, staff_user, client
@@ -134,3 +141,29 @@ def test_the_admin_sets_a_clusters_prometheus_url(db, staff_user, client, privat
 
     assert answer.status_code == 302
     assert Cluster.objects.get(name="gpu-east").prometheus_url == url
+
+
+def test_the_device_plugin_config_map_is_set_and_kept_from_the_command_line_and_the_admin(
+    db, tmp_path, staff_user, client
+):
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    call_command("register_cluster", "gpu-east", "--kubeconfig", str(path), "--no-sync")
+    assert (
+        Cluster.objects.get(name="gpu-east").device_plugin_config_map
+        == "gpu-operator/gpu-portal-device-plugin"
+    )
+    call_command(
+        "register_cluster", "gpu-east", "--device-plugin-config-map", "nvidia/plugin-configs", "--no-sync"
+    )
+    call_command("register_cluster", "gpu-east", "--context", "ctx", "--no-sync")
+    cluster = Cluster.objects.get(name="gpu-east")
+    assert cluster.device_plugin_config_map_ref == ("nvidia", "plugin-configs")
+
+    client.force_login(staff_user("operator"))
+    url = reverse("admin:pools_cluster_change", args=[cluster.pk])
+    assert client.post(url, add_form(kubeconfig="", context="ctx")).status_code == 302  # left empty: kept
+    assert Cluster.objects.get(name="gpu-east").device_plugin_config_map == "nvidia/plugin-configs"
+    form = add_form(kubeconfig="", context="ctx", device_plugin_config_map="gpu-operator/plugins")
+    assert client.post(url, form).status_code == 302
+    assert Cluster.objects.get(name="gpu-east").device_plugin_config_map == "gpu-operator/plugins"

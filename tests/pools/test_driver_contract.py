@@ -1,8 +1,9 @@
 """The ClusterDriver contract, tested the same way against both drivers.
 
 `KubernetesDriver` talks real HTTP to the project's test API server (which emulates the
-GPU Operator's MIG manager); `SimulatedDriver` runs its embedded fleet. Each test runs
-once per driver through a small "world" adapter that sets the scene and reads the truth.
+GPU Operator's MIG manager and device plugin); `SimulatedDriver` runs its embedded fleet.
+Each test runs once per driver through a small "world" adapter that sets the scene and
+reads the truth.
 """
 
 import time
@@ -18,6 +19,7 @@ from pools.drivers.base import (
     MigInstanceInfo,
     MigStatus,
     NamespaceNotManaged,
+    SharingStatus,
     driver_for,
 )
 from pools.drivers.simulated import SimulatedDriver, seed
@@ -41,6 +43,12 @@ class SimulatedWorld:
 
     def set_outcome(self, node, outcome):
         self.control.set_next_outcome(node, outcome)
+
+    def set_sharing_outcome(self, node, outcome):
+        self.control.set_next_sharing_outcome(node, outcome)
+
+    def slow_operator(self, settings, seconds):
+        settings.SIMULATED_MIG_APPLY_SECONDS = seconds
 
     def add_pod(self, namespace, name, node, resources):
         self.cluster.simulation.refresh_from_db()
@@ -88,6 +96,12 @@ class KubeWorld:
 
     def set_outcome(self, node, outcome):
         self.server.set_mig_outcome(node, outcome)
+
+    def set_sharing_outcome(self, node, outcome):
+        self.server.set_device_plugin_outcome(node, outcome)
+
+    def slow_operator(self, settings, seconds):
+        self.server.mig_apply_seconds = seconds
 
     def add_pod(self, namespace, name, node, resources):
         self.server.add_pod(namespace, name, node=node, resources=resources)
@@ -339,3 +353,154 @@ def test_a_cluster_that_refuses_us_says_why(world):
     expected = world.break_credentials()
     with pytest.raises(expected):
         driver(world).inventory()
+
+
+# --- sharing: time-sliced and MPS shares of MIG-off GPUs, through the device plugin -------------------
+
+
+def shared(driver, node: str, sharing: str, *, timeout: float = 10.0) -> SharingStatus:
+    """The node's sharing status once its labels show `sharing` ("" for none)."""
+    deadline = time.monotonic() + timeout
+    while (status := driver.sharing_state(node)).sharing != sharing:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{node} still shows {status.sharing!r}, not {sharing!r}, after {timeout} s")
+        time.sleep(0.02)
+    return status
+
+
+def gpu_resources(driver, node: str) -> dict[str, int]:
+    """The node's nvidia.com/* capacity, without the resources it advertises none of."""
+    (found,) = [n for n in driver.inventory() if n.name == node]
+    return {name: count.capacity for name, count in found.resources.items() if count.capacity}
+
+
+def resources_once(driver, node: str, expected: dict[str, int], *, timeout: float = 10.0) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while (found := gpu_resources(driver, node)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
+def test_a_fresh_node_shares_nothing(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    assert d.sharing_state("gpu-a") == SharingStatus(config="", sharing="")
+    (node,) = d.inventory()
+    assert (node.sharing, node.sharing_config) == ("", "")
+
+
+@pytest.mark.parametrize(
+    ("profile", "replicas"), [("ts-4", 4), ("mps-2", 2), ("ts-8", 8)], ids=["time-sliced", "mps", "eighths"]
+)
+def test_a_share_mode_advertises_each_mig_off_gpu_n_times_as_shared_gpus(profile, replicas, world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    assert d.apply_sharing("gpu-a", profile) == f"portal-{profile}"
+    assert shared(d, "gpu-a", profile) == SharingStatus(config=f"portal-{profile}", sharing=profile)
+    (node,) = d.inventory()
+    assert (node.sharing, node.sharing_config, node.error) == (profile, f"portal-{profile}", "")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 8 * replicas}
+    assert node.resources["nvidia.com/gpu.shared"].allocatable == 8 * replicas
+    assert len(node.gpus) == 8 and not any(g.mig_enabled for g in node.gpus)
+
+
+def test_sharing_leaves_mig_instances_alone_and_goes_back_to_none(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    config = d.apply_mig_layout("gpu-a", [layout(0, **{"1g.18gb": 7})])
+    assert settled(d, "gpu-a", config).state == MigState.SUCCESS
+    d.apply_sharing("gpu-a", "ts-4")
+    shared(d, "gpu-a", "ts-4")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 28, "nvidia.com/mig-1g.18gb": 7}
+
+    assert d.apply_sharing("gpu-a", "mps-2") == "portal-mps-2"
+    shared(d, "gpu-a", "mps-2")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 14, "nvidia.com/mig-1g.18gb": 7}
+
+    assert d.apply_sharing("gpu-a", "") == "portal-none"
+    assert shared(d, "gpu-a", "") == SharingStatus(config="portal-none", sharing="")
+    assert resources_once(d, "gpu-a", {"nvidia.com/gpu": 7, "nvidia.com/mig-1g.18gb": 7}) == {
+        "nvidia.com/gpu": 7,
+        "nvidia.com/mig-1g.18gb": 7,
+    }
+
+
+def test_a_new_share_mode_shows_only_once_the_device_plugin_applied_it(world, settings):
+    world.add_gpu_node("gpu-a")
+    world.slow_operator(settings, 1.0)
+    d = driver(world)
+    asked = time.monotonic()
+    d.apply_sharing("gpu-a", "ts-4")
+    assert d.sharing_state("gpu-a") == SharingStatus(config="portal-ts-4", sharing="")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu": 8}
+    shared(d, "gpu-a", "ts-4")
+    assert time.monotonic() - asked >= 0.9
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 32}
+
+
+def test_asking_again_for_the_mode_a_node_has_changes_nothing(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    d.apply_sharing("gpu-a", "ts-4")
+    shared(d, "gpu-a", "ts-4")
+    assert d.apply_sharing("gpu-a", "ts-4") == "portal-ts-4"
+    assert d.sharing_state("gpu-a") == SharingStatus(config="portal-ts-4", sharing="ts-4")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 32}
+
+
+def test_a_config_the_device_plugin_cannot_apply_takes_the_mig_off_gpus_away(world):
+    world.add_gpu_node("gpu-a")
+    world.set_sharing_outcome("gpu-a", "failed")
+    d = driver(world)
+    d.apply_sharing("gpu-a", "ts-4")
+    assert resources_once(d, "gpu-a", {}) == {}
+    # The labels still show the old sharing: the config asked for is never reached.
+    assert d.sharing_state("gpu-a") == SharingStatus(config="portal-ts-4", sharing="")
+    d.apply_sharing("gpu-a", "mps-2")  # the next config is read again
+    shared(d, "gpu-a", "mps-2")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 16}
+
+
+def test_a_stalled_device_plugin_never_applies_the_config(world):
+    world.add_gpu_node("gpu-a")
+    world.set_sharing_outcome("gpu-a", "stall")
+    d = driver(world)
+    d.apply_sharing("gpu-a", "ts-4")
+    with pytest.raises(TimeoutError, match="still shows ''"):
+        shared(d, "gpu-a", "ts-4", timeout=0.6)
+    assert d.sharing_state("gpu-a") == SharingStatus(config="portal-ts-4", sharing="")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu": 8}
+
+
+@pytest.mark.parametrize(
+    "profile", ["ts-1", "ts-9", "mps-0", "ts-04", "full", "whole", "mig", "1g.18gb", "x"]
+)
+def test_a_profile_that_is_no_share_mode_is_refused_and_changes_nothing(profile, world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    with pytest.raises(DriverError, match="is no share mode"):
+        d.apply_sharing("gpu-a", profile)
+    assert d.sharing_state("gpu-a") == SharingStatus(config="", sharing="")
+
+
+def test_a_node_the_cluster_does_not_have_is_refused(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    with pytest.raises(DriverError, match="nope is not in the cluster"):
+        d.apply_sharing("nope", "ts-4")
+    with pytest.raises(DriverError):
+        d.sharing_state("nope")
+    assert d.sharing_state("gpu-a") == SharingStatus(config="", sharing="")
+
+
+def test_a_node_with_a_mig_change_under_way_is_refused_until_it_is_applied(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    config = d.apply_mig_layout("gpu-a", [layout(0, **{"3g.71gb": 2})])
+    with pytest.raises(DriverError, match="MIG change under way"):
+        d.apply_sharing("gpu-a", "ts-2")
+    assert d.sharing_state("gpu-a") == SharingStatus(config="", sharing="")
+    assert settled(d, "gpu-a", config).state == MigState.SUCCESS
+    d.apply_sharing("gpu-a", "ts-2")
+    shared(d, "gpu-a", "ts-2")
+    assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 14, "nvidia.com/mig-3g.71gb": 2}

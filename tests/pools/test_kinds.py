@@ -9,7 +9,7 @@ import pytest
 
 from pools import kinds, mig
 from pools.gpu_models import model_info
-from pools.kinds import KINDS, MIG, WHOLE, UnknownProfile, kind_named, kind_of
+from pools.kinds import KINDS, MIG, MPS, SHARE_KINDS, TIME_SLICED, WHOLE, UnknownProfile, kind_named, kind_of
 from pools.specs import UnknownSpec, parse_spec, specs_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,10 @@ def test_each_profile_of_a_model_belongs_to_exactly_one_kind(model):
         owners = [kind for kind in KINDS if kind.owns(profile)]
         assert owners == [kind_of(profile)]
         kind_of(profile).check(info, profile)
-    assert (info.mig is None) == (profiles == [WHOLE.profile])
+    mig_profiles = [profile for profile in profiles if kind_of(profile) is MIG]
+    assert (info.mig is None) == (mig_profiles == [])
+    assert [p for p in profiles if kind_of(p) is TIME_SLICED] == [f"ts-{n}" for n in range(8, 1, -1)]
+    assert [p for p in profiles if kind_of(p) is MPS] == [f"mps-{n}" for n in range(8, 1, -1)]
 
 
 @pytest.mark.parametrize("model", mig.GPU_MODELS)
@@ -60,14 +63,20 @@ def test_every_spec_round_trips_through_its_kind_and_resource(model):
     for spec in specs_of([model]):
         assert parse_spec(spec.id) == spec
         assert spec.id == f"{model.lower()}.{spec.kind.token(spec.profile)}"
-        assert kinds.profile_of_resource(spec.resource_name) == spec.profile
         assert spec.compute_slices == kinds.compute_slices(model, spec.profile)
+        if spec.kind in SHARE_KINDS:  # one resource for every share mode: the node's mode tells them apart
+            assert spec.resource_name == "nvidia.com/gpu.shared"
+            assert kinds.profile_of_resource(spec.resource_name) is None
+        else:
+            assert kinds.profile_of_resource(spec.resource_name) == spec.profile
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("l40s-48gb.mig-1g.12gb", "L40S-48GB is offered as l40s-48gb.full."),
+        ("l40s-48gb.mig-1g.12gb", "L40S-48GB is offered as l40s-48gb.full, or in shares l40s-48gb.ts-N or"),
+        ("l40s-48gb.ts-9", "l40s-48gb.mps-N (N from 2 to 8)"),
+        ("l40s-48gb.ts-1", "(N from 2 to 8)"),
         ("h100-80gb.mig-1g.18gb", "H100-80GB is offered as h100-80gb.full, h100-80gb.mig-1g.10gb,"),
         ("h100-80gb.whole", "H100-80GB is offered as"),
         ("h100-80gb.1g.10gb", "H100-80GB is offered as"),
@@ -82,11 +91,55 @@ def test_a_spec_no_kind_offers_is_refused_saying_what_is(spec, message):
     assert message in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("kind", "profile", "slices", "memory"), [(TIME_SLICED, "ts-4", 7 / 4, 48), (MPS, "mps-2", 3.5, 24)]
+)
+def test_a_share_is_its_fraction_of_the_gpu(kind, profile, slices, memory):
+    info = model_info("L40S-48GB")
+    assert kind_of(profile) is kind and not kind.takes_whole_gpu
+    assert kind.gpu_figures and not kind.measured_alone  # its figures are the whole GPU's, shared
+    assert kind.compute_slices(info, profile) == slices
+    assert (
+        sum(kind.compute_slices(info, profile) for _ in range(kind.replicas(profile))) == mig.COMPUTE_SLICES
+    )
+    assert kind.memory_gb(info, profile) == memory
+    assert kind.slots(info, profile, 0) == (0, 1)
+    assert kind.offer_of(profile) == profile
+    with pytest.raises(ValueError, match="one of shares 0 to"):
+        kind.slots(info, profile, kind.replicas(profile))
+
+
+def test_share_modes_come_from_feature_discovery_labels():
+    assert kinds.share_profile("time-slicing", 4) == "ts-4"
+    assert kinds.share_profile("mps", 2) == "mps-2"
+    assert kinds.share_profile("none", 1) == kinds.share_profile("", 0) == ""
+    for strategy, replicas in [("time-slicing", 9), ("mps", 16), ("fractional", 2)]:
+        with pytest.raises(ValueError):
+            kinds.share_profile(strategy, replicas)
+
+
+@pytest.mark.parametrize(
+    ("offers", "message"),
+    [
+        (["ts-1"], "2 to 8 ways"),
+        (["ts-9"], "2 to 8 ways"),
+        (["time-sliced"], "is no offer"),
+        ([], "at least one"),
+        ("whole", "a list"),
+        (["mig", "mig"], "once"),
+    ],
+)
+def test_a_group_offers_kinds_and_share_modes_the_device_plugin_allows(offers, message):
+    with pytest.raises(ValueError, match=message):
+        kinds.parse_offers(offers)
+    assert kinds.parse_offers(["whole", "mig", "ts-4", "mps-2"]) == ("whole", "mig", "ts-4", "mps-2")
+
+
 def test_profiles_and_kinds_no_kind_owns_are_refused():
-    for profile in ["", "whole", "3g", "ts-4", "7g.80GB"]:
+    for profile in ["", "whole", "3g", "ts-1x", "ts-", "7g.80GB"]:
         with pytest.raises(UnknownProfile):
             kind_of(profile)
-    with pytest.raises(UnknownProfile, match="kinds: whole, mig"):
+    with pytest.raises(UnknownProfile, match="kinds: whole, mig, time-sliced, mps"):
         kind_named("slices")
     assert kind_named("mig") is MIG
     assert kinds.counted_slices("L40S-48GB", "1g.10gb") == 0  # held once, counts for nothing now

@@ -187,3 +187,100 @@ def test_a_pool_grows_and_shrinks_on_kubernetes_quota_and_metering_following(
     assert held.count() == 4 and not held.filter(released_at=None).exists()
     exact = sum(whole_seconds(a.released_at) - whole_seconds(a.allocated_at) for a in held)
     assert sum(UsageRecord.objects.filter(pool=pool).values_list("seconds", flat=True)) == exact
+
+
+@pytest.fixture
+def shared_cluster(db, tmp_path):
+    """An L40S node (no MIG) in a group that offers whole GPUs and time-sliced quarters."""
+    from pools.models import GpuGroup, NodeCapacity
+    from pools.services import set_node_group
+
+    with KubeApiServer(mig_apply_seconds=0.05) as server:
+        server.add_gpu_node("l40s-1", gpus=2, product="NVIDIA-L40S", memory_mib=46068, mig_capable=False)
+        cluster = ClusterFactory(
+            name="kube",
+            driver=Cluster.Driver.KUBERNETES,
+            kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
+        )
+        sync_inventory(cluster=cluster)
+        group = GpuGroup.objects.create(cluster=cluster, name="inference", offers=["whole", "ts-4"])
+        set_node_group(node=NodeCapacity.objects.get(name="l40s-1"), group=group)
+        yield server, cluster
+
+
+def test_a_time_sliced_pool_on_kubernetes_shares_the_node_and_counts_shares_in_the_quota(
+    shared_cluster, tenancy, staff_user
+):
+    server, _cluster = shared_cluster
+    member, _approver, pool = api_pool(tenancy, staff_user, [{"spec": "l40s-48gb.ts-4", "count": 3}])
+    shown = member.get(f"/api/v1/pools/{pool.pk}/").json()
+    assert shown["state"] == "active"
+    assert sorted((a["profile"], a["start"]) for a in shown["allocations"]) == [
+        ("ts-4", 0),
+        ("ts-4", 1),
+        ("ts-4", 2),
+    ]
+    node = server.get("Node", "l40s-1")
+    assert node["metadata"]["labels"]["nvidia.com/device-plugin.config"] == "portal-ts-4"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert node["status"]["allocatable"]["nvidia.com/gpu.shared"] == "8"  # 2 GPUs × 4
+    quota = server.get("ResourceQuota", "gpu-portal", "acme-vision")
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu.shared": "3"}
+
+    # The node is in quarters now: a whole GPU waits until its last share is given back, then the node's
+    # sharing is turned off for it.
+    from pools.models import PoolRequest
+
+    asked = member.post(
+        "/api/v1/pool-requests/",
+        {"project": tenancy.vision.pk, "items": [{"spec": "l40s-48gb.full", "count": 1}], "cluster": "kube"},
+        format="json",
+    ).json()
+    staff = staff_user("approver")
+    approve_request(request_id=asked["id"], approver=staff)
+    admit_waiting()
+    waiting = PoolRequest.objects.get(pk=asked["id"])
+    assert not Pool.objects.filter(request=waiting).exists()
+    assert "needs 1 × full L40S-48GB; 0 free" in waiting.waiting_reason
+    member.post(f"/api/v1/pools/{pool.pk}/release/")
+    finish_release(pool_id=pool.pk)
+    admit_waiting()
+    whole = Pool.objects.get(request_id=asked["id"])
+    provision(whole)
+    labels = server.get("Node", "l40s-1")["metadata"]["labels"]
+    assert labels["nvidia.com/device-plugin.config"] == "portal-none"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert server.get("ResourceQuota", "gpu-portal", "acme-vision")["spec"]["hard"] == {
+        "requests.nvidia.com/gpu": "1"
+    }
+
+
+def test_a_node_whose_device_plugin_never_applies_the_sharing_fails_the_pool_cleanly(
+    shared_cluster, tenancy, staff_user, settings
+):
+    from pools.models import Allocation
+
+    server, _cluster = shared_cluster
+    server.set_device_plugin_outcome("l40s-1", "stall")
+    settings.MIG_PENDING_TIMEOUT_SECONDS = 0
+    from rest_framework.test import APIClient
+
+    member, approver = APIClient(), APIClient()
+    member.force_authenticate(tenancy.acme_member)
+    approver.force_authenticate(staff_user("approver"))
+    asked = member.post(
+        "/api/v1/pool-requests/",
+        {"project": tenancy.vision.pk, "items": [{"spec": "l40s-48gb.ts-4", "count": 1}], "cluster": "kube"},
+        format="json",
+    ).json()
+    approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json")
+    admit_waiting()
+    pool = Pool.objects.get(request_id=asked["id"])
+    deadline = time.monotonic() + 15
+    while (outcome := provision_step(pool_id=pool.pk)) == "waiting":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pool.refresh_from_db()
+    assert outcome == "failed" and pool.state == PoolState.FAILED
+    assert "device plugin on l40s-1 has not shared its GPUs as ts-4" in pool.failure_reason
+    assert not Allocation.objects.filter(pool=pool, released_at__isnull=True).exists()

@@ -1,10 +1,15 @@
 """Syncing a real-HTTP cluster: what the portal records when the cluster or its nodes misbehave."""
 
+import time
+
 import pytest
 from django.core.management import call_command
 
+from pools import capacity_version, task_names
+from pools.drivers.base import driver_for
 from pools.models import Cluster, NodeCapacity
 from pools.services.inventory import sync_inventory
+from portal import dispatch
 from tests.factories import ClusterFactory
 from tests.kube.server import KubeApiServer
 
@@ -109,7 +114,7 @@ def test_gpus_outside_the_mig_catalogue_are_pooled_whole_and_placed(kube, cluste
     assert reasons["l40s"] == "L40S-48GB has no MIG: its GPUs are given out whole."
     assert "A30-24GB can run MIG, but the catalogue has no MIG geometry for it yet" in reasons["a30"]
 
-    with pytest.raises(InvalidInput, match=r"is offered as l40s-48gb\.full\."):
+    with pytest.raises(InvalidInput, match=r"is offered as l40s-48gb\.full, or in shares"):
         submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("l40s-48gb.mig-1g.12gb", 1)])
     request = submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("l40s-48gb.full", 3)])
     approve_request(request_id=request.pk, approver=approver)
@@ -143,3 +148,70 @@ def test_a_config_with_a_layout_the_catalogue_rejects_is_shown(kube, cluster):
     sync_inventory(cluster=cluster)
     node = NodeCapacity.objects.get(name="gpu-1")
     assert "does not fit" in node.error
+
+
+def shared(driver, node: str, sharing: str) -> None:
+    deadline = time.monotonic() + 10
+    while driver.sharing_state(node).sharing != sharing:
+        assert time.monotonic() < deadline, f"{node} never showed {sharing!r}"
+        time.sleep(0.02)
+
+
+def specs(node: NodeCapacity) -> dict[str, tuple[str, int, int]]:
+    return {s.resource_name: (s.profile, s.capacity, s.allocatable) for s in node.specs.all()}
+
+
+def test_a_shared_node_is_recorded_with_its_share_profile_and_its_change_runs_the_queue(
+    kube, cluster, django_capture_on_commit_callbacks
+):
+    kube.add_gpu_node("gpu-1")
+    assert sync_inventory(cluster=cluster).ok
+    driver = driver_for(cluster)
+    driver.apply_sharing("gpu-1", "ts-4")
+    shared(driver, "gpu-1", "ts-4")
+    version = capacity_version.current()
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        report = sync_inventory(cluster=cluster)
+
+    assert report.updated["nodes"] == 1
+    assert [(c.task, c.args) for c in callbacks if isinstance(c, dispatch.Send)] == [(task_names.ADMIT, ())]
+    assert capacity_version.current() != version
+    node = NodeCapacity.objects.get(name="gpu-1")
+    assert (node.sharing, node.sharing_config, node.error) == ("ts-4", "portal-ts-4", "")
+    assert specs(node) == {"nvidia.com/gpu.shared": ("ts-4", 32, 32), "nvidia.com/gpu": ("full", 0, 0)}
+    assert node.gpus.count() == 8
+
+    driver.apply_sharing("gpu-1", "mps-2")
+    shared(driver, "gpu-1", "mps-2")
+    assert sync_inventory(cluster=cluster).updated["nodes"] == 1
+    node.refresh_from_db()
+    assert (node.sharing, node.sharing_config) == ("mps-2", "portal-mps-2")
+    assert specs(node)["nvidia.com/gpu.shared"] == ("mps-2", 16, 16)
+
+    driver.apply_sharing("gpu-1", "")
+    shared(driver, "gpu-1", "")
+    sync_inventory(cluster=cluster)
+    node.refresh_from_db()
+    assert (node.sharing, node.sharing_config) == ("", "portal-none")
+    assert specs(node) == {"nvidia.com/gpu.shared": ("mps-2", 0, 0), "nvidia.com/gpu": ("full", 8, 8)}
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        ({"nvidia.com/gpu.sharing-strategy": "vgpu", "nvidia.com/gpu.replicas": "4"}, "'vgpu'"),
+        ({"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "16"}, "16"),
+        ({"nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/gpu.replicas": "two"}, "'two'"),
+    ],
+    ids=["unknown-strategy", "too-many-replicas", "malformed-replicas"],
+)
+def test_a_node_shared_in_a_way_the_portal_cannot_give_out_is_shown_with_why(labels, message, kube, cluster):
+    kube.add_gpu_node("good")
+    assert sync_inventory(cluster=cluster).ok
+    kube.add_gpu_node("odd", labels=labels)
+    assert sync_inventory(cluster=cluster).ok
+    odd = NodeCapacity.objects.get(name="odd")
+    assert message in odd.error and "cannot read" in odd.error
+    assert odd.sharing == "" and odd.gpus.count() == 0
+    assert NodeCapacity.objects.get(name="good").error == ""

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from pools.kinds import kind_of
 from pools.mig import (
     FULL_GPU,
     Instance,
@@ -32,6 +33,7 @@ from pools.placement import (
     validate_request,
 )
 from pools.placement.index import FleetIndex
+from pools.placement.plan import share_slots
 
 H100, A100, H200 = "H100-80GB", "A100-40GB", "H200-141GB"
 
@@ -81,27 +83,37 @@ def check_placement(before: Fleet, request: Request, placement: Placement) -> Fl
     assert Counter((gpus[a.gpu].model, a.profile) for a in placement.assignments) == asked
     touched = {a.gpu for a in placement.assignments} | {c.gpu for c in placement.reconfigure}
     assert len({gpus[t].cluster for t in touched}) == 1, "one request, one cluster"
+    node_changes = {c.gpu for c in placement.reconfigure if not c.mig and not gpus[c.gpu].mig}
     for t in touched:
-        assert gpus[t].schedulable, f"{t} is drained"
+        # A node's share mode changes for all its MIG-off GPUs, drained ones too; nothing else touches those.
+        assert gpus[t].schedulable or t in node_changes, f"{t} is drained"
         assert request.group is None or gpus[t].group == request.group
     for change in placement.reconfigure:
-        assert not has_allocation(gpus[change.gpu]), "layouts change only on wholly free GPUs"
+        assert not has_allocation(gpus[change.gpu]), "layouts and share modes change only on wholly free GPUs"
         assert [start for _, start in change.instances] == sorted(start for _, start in change.instances)
         if change.mig:
             validate_layout(gpu_model(gpus[change.gpu].model), [Instance(s, p) for p, s in change.instances])
         else:
-            assert change.instances == ()
+            assert change.instances == share_slots(change.sharing)
     assert len(set(placement.assignments)) == len(placement.assignments)
     after_gpus = {g.id: g for g in after.gpus}
     for a in placement.assignments:
         g = after_gpus[a.gpu]
+        assert kind_of(a.profile).offer_of(a.profile) in g.offers, "only what the GPU's group offers"
         if a.profile == FULL_GPU:
-            assert a.start is None and not g.mig and g.allocated
+            assert a.start is None and not g.mig and not g.sharing and g.allocated
         else:
             assert any(s.profile == a.profile and s.start == a.start and s.allocated for s in g.instances)
+    nodes = {g.node for g in before.gpus}
+    for node in nodes:
+        on_node = [g for g in after.gpus if g.node == node]
+        assert len({g.sharing for g in on_node}) == 1, "a node is in one share mode"
+        was = [g for g in before.gpus if g.node == node]
+        if on_node[0].sharing != was[0].sharing:
+            assert not any(has_allocation(g) for g in was if not g.mig), "a node changes mode only when free"
     for g in before.gpus:
         if g.id not in touched:
-            assert replace(after_gpus[g.id], reconfiguring=g.reconfiguring) == g
+            assert replace(after_gpus[g.id], reconfiguring=g.reconfiguring, sharing=g.sharing) == g
     return after
 
 

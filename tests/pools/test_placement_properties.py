@@ -8,6 +8,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pools.kinds import DEFAULT_OFFERS, compute_slices
 from pools.mig import COMPUTE_SLICES, FULL_GPU, gpu_model, place_profiles
 from pools.placement import (
     Fleet,
@@ -22,8 +23,9 @@ from pools.placement import (
     shortfall,
     validate_request,
 )
-from pools.placement.availability import Availability, availability, emptied, obtainable, tally_of_buckets
+from pools.placement.availability import Availability, availability, emptied, obtainable_in
 from pools.placement.index import FleetIndex
+from pools.placement.plan import share_slots
 from tests.pools.test_placement import (
     A100,
     H100,
@@ -38,6 +40,9 @@ from tests.pools.test_placement import (
 
 # Mostly one model, one cluster, no group, so that most requests find room; the rest is there to be hit.
 MODELS = [H100, H100, A100]
+SHARES = ["ts-2", "mps-4"]
+# What group "g" offers, drawn once per fleet; GPUs out of any group offer whole GPUs and MIG.
+OFFERS = [DEFAULT_OFFERS, (*DEFAULT_OFFERS, "ts-2"), ("whole", "ts-2", "mps-4"), ("mig", "mps-4")]
 # Profiles of a model by position in the catalogue, common ones more often, so free instances match.
 PROFILES = [0, 0, 2, 3, 3, 4, 5, 6, 1]
 
@@ -49,18 +54,28 @@ def profile_at(model: str, position: int) -> str:
 @st.composite
 def gpus_(draw) -> Fleet:
     gpus = []
+    offers = draw(st.sampled_from(OFFERS))
     for n in range(draw(st.integers(1, 8))):
-        if n % 2 == 0:  # a node of two GPUs shares its cluster and group
+        if n % 2 == 0:  # a node of two GPUs shares its cluster, group and share mode
+            group = draw(st.sampled_from([None, None, "g"]))
             node = dict(
                 node=f"n{n // 2}",
                 cluster=draw(st.sampled_from(["", "", "", "b"])),
-                group=draw(st.sampled_from([None, None, "g"])),
+                group=group,
+                offers=offers if group else DEFAULT_OFFERS,
+                sharing=draw(st.sampled_from(["", "", *SHARES])),
             )
         model = draw(st.sampled_from(MODELS))
         fields = dict(
             **node, schedulable=draw(st.integers(0, 9)) > 0, reconfiguring=draw(st.integers(0, 4)) == 0
         )
-        if draw(st.integers(0, 2)) == 0:
+        if draw(st.integers(0, 2)) == 0 and node["sharing"]:  # MIG off on a shared node: shared
+            shares = tuple(
+                Slot(profile, start, draw(st.booleans())) for profile, start in share_slots(node["sharing"])
+            )
+            gpus.append(Gpu(f"g{n}", model=model, mig=False, instances=shares, **fields))
+            continue
+        if draw(st.integers(0, 2)) == 0 and not node["sharing"]:
             gpus.append(Gpu(f"g{n}", model=model, mig=False, allocated=draw(st.booleans()), **fields))
             continue
         profiles = draw(st.lists(st.sampled_from(PROFILES), max_size=6))
@@ -75,8 +90,10 @@ def requests_(draw, id: str = "r") -> Request:
     items = []
     for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
         model = draw(st.sampled_from(MODELS))
-        position = draw(st.sampled_from([None, *PROFILES]))
-        profile = FULL_GPU if position is None else profile_at(model, position)
+        position = draw(st.sampled_from([None, None, *PROFILES, *SHARES]))
+        profile = (
+            FULL_GPU if position is None else position if position in SHARES else profile_at(model, position)
+        )
         items.append(Item(model, profile, draw(st.sampled_from([1, 1, 1, 2, 3, 5]))))
     return Request(id, tuple(items), draw(st.sampled_from([None, None, None, "g"])))
 
@@ -118,8 +135,17 @@ def test_place_all_assigns_no_instance_or_gpu_twice(f, requests):
 @given(gpus_(), requests_())
 def test_a_single_item_fits_exactly_when_the_capacity_it_sees_holds_it(f, request):
     """Free instances, then wholly free GPUs cut at most per GPU: the engine finds room exactly when a
-    count made straight from the fleet says there is, and then uses free instances before re-cutting."""
+    count made straight from the fleet says there is, and then uses free instances before re-cutting. (Without
+    shares: availability's property below holds those to the engine.)"""
     item = request.items[0]
+    if item.profile in SHARES:
+        return
+    f = Fleet(
+        tuple(
+            replace(g, sharing="", offers=DEFAULT_OFFERS, instances=g.instances if g.mig else ())
+            for g in f.gpus
+        )
+    )
     request = replace(request, items=(item,))
     result = place(f, request)
     fits, free_enough = False, False
@@ -157,11 +183,7 @@ def test_the_shortfall_is_nothing_where_a_request_fits_and_all_of_it_where_nothi
     elif validate_request(request, f):
         return
     empty = Fleet(tuple(g for g in f.gpus if g.model not in {i.model for i in request.items}))
-    whole = sum(
-        i.count
-        * (COMPUTE_SLICES if i.profile == FULL_GPU else gpu_model(i.model).profile(i.profile).compute_slices)
-        for i in request.items
-    )
+    whole = sum(i.count * compute_slices(i.model, i.profile) for i in request.items)
     if not validate_request(request, empty):
         assert shortfall(empty, request) == whole
     assert shortfall(f, request) <= whole
@@ -202,8 +224,8 @@ def test_the_reasons_count_from_the_index_what_availability_offers(f):
     """The waiting reasons read the engine's index, the specs API a list of GPUs: the same counts."""
     index = FleetIndex.build(f.gpus)
     for (cluster, group, model, profile), offer in availability(f.gpus).items():
-        tally = tally_of_buckets(index.buckets_for(cluster, model, group))
-        assert obtainable(tally, model, profile) == offer.now, (cluster, group, model, profile)
+        buckets = index.buckets_for(cluster, model, group)
+        assert obtainable_in(index, buckets, model, profile) == offer.now, (cluster, group, model, profile)
 
 
 def test_availability_counts_a_group_and_the_whole_cluster():

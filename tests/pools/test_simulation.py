@@ -251,7 +251,7 @@ def test_the_replay_check_names_each_broken_rule():
         assignments=(Assignment("n1/0", "7g.80gb", 0),),
     )
     problems = _tampered(trace, result, 1, placement=recut)
-    assert any("holds allocated work: its layout cannot change" in p for p in problems)
+    assert any("holds allocated work: its layout or share mode cannot change" in p for p in problems)
     assert any("asked for 1 × H100-80GB 3g.40gb and was given 1 × H100-80GB 7g.80gb" in p for p in problems)
     bad_layout = replace(
         a.placement,

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pools.gpu_models import model_info
+from pools.kinds import MIG, kind_of
 from pools.mig import FULL_GPU, Instance, gpu_model, layout_errors
 from pools.placement import Fleet, Item, Placement, apply, place
 from pools.placement.admission import BEHIND_OLDER
@@ -98,14 +100,15 @@ def assert_held_by_one_at_a_time(trace: SimulationTrace, outcomes) -> None:
                 assert not mig, f"{a.gpu} is given whole while MIG is on"
                 taken = set(range(8))
             else:
-                assert mig and (a.profile, a.start) in layout, f"{a.gpu} has no {a.profile} at {a.start}"
+                assert mig == (kind_of(a.profile) is MIG), f"{a.gpu}: {a.profile} while MIG is {mig}"
+                assert (a.profile, a.start) in layout, f"{a.gpu} has no {a.profile} at {a.start}"
                 taken = _slices(gpus[a.gpu].model, a.profile, a.start)
             assert not taken & held(a.gpu, at), f"{a.gpu}: memory slices held twice at {at}"
             holds[a.gpu].append((at, at + trace.requests[n].hold, taken))
 
 
 def _slices(model: str, profile: str, start: int) -> set[int]:
-    return set(range(start, start + gpu_model(model).profile(profile).memory_slices))
+    return set(range(*kind_of(profile).slots(model_info(model), profile, start)))
 
 
 @PROPERTY
@@ -178,7 +181,8 @@ def test_release_undoes_what_apply_allocates_and_keeps_the_layouts(f, request):
                 (p, s, False) for p, s in change.instances
             ]
         else:
-            assert replace(now, reconfiguring=before.reconfiguring) == before
+            assert replace(now, reconfiguring=before.reconfiguring, sharing=before.sharing) == before
+            assert {g.sharing for g in after.gpus if g.node == now.node} == {now.sharing}  # the node's mode
 
 
 # --- a week of a busy fleet ------------------------------------------------------------------------------

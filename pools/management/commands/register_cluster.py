@@ -1,5 +1,5 @@
 """`manage.py register_cluster NAME [--kubeconfig PATH | --in-cluster] [--context CTX]
-[--mig-config-map NS/NAME] [--prometheus-url URL]`.
+[--mig-config-map NS/NAME] [--device-plugin-config-map NS/NAME] [--prometheus-url URL]`.
 
 Without --kubeconfig or --in-cluster, a registered cluster keeps the kubeconfig it has.
 """
@@ -32,6 +32,12 @@ class Command(BaseCommand):
             help="namespace/name of the mig-parted ConfigMap (default gpu-operator/custom-mig-parted-config)",
         )
         parser.add_argument(
+            "--device-plugin-config-map",
+            default="",
+            help="namespace/name of the device plugin's ConfigMap, where the portal writes its time-slicing "
+            "and MPS configs (default gpu-operator/gpu-portal-device-plugin)",
+        )
+        parser.add_argument(
             "--prometheus-url",
             default=None,
             help="the cluster's Prometheus that scrapes dcgm-exporter (GPU figures are read from it), e.g. "
@@ -41,7 +47,17 @@ class Command(BaseCommand):
         parser.add_argument("--no-sync", action="store_true", help="do not read the cluster right away")
 
     def handle(
-        self, *args, name, kubeconfig, in_cluster, context, mig_config_map, prometheus_url, no_sync, **options
+        self,
+        *args,
+        name,
+        kubeconfig,
+        in_cluster,
+        context,
+        mig_config_map,
+        device_plugin_config_map,
+        prometheus_url,
+        no_sync,
+        **options,
     ):
         text = None  # not given: a registered cluster keeps its stored kubeconfig
         if kubeconfig is not None:
@@ -57,6 +73,7 @@ class Command(BaseCommand):
                     context=context,
                     in_cluster=in_cluster,
                     mig_config_map=mig_config_map,
+                    device_plugin_config_map=device_plugin_config_map,
                     prometheus_url=prometheus_url,
                 )
             )
