@@ -44,7 +44,8 @@ from billing.demo import share_price  # noqa: E402
 from billing.invoices import close_month  # noqa: E402
 from billing.models import MeteredPeriod, Price, PriceList, UsageRecord  # noqa: E402
 from billing.services import meter_period  # noqa: E402
-from pools import mig  # noqa: E402
+from pools import kinds  # noqa: E402
+from pools.gpu_models import model_info  # noqa: E402
 from pools.models import (  # noqa: E402
     Allocation,
     Cluster,
@@ -133,7 +134,7 @@ def build(pools: int) -> float:
                     gpu=gpu,
                     profile=profile,
                     slices=NumericRange(0, _size(model, profile)),
-                    resource_name=mig.resource_name(profile),
+                    resource_name=kinds.resource_name(profile),
                     allocated_at=reserved,
                     request_id=pool.request_id,
                 )
@@ -145,10 +146,8 @@ def build(pools: int) -> float:
 
 
 def _size(model: str, profile: str) -> int:
-    """The memory slices one instance of `profile` takes on a GPU of `model`."""
-    if profile == mig.FULL_GPU:
-        return mig.MEMORY_SLICES
-    return mig.gpu_model(model).profile(profile).memory_slices
+    """The slots one unit of `profile` takes on a GPU of `model` (all 8 memory slices for a whole GPU)."""
+    return kinds.kind_of(profile).slots(model_info(model), profile, 0)[1]
 
 
 def same_rows() -> list[UsageRecord]:

@@ -10,12 +10,17 @@ Ratios are of the means over seeds. Then the engine's time per request on a 4,00
 one request at a time through place and apply, pinned to one core: 200 requests on the fleet as generated,
 and 200 more once it is nearly full (after requests asking for 95 % of its free compute slices).
 
+Then the same on a mixed fleet of 8,000 GPUs (bench/placement_mixed.py): MIG, whole GPUs of a model without
+MIG, time-sliced and MPS shares in GPU groups that offer each, 200 requests of what each group offers; each
+answer is applied, which refuses any that breaks a rule, and the fleet after them is checked for the device
+plugin's one share mode per node.
+
 Every plan measured is replayed and checked (placement_plans.audit): layouts valid, changes only on wholly
 free GPUs, nothing booked twice, each request given exactly what it asked for. A broken rule is printed as
 a line starting "ENGINE BUG" or "BENCH BUG" and the plan is not scored. Targets are printed, not asserted.
 
 Run from the repository root; no database, no Django:
-    DEBUG=true .venv/bin/python bench/placement.py [--seeds 10] [--quick] [--verbose]
+    DEBUG=true .venv/bin/python bench/placement.py [--seeds 10] [--quick] [--verbose] [--timing-nodes 500]
 Prints one figure per line.
 """
 
@@ -34,6 +39,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.placement_mixed import check_modes, mixed_fleet, mixed_requests  # noqa: E402
 from bench.placement_optimum import Optimum, optimum, placeable  # noqa: E402
 from bench.placement_plans import Audit, Book, Change, Plan, Take, audit, first_fit  # noqa: E402
 from bench.placement_trace import (  # noqa: E402
@@ -48,6 +54,7 @@ from bench.placement_trace import (  # noqa: E402
 from pools import mig  # noqa: E402
 
 TIMING_NODES = 500
+MIXED_NODES = 1000  # 8,000 GPUs
 TIMING_SEED = 4000
 NEAR_FULL = 0.95  # of the free compute slices asked for before the timed requests of the second timing
 ENGINE_TARGET_OVER_BASELINE = 0.05
@@ -171,6 +178,28 @@ def requests_to_fill(share: float) -> int:
             return count
         asked += request_compute_slices(request)
     raise ValueError("The timing trace cannot ask for that much.")
+
+
+def time_mixed(engine: ModuleType, requests: int, nodes: int) -> Timing:
+    """One request at a time through place and apply on the mixed fleet, pinned to one core."""
+    fleet = mixed_fleet(TIMING_SEED, nodes)
+    queue = mixed_requests(TIMING_SEED, requests)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    times, placed, problems = [], 0, []
+    try:
+        for index, request in enumerate(queue):
+            began = time.perf_counter()
+            placement = engine.place(fleet, request, upcoming=tuple(queue[index + 1 :]))
+            try:
+                fleet = engine.apply(fleet, placement)
+            except ValueError as error:
+                problems.append(f"{request.id}: {error}")
+            times.append((time.perf_counter() - began) * 1000)
+            placed += placement.placed
+    finally:
+        os.sched_setaffinity(0, cpus)
+    return Timing(times, placed, None, problems + check_modes(fleet))
 
 
 def time_engine(engine: ModuleType, requests: int, *, fill: int = 0) -> Timing:
@@ -317,26 +346,35 @@ def report(results: list[SeedResult], timings: dict[str, Timing], engine_missing
         print(f"engine refusals of requests that fitted at their turn: {fitted} of {refused} refusals")
     gpus_timed = TIMING_NODES * GPUS_PER_NODE
     for label, timing in timings.items():
+        on = (MIXED_NODES if label == MIXED else TIMING_NODES) * GPUS_PER_NODE
         mean_ms = statistics.mean(timing.per_request_ms)
         p95_ms = statistics.quantiles(timing.per_request_ms, n=20)[-1]
         print(
-            f"engine time per request on {gpus_timed} GPUs{label}: mean {mean_ms:.1f} ms, "
+            f"engine time per request on {on} GPUs{label}: mean {mean_ms:.1f} ms, "
             f"p95 {p95_ms:.1f} ms, max {max(timing.per_request_ms):.1f} ms "
             f"({timing.placed} of {len(timing.per_request_ms)} requests placed; place + apply)"
         )
         if timing.place_all_ms is not None:
-            print(f"engine place_all on {gpus_timed} GPUs{label}: {timing.place_all_ms:.1f} ms per request")
+            print(f"engine place_all on {on} GPUs{label}: {timing.place_all_ms:.1f} ms per request")
     if engine is not None:
         met = "met" if gain >= ENGINE_TARGET_OVER_BASELINE else "NOT MET"
         print(f"target engine ≥ baseline + {100 * ENGINE_TARGET_OVER_BASELINE:.0f} % (required): {met}")
         met = "met" if of_best >= ENGINE_TARGET_OF_OPTIMUM else "not met"
         print(f"target engine ≥ {100 * ENGINE_TARGET_OF_OPTIMUM:.0f} % of optimum (aim): {met}")
     if timings:
-        worst = max(statistics.mean(timing.per_request_ms) for timing in timings.values())
+        worst = max(statistics.mean(t.per_request_ms) for label, t in timings.items() if label != MIXED)
         met = "met" if worst < ENGINE_TARGET_MS else "NOT MET"
         print(
             f"target engine < {ENGINE_TARGET_MS:.0f} ms per request on {gpus_timed} GPUs (worst mean): {met}"
         )
+
+
+MIXED = ", mixed fleet (MIG, whole, time-sliced and MPS shares)"
+
+
+def set_timing_nodes(nodes: int) -> None:
+    global TIMING_NODES
+    TIMING_NODES = nodes
 
 
 def main() -> None:
@@ -344,7 +382,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None, help="traces to measure (default 10, quick 3)")
     parser.add_argument("--quick", action="store_true", help="fewer seeds, a shorter CP-SAT limit and timing")
     parser.add_argument("--verbose", action="store_true", help="a table per seed")
+    parser.add_argument(
+        "--timing-nodes", type=int, default=TIMING_NODES, help="nodes of 8 GPUs in the timing fleet (500)"
+    )
     args = parser.parse_args()
+    set_timing_nodes(args.timing_nodes)
     seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
     time_limit_s = 5.0 if args.quick else 30.0
     engine, engine_missing = load_engine()
@@ -362,6 +404,10 @@ def main() -> None:
                 timings[label] = time_engine(engine, requests=timed, fill=before)
             except Exception:
                 print(f"ENGINE BUG: timing run{label} raised {traceback.format_exc(limit=-3)}")
+        try:
+            timings[MIXED] = time_mixed(engine, requests=timed, nodes=MIXED_NODES)
+        except Exception:
+            print(f"ENGINE BUG: the mixed fleet's timing raised {traceback.format_exc(limit=-3)}")
     for result in results:
         for line in loud_lines(result):
             print(line)

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pools import mig
-from pools.mig import profile_compute_slices
+from pools.kinds import compute_slices as profile_compute_slices
 
 MODELS = ("H100-80GB", "H200-141GB")
 GPUS_PER_NODE = 8

@@ -46,6 +46,7 @@ FULL_GPU_HOURLY = {
     "H100-80GB": Decimal("4200"),
     "H200-141GB": Decimal("5600"),
     "B200-180GB": Decimal("8400"),
+    "L40S-48GB": Decimal("1400"),
 }
 APPROVER = "carol"
 # Who each demo tenant's invoices go to; acme is billed through its Korean subsidiary.

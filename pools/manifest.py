@@ -3,7 +3,8 @@ which GPU resources.
 
 A pod runs on one node, so a pool whose instances lie on several nodes gets one pod per node, pinned
 there by the node's `kubernetes.io/hostname` label. A CUDA process sees one MIG device, so each MIG
-instance gets a container of its own that asks for exactly one `nvidia.com/mig-…` resource; whole GPUs
+instance gets a container of its own that asks for exactly one `nvidia.com/mig-…` resource; so does each
+share (`nvidia.com/gpu.shared`: the device plugin refuses a container asking for more than one); whole GPUs
 can share one container (`nvidia.com/gpu: N`).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pools.kinds import SHARED_RESOURCE
 from pools.mig import FULL_GPU_RESOURCE
 
 
@@ -30,7 +32,7 @@ class Pod:
 
 
 def pod_containers(resource_names: Iterable[str]) -> list[Container]:
-    """One container for the whole GPUs, then one per MIG instance, from the live allocations'
+    """One container for the whole GPUs, then one per MIG instance or share, from the live allocations'
     resource names (one name per allocation)."""
     names = list(resource_names)
     containers = []
@@ -38,7 +40,7 @@ def pod_containers(resource_names: Iterable[str]) -> list[Container]:
     if gpus:
         containers.append(Container("gpus", FULL_GPU_RESOURCE, gpus))
     for n, name in enumerate(sorted(r for r in names if r != FULL_GPU_RESOURCE)):
-        containers.append(Container(f"mig-{n}", name, 1))
+        containers.append(Container(f"{'share' if name == SHARED_RESOURCE else 'mig'}-{n}", name, 1))
     return containers
 
 

@@ -42,6 +42,7 @@ def pool_section(request: HttpRequest, pool: Pool) -> str:
         "ranges": list(charts.RANGES),
         "measures": [(m, charts.MEASURES[m]) for m in charts.TENANT_MEASURES],
         "range_parameter": RANGE_PARAMETER,
+        "shared": selectors.shares_gpus(pool=pool),
     }
     return render_to_string("monitoring/_pool_usage.html", context, request=request)
 

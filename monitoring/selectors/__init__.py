@@ -54,6 +54,7 @@ from monitoring.selectors.pools import (
     pool_figures,
     pool_series,
     pool_windows,
+    shares_gpus,
     visible_pool,
 )
 
@@ -87,6 +88,7 @@ __all__ = [
     "pool_windows",
     "recent_events",
     "rollup_for",
+    "shares_gpus",
     "tenant_efficiency",
     "visible_pool",
 ]

@@ -14,6 +14,7 @@ from monitoring.models import GpuEvent, Latest
 from monitoring.models.samples import WHOLE_GPU
 from monitoring.storage import samples
 from pools import mig
+from pools.kinds import shown_slices
 from pools.models import Cluster
 from pools.selectors import monitoring as pools
 
@@ -154,7 +155,7 @@ def cluster_usage(
         ORDER BY c.name
     """
     rows = _fetch(sql, {**params, **clusters.params, "fresh": fresh_since(now), **scope})
-    return [ClusterUsage(*row) for row in rows]
+    return [ClusterUsage(*row[:5], shown_slices(row[5]), shown_slices(row[6]), *row[7:]) for row in rows]
 
 
 @dataclass(frozen=True)

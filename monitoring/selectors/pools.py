@@ -13,22 +13,34 @@ from monitoring.models import Latest
 from monitoring.models.samples import figures_slot
 from monitoring.selectors.fleet import fresh_since
 from monitoring.storage import samples
+from pools.kinds import kind_of
 from pools.models import Allocation, Pool
 
 # --- one pool --------------------------------------------------------------------------------------
 
 
 def pool_windows(*, pool: Pool) -> list[samples.Window]:
-    """Where and when the pool's figures are: each allocation's (GPU, slot) while it was held."""
+    """Where and when the pool's figures are: each allocation's (GPU, slot) while it was held. Shares of one
+    GPU all read the GPU's figures: their times are merged, so that the GPU counts once."""
+    held: dict[tuple[int, int], list[tuple]] = {}
+    for a in Allocation.objects.filter(pool=pool).order_by("allocated_at", "pk"):
+        spans = held.setdefault((a.gpu_id, figures_slot(a.profile, a.slices.lower)), [])
+        if spans and (spans[-1][1] is None or spans[-1][1] >= a.allocated_at):
+            ends = None if spans[-1][1] is None or a.released_at is None else max(spans[-1][1], a.released_at)
+            spans[-1] = (spans[-1][0], ends)
+        else:
+            spans.append((a.allocated_at, a.released_at))
     return [
-        samples.Window(
-            a.gpu_id,
-            figures_slot(a.profile, a.slices.lower),
-            a.allocated_at,
-            a.released_at,
-        )
-        for a in Allocation.objects.filter(pool=pool).order_by("pk")
+        samples.Window(gpu, slot, since, until)
+        for (gpu, slot), spans in held.items()
+        for since, until in spans
     ]
+
+
+def shares_gpus(*, pool: Pool) -> bool:
+    """Whether the pool holds shares of GPUs, whose figures are their whole GPU's (others' work included)."""
+    profiles = Allocation.objects.filter(pool=pool).values_list("profile", flat=True).distinct()
+    return any(not kind_of(profile).measured_alone for profile in profiles)
 
 
 @dataclass(frozen=True)

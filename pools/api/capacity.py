@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import generics, permissions, serializers, viewsets
 
 from pools import selectors
 from pools.apps import VIEW_CAPACITY
+from pools.kinds import shown_slices
 from pools.models import Cluster, GpuCapacity, NodeCapacity, SpecAndCount
 from portal.permissions import staff_may
 
@@ -153,6 +155,14 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
         )
 
 
+@extend_schema_field(OpenApiTypes.NUMBER)
+class SlicesField(serializers.ReadOnlyField):
+    """Compute slices: a whole number, or with a share's fraction, to two decimals."""
+
+    def to_representation(self, value):
+        return shown_slices(value)
+
+
 class SummarySerializer(serializers.Serializer):
     cluster = serializers.CharField()
     model = serializers.CharField()
@@ -161,8 +171,8 @@ class SummarySerializer(serializers.Serializer):
     full_gpus = serializers.IntegerField()
     unschedulable_gpus = serializers.IntegerField()
     compute_total = serializers.IntegerField()
-    compute_allocated = serializers.IntegerField()
-    compute_free = serializers.IntegerField()
+    compute_allocated = SlicesField(help_text=_("Shares count as their fraction of a GPU's 7."))
+    compute_free = SlicesField()
     compute_stranded = serializers.IntegerField()
 
 

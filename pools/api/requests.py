@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import generics, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -271,14 +272,25 @@ class ClusterOfferSerializer(serializers.Serializer):
 class SpecSerializer(serializers.Serializer):
     id = serializers.CharField(source="spec.id")
     gpu_model = serializers.CharField(source="spec.gpu_model")
-    profile = serializers.CharField(source="spec.profile", help_text=_("full, or a MIG profile"))
+    profile = serializers.CharField(
+        source="spec.profile",
+        help_text=_("full, a MIG profile, or a share: ts-N (time-sliced) or mps-N (MPS)"),
+    )
+    kind = serializers.CharField(source="spec.kind.name", help_text=_("whole, mig, time-sliced or mps"))
     memory_gb = serializers.FloatField(source="spec.memory_gb")
-    compute_slices = serializers.IntegerField(source="spec.compute_slices")
+    compute_slices = serializers.SerializerMethodField(
+        help_text=_("What one counts for against a quota: a share its fraction of the GPU's 7.")
+    )
     hourly_price = serializers.SerializerMethodField(help_text=_("Null until a price list exists."))
     currency = serializers.SerializerMethodField()
     available = serializers.IntegerField(help_text=_("How many one request could get now, on one cluster."))
     total = serializers.IntegerField(help_text=_("The most one request could ever get, on one cluster."))
     by_cluster = ClusterOfferSerializer(many=True)
+
+    @extend_schema_field(OpenApiTypes.NUMBER)
+    def get_compute_slices(self, offer) -> float:
+        slices = offer.spec.compute_slices
+        return int(slices) if slices == int(slices) else round(float(slices), 3)
 
     def get_hourly_price(self, offer) -> str | None:
         price = hourly_price(offer.spec)

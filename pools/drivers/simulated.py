@@ -65,6 +65,7 @@ DEMO_FLEETS: dict[str, list[tuple[str, int, str, list[dict[str, int] | None]]]] 
     "seoul-a": [
         ("h200-train", 3, "H200-141GB", [None] * 8),
         ("h200-serve", 3, "H200-141GB", H200_MIXED),
+        ("l40s-serve", 1, "L40S-48GB", [None] * 4),
     ],
     "busan-b": [
         (
@@ -74,6 +75,7 @@ DEMO_FLEETS: dict[str, list[tuple[str, int, str, list[dict[str, int] | None]]]] 
             [{"1g.10gb": 7}, {"1g.10gb": 7}, {"2g.20gb": 3, "1g.10gb": 1}] + [None] * 5,
         ),
         ("a100-train", 3, "A100-80GB", [None] * 8),
+        ("a100-share", 1, "A100-80GB", [None] * 4),
     ],
 }
 PRODUCT_LABELS = {
@@ -82,6 +84,7 @@ PRODUCT_LABELS = {
     "H100-80GB": ("NVIDIA-H100-80GB-HBM3", 81559),
     "H200-141GB": ("NVIDIA-H200", 143771),
     "B200-180GB": ("NVIDIA-B200", 183359),
+    "L40S-48GB": ("NVIDIA-L40S", 46068),
 }
 
 

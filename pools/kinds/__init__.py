@@ -6,6 +6,7 @@ than testing profile names. A kind is added in one module of this package, liste
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
 
 from pools.gpu_models import ModelInfo, UnknownGpuModel, model_info
@@ -36,6 +37,7 @@ __all__ = [
     "resource_name",
     "share_kind",
     "share_profile",
+    "shown_slices",
 ]
 
 WHOLE = Whole()
@@ -135,6 +137,12 @@ def counted_slices(model: str, profile: str) -> int:
         return compute_slices(model, profile)
     except (UnknownGpuModel, UnknownProfile):
         return 0
+
+
+def shown_slices(value: int | Fraction) -> int | float:
+    """Compute slices as people and the API read them: a whole number as it is, a fraction (shares) to two
+    decimals."""
+    return int(value) if value == int(value) else round(float(value), 2)
 
 
 def resource_name(profile: str) -> str:

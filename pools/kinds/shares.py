@@ -57,6 +57,10 @@ class Shares(GpuKind):
         return self._profile.fullmatch(profile) is not None
 
     def profiles(self, model: ModelInfo) -> list[str]:
+        return self.every_profile()
+
+    def every_profile(self) -> list[str]:
+        """Its profiles, the same on every model, smallest share first."""
         return [self.profile_of(n) for n in reversed(SHARE_COUNTS)]
 
     def token(self, profile: str) -> str:

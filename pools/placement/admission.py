@@ -40,7 +40,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pools.kinds import compute_slices
+from pools.kinds import compute_slices, shown_slices
 from pools.placement.backfill import may_keep_out_of_the_way, wanted_pairs
 from pools.placement.reasons import Reason, gettext_noop
 from pools.placement.types import Item, Placement
@@ -128,11 +128,11 @@ class QuotaVerdict:
         return Reason(
             OVER_LIMIT,
             owner=owner,
-            held=self.held + self.asked,
+            held=shown_slices(self.held + self.asked),
             limit=self.limit,
             model=model,
             group=Reason(IN_GROUP, group=group) if group else "",
-            holding=self.held,
+            holding=shown_slices(self.held),
         )
 
 

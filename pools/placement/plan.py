@@ -69,6 +69,7 @@ class Plan:
     slots: set[tuple[int, int]] = field(default_factory=set)  # provisioned instances assigned: (GPU, start)
     used_free: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, profile) -> from free ones
     nodes: dict[str, None] = field(default_factory=dict)  # nodes re-partitioned or re-shared, in order
+    sharing: dict[str, str] = field(default_factory=dict)  # node -> the share mode this plan puts it in
     switched_on: int = 0  # MIG-disabled GPUs turned to MIG
 
     def copy(self) -> Plan:
@@ -80,6 +81,7 @@ class Plan:
             slots=set(self.slots),
             used_free=dict(self.used_free),
             nodes=dict(self.nodes),
+            sharing=dict(self.sharing),
         )
 
     def cost(self, index: FleetIndex) -> tuple[int, int, int, int]:
@@ -211,7 +213,16 @@ def _plan_model(
 
 
 def _restore(plan: Plan, saved: Plan) -> None:
-    for name in ("reconfigure", "assignments", "taken", "slots", "used_free", "nodes", "switched_on"):
+    for name in (
+        "reconfigure",
+        "assignments",
+        "taken",
+        "slots",
+        "used_free",
+        "nodes",
+        "sharing",
+        "switched_on",
+    ):
         setattr(plan, name, getattr(saved, name))
 
 
@@ -255,7 +266,7 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str
     off = _by_node(buckets, "off", plan.taken)
     whole: dict[str, list[int]] = {}
     for node, gpus in _by_node(buckets, "whole", plan.taken).items():
-        if not node_sharing(index, node):
+        if not node_sharing(index, node, plan):
             whole[node] = gpus
     for table in ("shared", "whole"):
         for node in _by_node(buckets, table, plan.taken):
@@ -283,7 +294,7 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str
         chosen.extend((off.get(node, []) + whole.get(node, []))[:need])
     for gpu in chosen:
         node = index.gpus[gpu].node
-        if node_sharing(index, node) and node not in plan.nodes:
+        if node_sharing(index, node, plan):
             _share_node(index, plan, node, "")
         if index.gpus[gpu].mig:
             _switch_off(index, plan, gpu, "")
@@ -292,8 +303,10 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str
     return True
 
 
-def node_sharing(index: FleetIndex, node: str) -> str:
-    """The node's share mode, which each of its GPUs carries."""
+def node_sharing(index: FleetIndex, node: str, plan: Plan) -> str:
+    """The node's share mode: the one this plan puts it in, else the one each of its GPUs carries."""
+    if node in plan.sharing:
+        return plan.sharing[node]
     return index.gpus[index.nodes[node][0]].sharing
 
 
@@ -302,7 +315,7 @@ def convertible(index: FleetIndex, plan: Plan, node: str, sharing: str, model: s
     schedulable MIG-off GPUs, then its wholly free MIG GPUs (to be switched off). Empty where the node is in
     that mode already, or may not change now (pools/placement/index.py: `free_mig_off`; or this plan changes
     or takes its MIG-off GPUs)."""
-    if node in plan.nodes or node_sharing(index, node) == sharing:
+    if node in plan.nodes or node_sharing(index, node, plan) == sharing:
         return []
     mig_off = index.free_mig_off(node, model)
     if mig_off is None or any(gpu in plan.taken for gpu in index.nodes[node] if not index.gpus[gpu].mig):
@@ -318,6 +331,7 @@ def _share_node(index: FleetIndex, plan: Plan, node: str, sharing: str) -> None:
             plan.reconfigure[gpu] = (False, slots, sharing)
             plan.taken.add(gpu)
     plan.nodes[node] = None
+    plan.sharing[node] = sharing
 
 
 def _switch_off(index: FleetIndex, plan: Plan, gpu: int, sharing: str) -> None:
@@ -358,7 +372,7 @@ def _place_shares(
                 left -= _take_slots(index, plan, model, gpu, profile, left)
     for bucket in buckets:
         for node, gpus in bucket.whole.items():
-            if node_sharing(index, node) == profile:
+            if node_sharing(index, node, plan) == profile:
                 for gpu in gpus:
                     if left and gpu not in plan.taken:
                         _switch_off(index, plan, gpu, profile)
@@ -367,7 +381,7 @@ def _place_shares(
     for bucket in buckets:
         for table in (bucket.shared, bucket.off, bucket.whole):
             for node in table:
-                tier = tiers[0 if node_sharing(index, node) else 1]
+                tier = tiers[0 if node_sharing(index, node, plan) else 1]
                 if node not in tier and (usable := convertible(index, plan, node, profile, model)):
                     tier[node] = usable
     for tier in tiers:

@@ -138,7 +138,12 @@ def _fulfils(timed: TimedRequest, placement: Placement, gpus: dict[str, Gpu]) ->
         problems.append(f"it asked for {_listed(asked)} and was given {_listed(got)}.")
     if len({gpus[gpu].cluster for gpu in named}) > 1:
         problems.append("its GPUs span more than one cluster.")
-    for gpu in dict.fromkeys(named):
+    # A node's share mode changes for all its MIG-off GPUs, drained ones too: only what the request is
+    # given, and the MIG changes it asks, must be on schedulable GPUs.
+    used = [a.gpu for a in placement.assignments] + [
+        c.gpu for c in placement.reconfigure if c.mig or gpus[c.gpu].mig
+    ]
+    for gpu in dict.fromkeys(used):
         if not gpus[gpu].schedulable:
             problems.append(f"GPU {gpu} is drained or unhealthy, yet the request uses it.")
         if timed.group is not None and gpus[gpu].group != timed.group:

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from pools.gpu_models import UnknownGpuModel, model_info
+from pools.kinds import DEFAULT_OFFERS, parse_offers, share_kind
 from pools.kinds import kind_of as kind_of_profile
 from pools.mig import Instance, layout_errors
 from pools.placement.engine import validate_request
+from pools.placement.plan import share_slots
 from pools.placement.types import Fleet, Gpu, Item, Placement, Request, Slot
 
 
@@ -49,10 +51,18 @@ def read_fleet(data: dict) -> Fleet:
         _gpu(raw, f"gpus[{n}]") for n, raw in enumerate(list_field(data, "gpus", "the trace", required=True))
     )
     seen: set[str] = set()
+    modes: dict[tuple[str, str], str] = {}
     for gpu in gpus:
         if gpu.id in seen:
             raise TraceError(f'GPU id {gpu.id!r} appears more than once in "gpus".')
         seen.add(gpu.id)
+        mode = modes.setdefault((gpu.cluster, gpu.node), gpu.sharing)
+        if mode != gpu.sharing:
+            raise TraceError(
+                f"GPU {gpu.id!r}: node {gpu.node!r} is in share modes {mode or 'none'} and "
+                f"{gpu.sharing or 'none'}; the device plugin shares a node one way, so its GPUs give one "
+                '"sharing".'
+            )
     return Fleet(gpus)
 
 
@@ -67,9 +77,12 @@ def _gpu(raw: Any, where: str) -> Gpu:
     except UnknownGpuModel as error:
         raise TraceError(f"{where}: {error}") from None
     mig = _flag(raw, "mig", where, default=_MISSING)
+    sharing = _sharing(raw, where)
     slots = tuple(
         _slot(item, f"{where} instances[{n}]") for n, item in enumerate(list_field(raw, "instances", where))
     )
+    if not mig and sharing:
+        return _shared_gpu(raw, where, gpu_id, model, sharing, slots)
     if slots and not mig:
         raise TraceError(f"{where}: MIG is off, so it cannot have MIG instances.")
     if mig and model.mig is None:
@@ -88,6 +101,55 @@ def _gpu(raw: Any, where: str) -> Gpu:
         cluster=_optional_text(raw, "cluster", where) or "",
         schedulable=_flag(raw, "schedulable", where, default=True),
         reconfiguring=_flag(raw, "reconfiguring", where, default=False),
+        sharing=sharing,
+        offers=_offers(raw, where),
+    )
+
+
+def _sharing(raw: dict, where: str) -> str:
+    """The optional "sharing" of a GPU: its node's share mode (ts-N, mps-N), or nothing."""
+    sharing = _optional_text(raw, "sharing", where) or ""
+    if sharing:
+        try:
+            share_kind(sharing).replicas(sharing)
+            parse_offers([sharing])
+        except ValueError as error:
+            raise TraceError(f'{where}: "sharing" {sharing!r} is no share mode: {error}') from None
+    return sharing
+
+
+def _offers(raw: dict, where: str) -> tuple[str, ...]:
+    if "offers" not in raw:
+        return DEFAULT_OFFERS
+    try:
+        return parse_offers(raw["offers"])
+    except ValueError as error:
+        raise TraceError(f'{where}: "offers": {error}') from None
+
+
+def _shared_gpu(raw: dict, where: str, gpu_id: str, model, sharing: str, slots: tuple[Slot, ...]) -> Gpu:
+    """A MIG-off GPU of a shared node: its shares, given (each with "allocated") or all free."""
+    expected = share_slots(sharing)
+    given = tuple(sorted(slots, key=lambda slot: slot.start))
+    if given and [(s.profile, s.start) for s in given] != list(expected):
+        raise TraceError(
+            f"{where}: in share mode {sharing} a GPU has the shares {sharing} at 0 to {len(expected) - 1}, "
+            "each once."
+        )
+    if _flag(raw, "allocated", where, default=False):
+        raise TraceError(f'{where}: a shared GPU is in use through its shares, not "allocated".')
+    return Gpu(
+        id=gpu_id,
+        node=_text(raw, "node", where),
+        model=model.name,
+        mig=False,
+        instances=given or tuple(Slot(profile, start) for profile, start in expected),
+        group=_optional_text(raw, "group", where),
+        cluster=_optional_text(raw, "cluster", where) or "",
+        schedulable=_flag(raw, "schedulable", where, default=True),
+        reconfiguring=_flag(raw, "reconfiguring", where, default=False),
+        sharing=sharing,
+        offers=_offers(raw, where),
     )
 
 
@@ -146,6 +208,7 @@ def write_changes(placement: Placement) -> dict:
                 "mig": change.mig,
                 "instances": [{"profile": profile, "start": start} for profile, start in change.instances],
             }
+            | ({"sharing": change.sharing} if not change.mig and change.sharing else {})
             for change in placement.reconfigure
         ],
         "assignments": [

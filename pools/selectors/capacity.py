@@ -196,6 +196,8 @@ def compute_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tupl
         if key in figures:
             slices = kinds.counted_slices(row["node__gpu_model"], row["profile"])
             figures[key].compute_allocated += row["held"] * slices
+    for found in figures.values():
+        found.compute_allocated = kinds.shown_slices(found.compute_allocated)
     return figures
 
 

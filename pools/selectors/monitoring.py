@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 
-from django.db.models import Case, F, IntegerField, QuerySet, Value, When
+from django.db.models import Case, DecimalField, F, IntegerField, QuerySet, Value, When
 
 from pools import mig
-from pools.kinds import WHOLE
+from pools.kinds import SHARE_KINDS, WHOLE
 from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity
 from pools.selectors.requests import LIVE_POOL_STATES
 
@@ -69,17 +70,37 @@ def clusters() -> Relation:
     return relation(Cluster.objects.order_by().values("id", "name"), "clusters")
 
 
+# Compute slices to three decimals: a share counts its fraction of its GPU's.
+COMPUTE = DecimalField(max_digits=6, decimal_places=3)
+MILLI = Decimal("0.001")
+# The profiles whose figures are their whole GPU's (pools/kinds: `gpu_figures`): a whole GPU, a share.
+GPU_FIGURES = [WHOLE.profile, *(profile for kind in SHARE_KINDS for profile in kind.every_profile())]
+
+
+def _share_of_seven(replicas: int) -> Decimal:
+    return (Decimal(mig.COMPUTE_SLICES) / replicas).quantize(MILLI)
+
+
 def _compute() -> Case:
     catalogue = [
         When(gpu__model=model.name, profile=profile.name, then=Value(profile.compute_slices))
         for model in mig.GPU_MODELS.values()
         for profile in model.profiles.values()
     ]
+    shares = [
+        When(
+            profile=profile,
+            then=Value((Decimal(mig.COMPUTE_SLICES) / kind.replicas(profile)).quantize(MILLI)),
+        )
+        for kind in SHARE_KINDS
+        for profile in kind.every_profile()
+    ]
     return Case(
         When(profile=WHOLE.profile, then=Value(mig.COMPUTE_SLICES)),
         *catalogue,
+        *shares,
         default=Value(0),
-        output_field=IntegerField(),
+        output_field=COMPUTE,
     )
 
 
@@ -101,7 +122,7 @@ def allocations(*, live: bool = False, active_pools: bool = False) -> Relation:
             "allocated_at",
             "released_at",
             start=Case(
-                When(profile=WHOLE.profile, then=Value(None)),
+                When(profile__in=GPU_FIGURES, then=Value(None)),
                 default=F("slices__startswith"),
                 output_field=IntegerField(),
             ),

@@ -6,6 +6,7 @@ from django import template
 from django.utils.translation import gettext_lazy
 
 from pools import selectors
+from pools.kinds import shown_slices
 from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
 from pools.specs import profile_label
 
@@ -70,3 +71,9 @@ def whatif_error(run) -> str:
 def percent(share) -> str:
     """`run.progress|percent` — a share from 0 to 1 as a whole percentage."""
     return f"{round(float(share or 0) * 100)} %"
+
+
+@register.filter
+def slices(value) -> int | float:
+    """Compute slices as people read them: a whole number, or with a share's fraction, to two decimals."""
+    return shown_slices(value)

@@ -26,6 +26,7 @@ from pools.forms import (
     copied_request,
     rows_for,
 )
+from pools.kinds import KINDS
 from pools.manifest import pods
 from pools.models import PoolState, RequestState
 from pools.pricing import hourly_price
@@ -105,6 +106,12 @@ def request_new(request: HttpRequest, tenant_slug: str, slug: str) -> HttpRespon
         "tenant": project.tenant,
         "form": form,
         "specs": rows,
+        # What each kind on offer isolates, said before the member chooses (pools/kinds/).
+        "isolation": [
+            (_(kind.label), _(kind.isolation))
+            for kind in KINDS
+            if any(offer.spec.kind is kind for offer in offered)
+        ],
         "quotas": quotas,
         "longest_hours": None if longest is None else int(longest.total_seconds() // 3600),
     }

@@ -193,9 +193,9 @@ def test_no_past_pool_holds_capacity_now(db, clock, moment):
     without_history = fleet_today()
     with transaction.atomic():
         load_billing(out)
-    # The pools demo's two admitted pools (tests/portal/test_demo.py) are the only ones holding GPUs.
-    assert Pool.objects.filter(released_at=None).count() == 2
-    assert Pool.objects.count() == 2 + len(PAST_POOLS)
+    # The pools demo's three admitted pools (tests/portal/test_demo.py) are the only ones holding GPUs.
+    assert Pool.objects.filter(released_at=None).count() == 3
+    assert Pool.objects.count() == 3 + len(PAST_POOLS)
     assert not Allocation.objects.filter(released_at=None, pool__released_at__isnull=False).exists()
     assert fleet_today() == without_history
 

@@ -284,3 +284,43 @@ def test_a_node_whose_device_plugin_never_applies_the_sharing_fails_the_pool_cle
     assert outcome == "failed" and pool.state == PoolState.FAILED
     assert "device plugin on l40s-1 has not shared its GPUs as ts-4" in pool.failure_reason
     assert not Allocation.objects.filter(pool=pool, released_at__isnull=True).exists()
+
+
+def test_an_mps_pool_on_kubernetes_takes_halves_of_two_gpus(db, tmp_path, tenancy, staff_user):
+    from pools.models import GpuGroup, NodeCapacity
+    from pools.services import set_node_group
+
+    with KubeApiServer(mig_apply_seconds=0.05) as server:
+        server.add_gpu_node("a100-1", gpus=2, product="NVIDIA-A100-SXM4-80GB", memory_mib=81920)
+        cluster = ClusterFactory(
+            name="kube",
+            driver=Cluster.Driver.KUBERNETES,
+            kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
+        )
+        sync_inventory(cluster=cluster)
+        group = GpuGroup.objects.create(cluster=cluster, name="notebooks", offers=["mig", "mps-2"])
+        set_node_group(node=NodeCapacity.objects.get(name="a100-1"), group=group)
+        member, _approver, pool = api_pool(tenancy, staff_user, [{"spec": "a100-80gb.mps-2", "count": 3}])
+        shown = member.get(f"/api/v1/pools/{pool.pk}/").json()
+        assert shown["state"] == "active"
+        assert sorted(a["profile"] for a in shown["allocations"]) == ["mps-2"] * 3
+        assert len({a["gpu_index"] for a in shown["allocations"]}) == 2  # both halves of one GPU, one of two
+        labels = server.get("Node", "a100-1")["metadata"]["labels"]
+        assert (labels["nvidia.com/device-plugin.config"], labels["nvidia.com/gpu.sharing-strategy"]) == (
+            "portal-mps-2",
+            "mps",
+        )
+        assert server.get("ResourceQuota", "gpu-portal", "acme-vision")["spec"]["hard"] == {
+            "requests.nvidia.com/gpu.shared": "3"
+        }
+        # the group offers no whole GPUs: asking for one is refused, saying what is offered
+        refused = member.post(
+            "/api/v1/pool-requests/",
+            {
+                "project": tenancy.vision.pk,
+                "items": [{"spec": "a100-80gb.full", "count": 1}],
+                "cluster": "kube",
+            },
+            format="json",
+        )
+        assert refused.status_code == 400

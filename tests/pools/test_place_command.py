@@ -170,6 +170,25 @@ def _request(**fields: object) -> dict:
             "gpus[0] ('n/0'): MIG is off, so it cannot have MIG instances.",
         ),
         ({"gpus": [_gpu(), _gpu()]}, "GPU id 'n/0' appears more than once in \"gpus\"."),
+        ({"gpus": [_gpu(mig=False, sharing="ts-9")]}, "gpus[0] ('n/0'): \"sharing\" 'ts-9' is no share mode"),
+        ({"gpus": [_gpu(mig=False, sharing="slices")]}, "\"sharing\" 'slices' is no share mode"),
+        (
+            {"gpus": [_gpu(mig=False, sharing="ts-2", instances=[{"profile": "ts-2", "start": 0}])]},
+            "in share mode ts-2 a GPU has the shares ts-2 at 0 to 1, each once.",
+        ),
+        (
+            {"gpus": [_gpu(mig=False, sharing="ts-2", allocated=True)]},
+            'a shared GPU is in use through its shares, not "allocated".',
+        ),
+        (
+            {"gpus": [_gpu(mig=False, sharing="ts-2"), _gpu(id="n/1", mig=False)]},
+            "GPU 'n/1': node 'n' is in share modes ts-2 and none",
+        ),
+        ({"gpus": [_gpu(offers=["whole", "ts-9"])]}, "gpus[0] ('n/0'): \"offers\": 'ts-9': a GPU is shared"),
+        (
+            {"gpus": [_gpu(model="L40S-48GB", instances=[])]},
+            "the MIG catalogue has no geometry for L40S-48GB",
+        ),
         ({"gpus": [], "requests": [_request(profile="9g.99gb")]}, "H100-80GB has no MIG profile '9g.99gb'"),
         ({"gpus": [], "requests": [_request(model="X100")]}, "Unknown GPU model 'X100'"),
         (
@@ -217,3 +236,38 @@ def test_a_process_given_bad_input_fails_with_a_message_and_no_output(tmp_path):
     assert done.returncode != 0
     assert done.stdout == ""
     assert "GPU id 'n/0' appears more than once" in done.stderr
+
+
+def test_shares_are_placed_on_a_shared_node_and_a_free_node_is_put_in_the_mode(tmp_path):
+    trace = {
+        "gpus": [
+            _gpu(id="l/0", node="l", model="L40S-48GB", mig=False, sharing="ts-4", offers=["ts-4"]),
+            _gpu(id="a/0", node="a", model="L40S-48GB", mig=False, offers=["ts-4"]),
+        ],
+        "requests": [
+            {"id": "r1", "items": [{"model": "L40S-48GB", "profile": "ts-4", "count": 6}]},
+            {"id": "r2", "items": [{"model": "L40S-48GB", "profile": "full", "count": 1}]},
+        ],
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    out = io.StringIO()
+    call_command("place", "--input", str(path), stdout=out)
+    first, second = json.loads(out.getvalue())["results"]
+    assert [(a["gpu"], a["start"]) for a in first["assignments"]] == [
+        ("l/0", 0),
+        ("l/0", 1),
+        ("l/0", 2),
+        ("l/0", 3),
+        ("a/0", 0),
+        ("a/0", 1),
+    ]
+    assert first["reconfigure"] == [
+        {
+            "gpu": "a/0",
+            "mig": False,
+            "sharing": "ts-4",
+            "instances": [{"profile": "ts-4", "start": n} for n in range(4)],
+        }
+    ]
+    assert second == {"id": "r2", "placed": False, "reason": "no L40S-48GB GPU is offered as full"}

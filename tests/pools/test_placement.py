@@ -422,3 +422,66 @@ def test_a_4000_gpu_fleet_takes_a_whole_queue():
     assert all(p.placed for p in placements)
     taken = [(a.gpu, a.start) for p in placements for a in p.assignments]
     assert len(taken) == len(set(taken)) == sum(1 + n % 3 for n in range(300))
+
+
+# --- shares -------------------------------------------------------------------------------------------
+
+
+def shared(name: str, sharing: str, busy: tuple[int, ...] = (), **fields) -> Gpu:
+    """A MIG-off GPU of a node in share mode `sharing`, the shares at `busy` in use."""
+    slots = tuple(Slot(p, s, s in busy) for p, s in share_slots(sharing))
+    fields.setdefault("node", name.split("/")[0])
+    return Gpu(name, model=fields.pop("model", H100), mig=False, instances=slots, sharing=sharing, **fields)
+
+
+SHARING_OFFERS = ("whole", "mig", "ts-2", "ts-4")
+
+
+def test_a_request_that_turns_a_node_s_sharing_off_does_not_also_share_it():
+    """A whole GPU turns the node's sharing off; the same request's shares then go elsewhere, never onto a
+    MIG GPU of that node switched off into the mode the node just left."""
+    f = fleet(
+        shared("x/0", "ts-2", group="g", offers=SHARING_OFFERS),
+        gpu("x/1", sharing="ts-2", group="g", offers=SHARING_OFFERS),  # MIG on, wholly free
+        gpu("y/0", off=True, group="h", offers=("ts-2",)),
+    )
+    placement = placed(f, ask((1, "full"), (2, "ts-2")))
+    after = apply(f, placement)
+    assert {g.id: (g.mig, g.sharing) for g in after.gpus} == {
+        "x/0": (False, ""),
+        "x/1": (True, ""),
+        "y/0": (False, "ts-2"),
+    }
+    assert [(a.gpu, a.profile) for a in placement.assignments] == [
+        ("x/0", "full"),
+        ("y/0", "ts-2"),
+        ("y/0", "ts-2"),
+    ]
+
+
+def test_shares_fill_a_shared_gpu_in_use_then_a_free_one_in_the_mode_then_a_node_switched():
+    f = fleet(
+        shared("a/0", "ts-4", busy=(0,), offers=SHARING_OFFERS),
+        shared("a/1", "ts-4", offers=SHARING_OFFERS),
+        gpu("b/0", off=True, offers=SHARING_OFFERS),
+    )
+    placement = placed(f, ask((9, "ts-4")))
+    taken = Counter(a.gpu for a in placement.assignments)
+    assert taken == {"a/0": 3, "a/1": 4, "b/0": 2}
+    assert [(c.gpu, c.sharing) for c in placement.reconfigure] == [("b/0", "ts-4")]
+
+
+def test_a_node_whose_shares_are_in_use_keeps_its_mode_and_whole_gpus_wait():
+    f = fleet(
+        shared("a/0", "ts-2", busy=(1,), offers=SHARING_OFFERS), shared("a/1", "ts-2", offers=SHARING_OFFERS)
+    )
+    refused = place(f, ask((1, "full")))
+    assert not refused.placed and refused.reason == "needs 1 × full H100-80GB; 0 free"
+    assert not place(f, ask((1, "ts-4"))).placed  # another mode needs the whole node free
+    assert place(f, ask((3, "ts-2"))).placed
+
+
+def test_what_a_group_does_not_offer_is_not_placed_and_the_reason_says_so():
+    f = fleet(gpu("a/0", off=True, group="g", offers=("mig",)))
+    refused = place(f, ask((1, "full"), group="g"))
+    assert refused.reason == "no H100-80GB GPU in group g is offered as full"

@@ -52,9 +52,10 @@ def profile_at(model: str, position: int) -> str:
 
 
 @st.composite
-def gpus_(draw) -> Fleet:
+def gpus_(draw, shares: bool = True) -> Fleet:
+    """A fleet; without `shares`, of whole GPUs and MIG only, every group offering both."""
     gpus = []
-    offers = draw(st.sampled_from(OFFERS))
+    offers = draw(st.sampled_from(OFFERS)) if shares else DEFAULT_OFFERS
     for n in range(draw(st.integers(1, 8))):
         if n % 2 == 0:  # a node of two GPUs shares its cluster, group and share mode
             group = draw(st.sampled_from([None, None, "g"]))
@@ -63,7 +64,7 @@ def gpus_(draw) -> Fleet:
                 cluster=draw(st.sampled_from(["", "", "", "b"])),
                 group=group,
                 offers=offers if group else DEFAULT_OFFERS,
-                sharing=draw(st.sampled_from(["", "", *SHARES])),
+                sharing=draw(st.sampled_from(["", "", *SHARES])) if shares else "",
             )
         model = draw(st.sampled_from(MODELS))
         fields = dict(
@@ -86,11 +87,11 @@ def gpus_(draw) -> Fleet:
 
 
 @st.composite
-def requests_(draw, id: str = "r") -> Request:
+def requests_(draw, id: str = "r", shares: bool = True) -> Request:
     items = []
     for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
         model = draw(st.sampled_from(MODELS))
-        position = draw(st.sampled_from([None, None, *PROFILES, *SHARES]))
+        position = draw(st.sampled_from([None, None, *PROFILES, *(SHARES if shares else ())]))
         profile = (
             FULL_GPU if position is None else position if position in SHARES else profile_at(model, position)
         )

@@ -146,6 +146,15 @@ def test_pod_containers_give_each_mig_device_its_own():
     assert pod_containers([]) == []
 
 
+def test_each_share_gets_a_container_asking_for_one_share():
+    containers = pod_containers(["nvidia.com/gpu.shared"] * 2 + ["nvidia.com/mig-1g.18gb"])
+    assert [(c.name, c.resource, c.count) for c in containers] == [
+        ("share-0", "nvidia.com/gpu.shared", 1),
+        ("share-1", "nvidia.com/gpu.shared", 1),
+        ("mig-2", "nvidia.com/mig-1g.18gb", 1),
+    ]
+
+
 def test_a_pool_on_one_node_is_one_pod_and_on_two_nodes_one_pod_each():
     (one,) = pods([("n1", "nvidia.com/gpu"), ("n1", "nvidia.com/mig-1g.18gb")])
     assert (one.name, one.node, len(one.containers)) == ("gpu-job", "n1", 2)

@@ -39,5 +39,8 @@ def test_demo_is_idempotent_keeps_tenants_apart_and_leaves_work_for_each_workspa
 
     assert PoolRequest.objects.filter(state="submitted").count() == 1  # for carol to decide
     # admitted now (the worker provisions them); the billing history's pools were all released
-    assert Pool.objects.filter(released_at=None).count() == 2
+    assert Pool.objects.filter(released_at=None).count() == 3
+    shares = Pool.objects.filter(released_at=None, allocations__profile="ts-4").distinct().get()
+    assert sorted(shares.allocations.values_list("profile", flat=True)) == ["ts-4", "ts-4"]
+    assert shares.cluster.name == "seoul-a" and shares.allocations.first().gpu.node.name == "l40s-serve-1"
     assert set(Pool.objects.values_list("project__tenant__slug", flat=True)) == {"acme", "globex"}
