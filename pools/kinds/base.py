@@ -1,12 +1,13 @@
 """The protocol every GPU kind answers: how a GPU is given out, and what one unit of it is.
 
 Words used here:
-- kind: a way of giving out a GPU: whole, MIG instances, and (later) shares of a time-sliced or MPS GPU.
+- kind: a way of giving out a GPU: whole, MIG instances, and shares of a time-sliced or MPS GPU.
 - profile: what a request's item names after its model, the portal's name for one unit of a kind ("full",
-  "3g.40gb"). Every profile belongs to exactly one kind; `pools.kinds.kind_of` finds it.
-- token: the profile as a spec id writes it after the model (`h100-80gb.full`, `h100-80gb.mig-3g.40gb`).
+  "3g.40gb", "ts-4"). Every profile belongs to exactly one kind; `pools.kinds.kind_of` finds it.
+- token: the profile as a spec id writes it after the model (`h100-80gb.full`, `h100-80gb.mig-3g.40gb`,
+  `l40s-48gb.ts-4`).
 - slots: the range a unit occupies on its GPU, which the allocation's exclusion constraint keeps apart: MIG
-  memory slices for an instance, all of them for a whole GPU.
+  memory slices for an instance, all of them for a whole GPU, one per share.
 
 No Django, no I/O: the placement engine, the simulator and the benches use kinds without a database.
 """

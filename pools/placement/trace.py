@@ -10,6 +10,7 @@ The simulation trace (pools/placement/timetrace.py) reads its GPUs and requests 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pools.gpu_models import UnknownGpuModel, model_info
@@ -81,16 +82,7 @@ def _gpu(raw: Any, where: str) -> Gpu:
     slots = tuple(
         _slot(item, f"{where} instances[{n}]") for n, item in enumerate(list_field(raw, "instances", where))
     )
-    if not mig and sharing:
-        return _shared_gpu(raw, where, gpu_id, model, sharing, slots)
-    if slots and not mig:
-        raise TraceError(f"{where}: MIG is off, so it cannot have MIG instances.")
-    if mig and model.mig is None:
-        raise TraceError(f"{where}: the MIG catalogue has no geometry for {model.name}, so MIG cannot be on.")
-    errors = layout_errors(model.mig, [Instance(s.start, s.profile) for s in slots]) if model.mig else []
-    if errors:
-        raise TraceError(f"{where}: this layout does not fit on one {model.name}: {' '.join(errors)}")
-    return Gpu(
+    gpu = Gpu(
         id=gpu_id,
         node=_text(raw, "node", where),
         model=model.name,
@@ -104,6 +96,16 @@ def _gpu(raw: Any, where: str) -> Gpu:
         sharing=sharing,
         offers=_offers(raw, where),
     )
+    if not mig and sharing:
+        return _shared(gpu, where)
+    if slots and not mig:
+        raise TraceError(f"{where}: MIG is off, so it cannot have MIG instances.")
+    if mig and model.mig is None:
+        raise TraceError(f"{where}: the MIG catalogue has no geometry for {model.name}, so MIG cannot be on.")
+    errors = layout_errors(model.mig, [Instance(s.start, s.profile) for s in slots]) if model.mig else []
+    if errors:
+        raise TraceError(f"{where}: this layout does not fit on one {model.name}: {' '.join(errors)}")
+    return gpu
 
 
 def _sharing(raw: dict, where: str) -> str:
@@ -127,30 +129,17 @@ def _offers(raw: dict, where: str) -> tuple[str, ...]:
         raise TraceError(f'{where}: "offers": {error}') from None
 
 
-def _shared_gpu(raw: dict, where: str, gpu_id: str, model, sharing: str, slots: tuple[Slot, ...]) -> Gpu:
+def _shared(gpu: Gpu, where: str) -> Gpu:
     """A MIG-off GPU of a shared node: its shares, given (each with "allocated") or all free."""
-    expected = share_slots(sharing)
-    given = tuple(sorted(slots, key=lambda slot: slot.start))
-    if given and [(s.profile, s.start) for s in given] != list(expected):
+    expected = share_slots(gpu.sharing)
+    if gpu.instances and [(s.profile, s.start) for s in gpu.instances] != list(expected):
         raise TraceError(
-            f"{where}: in share mode {sharing} a GPU has the shares {sharing} at 0 to {len(expected) - 1}, "
-            "each once."
+            f"{where}: in share mode {gpu.sharing} a GPU has the shares {gpu.sharing} at 0 to "
+            f"{len(expected) - 1}, each once."
         )
-    if _flag(raw, "allocated", where, default=False):
+    if gpu.allocated:
         raise TraceError(f'{where}: a shared GPU is in use through its shares, not "allocated".')
-    return Gpu(
-        id=gpu_id,
-        node=_text(raw, "node", where),
-        model=model.name,
-        mig=False,
-        instances=given or tuple(Slot(profile, start) for profile, start in expected),
-        group=_optional_text(raw, "group", where),
-        cluster=_optional_text(raw, "cluster", where) or "",
-        schedulable=_flag(raw, "schedulable", where, default=True),
-        reconfiguring=_flag(raw, "reconfiguring", where, default=False),
-        sharing=sharing,
-        offers=_offers(raw, where),
-    )
+    return replace(gpu, instances=gpu.instances or tuple(Slot(profile, start) for profile, start in expected))
 
 
 def _slot(raw: Any, where: str) -> Slot:

@@ -40,7 +40,7 @@ from pools.drivers.base import (
     driver_for,
 )
 from pools.kinds import kind_of
-from pools.mig import MigState
+from pools.mig import MIG_CHANGING, MigState
 from pools.models import IN_USE_STATES, Allocation, GpuCapacity, Pool, PoolState
 from pools.placement.reasons import Reason
 from pools.services.ends import cancel_changes
@@ -217,32 +217,37 @@ def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
 
 
 def sharing_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
-    """Once a node's MIG changes are done, ask for its planned share mode once (the device plugin's config),
-    then watch it; True while any is still under way. One not applied MIG_PENDING_TIMEOUT_SECONDS after
-    `since` (default: the reservation) never will be: the device plugin could not read or apply it."""
+    """Once a node's MIG changes are done (this pool's, or another's on that node), ask for its planned
+    share mode once (the device plugin's config), then watch it; True while any is still under way. One
+    not applied MIG_PENDING_TIMEOUT_SECONDS after `since` (default: the reservation) never will be: the
+    device plugin could not read or apply it."""
     under_way = False
     for node, sharing in shares_to_apply(pool).items():
         key = SHARING_KEY + node
-        if key not in pool.mig_configs and _ask_once(pool, key, partial(driver.apply_sharing, node, sharing)):
+        if key not in pool.mig_configs:
+            if driver.mig_state(node).state in MIG_CHANGING:  # the plugin is paused for it: ask after
+                _within_deadline(pool, since, node, sharing)
+                under_way = True
+                continue
+            if _ask_once(pool, key, partial(driver.apply_sharing, node, sharing)):
+                under_way = True
+                continue
+        if driver.sharing_state(node).sharing != sharing:
+            _within_deadline(pool, since, node, sharing)
             under_way = True
-            continue
-        if driver.sharing_state(node).sharing == sharing:
-            continue
-        waited = timezone.now() - (since or pool.reserved_at)
-        if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
-            raise DriverError(
-                _(
-                    "The device plugin on %(node)s has not shared its GPUs as %(mode)s after %(minutes)s "
-                    "minutes; its config cannot be applied there."
-                )
-                % {
-                    "node": node,
-                    "mode": sharing or _("whole GPUs"),
-                    "minutes": int(waited.total_seconds() // 60),
-                }
-            )
-        under_way = True
     return under_way
+
+
+def _within_deadline(pool: Pool, since: datetime | None, node: str, sharing: str) -> None:
+    waited = timezone.now() - (since or pool.reserved_at)
+    if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
+        raise DriverError(
+            _(
+                "The device plugin on %(node)s has not shared its GPUs as %(mode)s after %(minutes)s "
+                "minutes; its config cannot be applied there."
+            )
+            % {"node": node, "mode": sharing or _("whole GPUs"), "minutes": int(waited.total_seconds() // 60)}
+        )
 
 
 def _asked_later_for_another_pool(pool: Pool, node: str, config: str) -> bool:

@@ -324,3 +324,33 @@ def test_an_mps_pool_on_kubernetes_takes_halves_of_two_gpus(db, tmp_path, tenanc
             format="json",
         )
         assert refused.status_code == 400
+
+
+def test_a_node_s_sharing_is_asked_for_only_once_a_mig_change_there_is_done(
+    shared_cluster, tenancy, staff_user, tmp_path
+):
+    from rest_framework.test import APIClient
+
+    from tests.kube.client import connect
+
+    server, _cluster = shared_cluster
+    core = connect(server, tmp_path)
+    core.patch_node("l40s-1", {"metadata": {"labels": {"nvidia.com/mig.config.state": "pending"}}})
+    member, approver = APIClient(), APIClient()
+    member.force_authenticate(tenancy.acme_member)
+    approver.force_authenticate(staff_user("approver"))
+    asked = member.post(
+        "/api/v1/pool-requests/",
+        {"project": tenancy.vision.pk, "items": [{"spec": "l40s-48gb.ts-4", "count": 1}], "cluster": "kube"},
+        format="json",
+    ).json()
+    approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json")
+    admit_waiting()
+    pool = Pool.objects.get(request_id=asked["id"])
+    assert provision_step(pool_id=pool.pk) == "waiting"
+    assert "nvidia.com/device-plugin.config" not in server.get("Node", "l40s-1")["metadata"]["labels"]
+    core.patch_node("l40s-1", {"metadata": {"labels": {"nvidia.com/mig.config.state": "success"}}})
+    provision(pool)
+    assert (
+        server.get("Node", "l40s-1")["metadata"]["labels"]["nvidia.com/device-plugin.config"] == "portal-ts-4"
+    )
