@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404
 from monitoring.models import Latest
 from monitoring.models.samples import WHOLE_GPU, figures_slot
 from monitoring.selectors.fleet import fresh_since
-from pools.kinds import WHOLE
+from pools.kinds import WHOLE, kind_of
 from pools.models import Allocation, GpuCapacity, Health
 
 # --- the GPU table ---------------------------------------------------------------------------------
@@ -95,6 +95,11 @@ class Holder:
     def label(self) -> str:
         return f"{self.tenant}/{self.project}"
 
+    @property
+    def part(self) -> str:
+        """The part of the GPU it holds, as people read it (its MIG profile or share); "" for all of it."""
+        return "" if kind_of(self.profile).takes_whole_gpu else self.profile
+
 
 def holders(*, gpu_ids: list[int]) -> dict[int, list[Holder]]:
     """The live allocations of these GPUs, per GPU, in one query."""
@@ -117,14 +122,19 @@ def holders(*, gpu_ids: list[int]) -> dict[int, list[Holder]]:
 
 @dataclass
 class SlotFigures:
-    """The whole GPU or one of its MIG instances: its newest figures and the pool holding it."""
+    """The whole GPU or one of its MIG instances: its newest figures and the pools holding it (the GPU's
+    shares' pools all hold its whole-GPU figures)."""
 
     slot: int
     profile: str
     uuid: str
     latest: Latest | None
-    holder: Holder | None
+    holders: list[Holder]
     fresh: bool
+
+    @property
+    def holder(self) -> Holder | None:
+        return self.holders[0] if self.holders else None
 
     @property
     def whole(self) -> bool:
@@ -146,7 +156,9 @@ def gpu_detail(*, gpu_id: int, now: datetime | None = None) -> GpuDetail:
     instance that still has figures), and which pool holds which, in three queries."""
     gpu = get_object_or_404(GpuCapacity.objects.select_related("node__cluster"), pk=gpu_id)
     latest = {row.slot: row for row in Latest.objects.filter(gpu=gpu)}
-    held = {h.slot: h for h in holders(gpu_ids=[gpu.pk])[gpu.pk]}
+    held: dict[int, list[Holder]] = {}
+    for holder in holders(gpu_ids=[gpu.pk])[gpu.pk]:
+        held.setdefault(holder.slot, []).append(holder)
     fresh = fresh_since(now)
     profiles = {WHOLE_GPU: WHOLE.profile} | {e["start"]: e["profile"] for e in gpu.layout or []}
     uuids = {WHOLE_GPU: gpu.uuid} | {e["start"]: e.get("uuid", "") for e in gpu.layout or []}
@@ -159,7 +171,7 @@ def gpu_detail(*, gpu_id: int, now: datetime | None = None) -> GpuDetail:
                 profile=profiles.get(slot) or (row.profile if row else ""),
                 uuid=uuids.get(slot) or (row.instance_uuid if row else ""),
                 latest=row,
-                holder=held.get(slot),
+                holders=held.get(slot, []),
                 fresh=row is not None and row.at >= fresh,
             )
         )

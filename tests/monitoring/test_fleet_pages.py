@@ -295,3 +295,24 @@ def test_the_fleet_page_says_how_each_clusters_figures_arrive(reported, operator
     assert (rows["onprem"].source, rows["onprem"].agents) == ("agents", 1)
     assert rows[reported.cut.node.cluster.name].last_error == "Prometheus at x: timed out"
     assert "Prometheus at x: timed out" in page and "node agents" in page
+
+
+def test_the_gpu_page_names_every_pool_holding_a_share_of_the_gpu(db, operator, client):
+    from django.db.backends.postgresql.psycopg_any import NumericRange
+
+    from monitoring.selectors import gpu_detail
+    from tests.factories import AllocationFactory, GpuCapacityFactory, PoolFactory
+
+    gpu = GpuCapacityFactory(node__gpu_model="L40S-48GB", model="L40S-48GB", mig=None)
+    first, second = PoolFactory(cluster=gpu.node.cluster), PoolFactory(cluster=gpu.node.cluster)
+    for pool, share in ((first, 0), (first, 1), (second, 2)):
+        AllocationFactory(pool=pool, gpu=gpu, profile="ts-4", slices=NumericRange(share, share + 1))
+    whole = next(s for s in gpu_detail(gpu_id=gpu.pk).slots if s.whole)
+    assert sorted((h.pool_id, h.part) for h in whole.holders) == [
+        (first.pk, "ts-4"),
+        (first.pk, "ts-4"),
+        (second.pk, "ts-4"),
+    ]
+    client.force_login(operator)
+    page = client.get(f"/monitoring/gpus/{gpu.pk}/").content.decode()
+    assert f"#{first.pk}" in page and f"#{second.pk}" in page
