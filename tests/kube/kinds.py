@@ -29,6 +29,7 @@ _INITIAL_STATUS: dict[str, dict[str, Any]] = {
     "Service": {"loadBalancer": {}},
     "Ingress": {"loadBalancer": {}},
     "PodDisruptionBudget": _PDB_STATUS,
+    "ResourceClaim": {},
 }
 _SERVICE_NETWORK = ipaddress.ip_network("10.96.0.0/16")
 # Cluster IPs are handed out in order, from .2 (.1 is the API server's own); a count is safe across threads.
@@ -71,6 +72,8 @@ def prepare_update(resource: Resource, current: dict, obj: dict) -> None:
         _keep_cluster_ip(resource, current, obj)
     if resource.kind == "Job":
         _keep_job_pod_template(resource, current, obj)
+    if resource.kind == "ResourceClaim" and obj.get("spec") != current.get("spec"):
+        raise invalid(resource, current["metadata"]["name"], "spec", _IMMUTABLE)
     if resource.kind in _BINDING_ROLE_KINDS and obj.get("roleRef") != current.get("roleRef"):
         raise invalid(
             resource, current["metadata"]["name"], "roleRef", "Invalid value: cannot change roleRef"
@@ -261,6 +264,21 @@ def validate(resource: Resource, obj: dict) -> None:
         _validate_rules(resource, name, obj.get("rules") or [])
     elif resource.kind in _BINDING_ROLE_KINDS:
         _validate_binding(resource, name, obj)
+    elif resource.kind == "ResourceClaim":
+        _validate_requests(
+            resource, name, "spec.devices.requests", (spec.get("devices") or {}).get("requests")
+        )
+    elif resource.kind == "ResourceClaimTemplate":
+        claim_spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+        requests = (claim_spec.get("devices") or {}).get("requests")
+        _validate_requests(resource, name, "spec.spec.devices.requests", requests)
+    elif resource.kind == "ResourceSlice":
+        for field, value in (
+            ("spec.driver", spec.get("driver")),
+            ("spec.pool.name", (spec.get("pool") or {}).get("name")),
+        ):
+            if not value:
+                raise invalid(resource, name, field, "Required value")
 
 
 def _validate_containers(resource: Resource, name: str, field: str, pod_spec: Any) -> None:
@@ -345,3 +363,21 @@ def _validate_binding(resource: Resource, name: str, binding: dict) -> None:
             and not subject.get("namespace")
         ):
             raise invalid(resource, name, f"subjects[{index}].namespace", "Required value")
+
+
+def _validate_requests(resource: Resource, name: str, field: str, requests: Any) -> None:
+    """Each device request has a name and exactly one of `exactly` (with a device class) or
+    `firstAvailable`."""
+    for index, request in enumerate(requests or []):
+        where = f"{field}[{index}]"
+        if not request.get("name"):
+            raise invalid(resource, name, f"{where}.name", "Required value")
+        if ("exactly" in request) == ("firstAvailable" in request):
+            raise invalid(
+                resource,
+                name,
+                where,
+                "Invalid value: exactly one of `exactly` or `firstAvailable` is required",
+            )
+        if "exactly" in request and not (request["exactly"] or {}).get("deviceClassName"):
+            raise invalid(resource, name, f"{where}.exactly.deviceClassName", "Required value")

@@ -39,6 +39,18 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # RBAC objects may be named like `system:discovery`: any path segment will do.
 _PATH_SEGMENT = re.compile(r"^(?!\.{1,2}$)[^/%]+$")
 _RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+# Kinds whose DELETE answers the deleted object, not a Status: graceful deletion, or a registry that
+# returns it (resource.k8s.io's, whose OpenAPI DELETE responses are the kind itself).
+_RETURN_DELETED = {
+    "Namespace",
+    "Pod",
+    "Node",
+    "ResourceQuota",
+    "DeviceClass",
+    "ResourceSlice",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+}
 _NOT_FOUND = "the server could not find the requested resource"
 
 
@@ -324,8 +336,7 @@ class RestApi:
                         for key in [key for key in self.store.keys(contained.kind) if key[0] == name]:
                             self.store.remove(contained.kind, key)
             deleted_metadata = {**stored["metadata"], "resourceVersion": str(self.store.resource_version)}
-        if resource.kind not in ("Namespace", "Pod", "Node", "ResourceQuota"):
-            # Kinds without a graceful deletion answer a Status, as a real server does.
+        if resource.kind not in _RETURN_DELETED:
             group = {"group": resource.group} if resource.group else {}
             details = {"name": name, **group, "kind": resource.plural, "uid": stored["metadata"]["uid"]}
             return status_body(code=200, message="", reason="", details=details)

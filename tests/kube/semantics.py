@@ -152,6 +152,11 @@ _FIELDS: dict[str, dict[str, Callable[[dict], str]]] = {
     "Namespace": {
         "status.phase": lambda namespace: namespace.get("status", {}).get("phase") or "",
     },
+    "ResourceSlice": {
+        "spec.nodeName": lambda slice_: slice_.get("spec", {}).get("nodeName") or "",
+        "spec.driver": lambda slice_: slice_.get("spec", {}).get("driver") or "",
+        "spec.pool.name": lambda slice_: (slice_.get("spec", {}).get("pool") or {}).get("name") or "",
+    },
 }
 _COMMON_FIELDS: dict[str, Callable[[dict], str]] = {
     "metadata.name": lambda obj: obj["metadata"]["name"],

@@ -1,14 +1,16 @@
 """A small Kubernetes API server (JSON over real HTTP) for tests and benchmarks of the portal.
 
-It serves core v1 and the API groups the portal's own manifests use (apps, batch, networking.k8s.io,
-policy, rbac.authorization.k8s.io). The official `kubernetes` client talks to it through a kubeconfig the
-server writes; tests arrange the cluster through the Python control API (`add_gpu_node`, `add_namespace`,
-`set_mig_outcome`, ...) and assert on stored objects with `get` and `objects`. The admin token may do
-anything; a token from `service_account_token` is authorized by the RBAC objects stored in the server,
-and `grants` records which rule allowed each of its requests. Node MIG reconfiguration follows the GPU
-Operator's MIG manager (mig_manager.py) and GPU sharing its device plugin (device_plugin.py), agreeing on a
-node's resources through gpu_resources.py; the REST verbs are in rest.py, per-kind rules in kinds.py, RBAC
-in rbac.py, the store in store.py.
+It serves core v1, the API groups the portal's own manifests use (apps, batch, networking.k8s.io, policy,
+rbac.authorization.k8s.io) and Dynamic Resource Allocation (resource.k8s.io/v1). The official `kubernetes`
+client talks to it through a kubeconfig the server writes; tests arrange the cluster through the Python
+control API (`add_gpu_node`, `add_namespace`, `set_mig_outcome`, ...) and assert on stored objects with
+`get` and `objects`. The admin token may do anything; a token from `service_account_token` is authorized by
+the RBAC objects stored in the server, and `grants` records which rule allowed each of its requests. Node
+MIG reconfiguration follows the GPU Operator's MIG manager (mig_manager.py) and GPU sharing its device
+plugin (device_plugin.py), agreeing on a node's resources through gpu_resources.py; NVIDIA's DRA driver
+publishes a node's GPUs and MIG devices as ResourceSlices (dra_driver.py) and claims are allocated as the
+scheduler would (dra_allocation.py); the REST verbs are in rest.py, per-kind rules in kinds.py, RBAC in
+rbac.py, the store in store.py.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import yaml
 from tests.kube import objects as build
 from tests.kube.device_plugin import DevicePlugin
 from tests.kube.device_plugin import config_name as device_plugin_config
+from tests.kube.dra_allocation import ClaimAllocator
+from tests.kube.dra_driver import DRIVER, GpuDraDriver, device_classes
 from tests.kube.mig_manager import CONFIG_LABEL, GPU_PRESENT_LABEL, MigManager
 from tests.kube.rbac import (
     Authorizer,
@@ -68,6 +72,8 @@ class KubeApiServer:
         self._http: ThreadingHTTPServer | None = None
         self._mig = MigManager(self)
         self._device_plugin = DevicePlugin(self)
+        self._dra_driver = GpuDraDriver(self.store)
+        self._claims = ClaimAllocator(self.store)
         self._rest = RestApi(self.store, on_node_write=self._node_written)
         self.patch_content_types = self._rest.patch_content_types  # what clients really send on PATCH
         self._authorizer = Authorizer(self.store)
@@ -187,6 +193,34 @@ class KubeApiServer:
         `success`): `failed` as a config it cannot read, `stall` as a plugin that never applies."""
         with self.lock:
             self._device_plugin.set_outcome(node, outcome, applies)
+
+    def add_gpu_device_classes(self) -> list[dict]:
+        """DeviceClasses `gpu.nvidia.com` and `mig.nvidia.com`, as NVIDIA's DRA driver chart installs them."""
+        with self.lock:
+            return [
+                deepcopy(self.store.insert("DeviceClass", device_class)) for device_class in device_classes()
+            ]
+
+    def publish_gpu_slices(self, node: str, *, driver: str = DRIVER) -> dict:
+        """Start NVIDIA's DRA driver on `node`: its ResourceSlice now, again after each MIG change there."""
+        with self.lock:
+            return deepcopy(self._dra_driver.publish(node, driver))
+
+    def remove_gpu_slices(self, node: str) -> None:
+        """Stop the DRA driver on `node`: its ResourceSlice goes (allocated claims keep their allocation)."""
+        with self.lock:
+            self._dra_driver.remove(node)
+
+    def set_claim_outcome(self, namespace: str, name: str, outcome: str) -> None:
+        """`pending` keeps the claim `namespace/name` unallocated (it need not exist yet); `allocate` lets the
+        scheduler have it again."""
+        with self.lock:
+            self._claims.set_outcome(namespace, name, outcome)
+
+    def claim_problem(self, namespace: str, name: str) -> str | None:
+        """Why the claim is still unallocated, as the scheduler would tell on the pods waiting for it."""
+        with self.lock:
+            return self._claims.problem(namespace, name)
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         with self.lock:

@@ -1,5 +1,6 @@
-"""The test API server's object store: the kinds it serves (core v1 and the API groups the portal's own
-manifests use), objects by key, one resourceVersion.
+"""The test API server's object store: the kinds it serves (core v1, the API groups the portal's own
+manifests use, and resource.k8s.io for Dynamic Resource Allocation), objects by key, one resourceVersion,
+and the emulated controllers that observe every write.
 
 Stored objects are never changed in place: every write stores a new dict. That lets a LIST take
 references to stored objects under the lock and serialise them after releasing it, with no copy of the
@@ -9,11 +10,13 @@ store per request. Callers hold `lock` around every method here.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.kube import objects
 
 Key = tuple[str, str]  # (namespace, or "" for cluster-scoped kinds; name)
+Observer = Callable[[str, dict], None]
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,13 @@ class Resource:
 
 
 _ALL_VERBS = frozenset({"list", "get", "create", "update", "patch", "delete"})
-_APPS, _BATCH, _NETWORKING, _POLICY, _RBAC = (
+_APPS, _BATCH, _NETWORKING, _POLICY, _RBAC, _RESOURCE = (
     "apps",
     "batch",
     "networking.k8s.io",
     "policy",
     "rbac.authorization.k8s.io",
+    "resource.k8s.io",  # Dynamic Resource Allocation, v1 since Kubernetes 1.34
 )
 # Keyed by (API group, plural). Kinds are unique across groups here, so the store keys objects by kind.
 RESOURCES: dict[tuple[str, str], Resource] = {
@@ -60,6 +64,10 @@ RESOURCES: dict[tuple[str, str], Resource] = {
         Resource("clusterrolebindings", "ClusterRoleBinding", False, _ALL_VERBS, False, _RBAC),
         Resource("roles", "Role", True, _ALL_VERBS, False, _RBAC),
         Resource("rolebindings", "RoleBinding", True, _ALL_VERBS, False, _RBAC),
+        Resource("deviceclasses", "DeviceClass", False, _ALL_VERBS, False, _RESOURCE),
+        Resource("resourceslices", "ResourceSlice", False, _ALL_VERBS, False, _RESOURCE),
+        Resource("resourceclaims", "ResourceClaim", True, _ALL_VERBS, True, _RESOURCE),
+        Resource("resourceclaimtemplates", "ResourceClaimTemplate", True, _ALL_VERBS, False, _RESOURCE),
     )
 }
 _BY_NAME = {
@@ -93,6 +101,9 @@ class ClusterStore:
         self.resource_version = 0
         self._objects: dict[str, dict[Key, dict]] = {resource.kind: {} for resource in RESOURCES.values()}
         self._sorted: dict[str, list[Key] | None] = {kind: None for kind in self._objects}
+        # Emulated controllers that follow stored objects: called (lock held) with the kind and the object
+        # after each write or removal, whoever made it (REST, a test's control call, another controller).
+        self.observers: list[Observer] = []
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         """The stored object itself, not a copy: read it, never change it."""
@@ -136,12 +147,19 @@ class ClusterStore:
         self.resource_version += 1
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
         self._objects[obj["kind"]][(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+        self._notify(obj["kind"], obj)
         return obj
 
     def remove(self, kind: str, key: Key) -> dict:
         self._sorted[kind] = None
         self.resource_version += 1
-        return self._objects[kind].pop(key)
+        removed = self._objects[kind].pop(key)
+        self._notify(kind, removed)
+        return removed
+
+    def _notify(self, kind: str, obj: dict) -> None:
+        for observer in self.observers:
+            observer(kind, obj)
 
     def refresh_quotas(self, namespace: str) -> None:
         """Recompute `status.used` of a namespace's quotas, as the quota controller does after pod changes."""

@@ -271,6 +271,7 @@ def test_discovery_lists_the_groups_and_their_resources(kube, api):
         "networking.k8s.io",
         "policy",
         "rbac.authorization.k8s.io",
+        "resource.k8s.io",
     ]
     (deployments,) = apps["resources"]
     assert (deployments["name"], deployments["kind"], deployments["namespaced"]) == (
