@@ -122,6 +122,18 @@ class GpuLayout:
         return counts
 
 
+DRA, DEVICE_PLUGIN = "dra", "device-plugin"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How a cluster can bind a pool's GPUs to its namespace: `DRA` (it serves resource.k8s.io/v1 and a GPU
+    driver publishes ResourceSlices) or `DEVICE_PLUGIN`, with why not DRA."""
+
+    mode: str
+    why: str = ""
+
+
 @dataclass(frozen=True)
 class MigStatus:
     config: str  # the config the node was last asked to apply
@@ -155,6 +167,9 @@ class ClusterDriver(Protocol):
         """
 
     def mig_state(self, node: str) -> MigStatus: ...
+
+    def binding(self) -> Binding:
+        """Whether the cluster can bind exact devices through DRA, read at each sync."""
 
     def apply_sharing(self, node: str, profile: str) -> str:
         """Put the node's MIG-off GPUs in a share mode: a share profile (`ts-4`, `mps-2`), or "" for none.

@@ -29,7 +29,10 @@ from kubernetes.config.config_exception import ConfigException
 from pools import mig
 from pools.drivers import device_plugin
 from pools.drivers.base import (
+    DEVICE_PLUGIN,
+    DRA,
     QUOTA_NAME,
+    Binding,
     ClusterUnauthorised,
     ClusterUnreachable,
     DriverError,
@@ -60,6 +63,9 @@ CONFIG_KEY = "config.yaml"
 ALL_DISABLED = "all-disabled"
 PAGE = 500
 TIMEOUT = (5, 60)  # connect, read (seconds)
+# Dynamic Resource Allocation's API, and the name NVIDIA's DRA driver for GPUs publishes its devices under.
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
+GPU_DRA_DRIVER = "gpu.nvidia.com"
 CONFLICT_RETRIES = 5
 
 
@@ -252,6 +258,31 @@ class KubernetesDriver:
                 )
             )
         return tuple(gpus)
+
+    def binding(self) -> Binding:
+        with _translated_errors("read the API groups"):
+            groups = client.ApisApi(self.core.api_client).get_api_versions(_request_timeout=TIMEOUT).groups
+        served = any(
+            group.name == DRA_GROUP and any(v.version == DRA_VERSION for v in group.versions or [])
+            for group in groups or []
+        )
+        if not served:
+            return Binding(
+                DEVICE_PLUGIN,
+                _("The cluster does not serve %(api)s: Dynamic Resource Allocation needs Kubernetes 1.34.")
+                % {"api": f"{DRA_GROUP}/{DRA_VERSION}"},
+            )
+        with _translated_errors("list ResourceSlices"):
+            found = client.ResourceV1Api(self.core.api_client).list_resource_slice(
+                field_selector=f"spec.driver={GPU_DRA_DRIVER}", limit=1, _request_timeout=TIMEOUT
+            )
+        if not found.items:
+            return Binding(
+                DEVICE_PLUGIN,
+                _("The cluster serves DRA, but no GPU driver (%(driver)s) publishes ResourceSlices.")
+                % {"driver": GPU_DRA_DRIVER},
+            )
+        return Binding(DRA)
 
     def workloads(self) -> list[PodInfo]:
         pods = []

@@ -23,11 +23,14 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 
 from pools import kinds, mig
 from pools.conf import settings
 from pools.drivers import device_plugin
 from pools.drivers.base import (
+    DEVICE_PLUGIN,
+    Binding,
     ClusterUnreachable,
     DriverError,
     GpuInfo,
@@ -153,6 +156,9 @@ class SimulatedDriver:
                 for p in state["pods"]
                 if any(name.startswith("nvidia.com/") for name in p["resources"])
             ]
+
+    def binding(self) -> Binding:
+        return Binding(DEVICE_PLUGIN, _("A simulated cluster binds through the device plugin's resources."))
 
     def mig_state(self, node: str) -> MigStatus:
         with self._state() as state:

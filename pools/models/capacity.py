@@ -37,6 +37,13 @@ class Cluster(models.Model):
         KUBERNETES = "kubernetes", _("Kubernetes")
         SIMULATED = "simulated", _("Simulated")
 
+    class Binding(models.TextChoices):
+        """How the cluster can bind a pool's GPUs to its namespace: exact devices through Dynamic Resource
+        Allocation, or counts of the device plugin's resources."""
+
+        DRA = "dra", _("DRA")
+        DEVICE_PLUGIN = "device-plugin", _("device plugin")
+
     class Status(models.TextChoices):
         NEW = "new", _("new")
         READY = "ready", _("ready")
@@ -46,6 +53,11 @@ class Cluster(models.Model):
 
     name = models.CharField(_("name"), max_length=63, unique=True, validators=[dns_label_validator])
     driver = models.CharField(_("driver"), max_length=16, choices=Driver.choices)
+    binding = models.CharField(
+        _("binding"), max_length=16, choices=Binding.choices, default=Binding.DEVICE_PLUGIN, editable=False
+    )
+    # Why the cluster binds through the device plugin (what its last sync found), for the operators.
+    binding_note = models.CharField(_("why not DRA"), max_length=300, blank=True, editable=False)
     # A kubeconfig holds credentials: stored encrypted, never shown back, never logged.
     kubeconfig_encrypted = models.TextField(blank=True, editable=False)
     context = models.CharField(_("kubeconfig context"), max_length=253, blank=True)

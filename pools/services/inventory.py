@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from pools import capacity_version, task_names
 from pools.conf import settings
-from pools.drivers.base import ClusterUnauthorised, ClusterUnreachable, DriverError, driver_for
+from pools.drivers.base import Binding, ClusterUnauthorised, ClusterUnreachable, DriverError, driver_for
 from pools.models import Cluster
 from pools.secrets import SecretUnreadable
 from pools.services.inventory_rows import SyncReport, heartbeat_due, write_inventory
@@ -88,6 +88,7 @@ def _sync(cluster: Cluster, now: datetime) -> SyncReport:
         driver = driver_for(cluster)
         nodes = driver.inventory()
         pods = driver.workloads()
+        binding = driver.binding()
     except (DriverError, SecretUnreadable) as error:
         if cluster.status == Cluster.Status.READY:
             capacity_version.changed()  # a ready cluster stops offering anything now
@@ -97,7 +98,7 @@ def _sync(cluster: Cluster, now: datetime) -> SyncReport:
     was_ready = cluster.status == Cluster.Status.READY
     with transaction.atomic():
         write_inventory(cluster=cluster, nodes=nodes, pods=pods, now=now, report=report)
-        _record_success(cluster, now, report)
+        _record_success(cluster, now, report, binding)
         if report.changed or not was_ready:
             capacity_version.changed()
     log.info("sync %s", report.summary())
@@ -123,8 +124,10 @@ def _record_failure(cluster: Cluster, error: Exception, now: datetime) -> None:
     log.warning("sync %s failed (%s in a row): %s", cluster.name, failures, error)
 
 
-def _record_success(cluster: Cluster, now: datetime, report: SyncReport) -> None:
+def _record_success(cluster: Cluster, now: datetime, report: SyncReport, binding: Binding) -> None:
     changes = {}
+    if (cluster.binding, cluster.binding_note) != (binding.mode, binding.why[:300]):
+        changes["binding"], changes["binding_note"] = binding.mode, binding.why[:300]
     if cluster.status != Cluster.Status.READY:
         changes["status"] = Cluster.Status.READY
     if cluster.last_error:

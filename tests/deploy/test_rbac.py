@@ -21,7 +21,14 @@ from kubernetes.client import (
 from kubernetes.config import new_client_from_config
 
 from pools import mig
-from pools.drivers.base import NAMESPACE_LABELS, ClusterUnauthorised, GpuLayout, MigInstanceInfo, driver_for
+from pools.drivers.base import (
+    DEVICE_PLUGIN,
+    NAMESPACE_LABELS,
+    ClusterUnauthorised,
+    GpuLayout,
+    MigInstanceInfo,
+    driver_for,
+)
 from pools.mig import MigState
 from pools.models import Cluster
 from pools.services.inventory import sync_inventory
@@ -168,6 +175,7 @@ def drive_the_whole_protocol(cluster: Cluster) -> None:
     driver = driver_for(cluster)
     assert {node.name for node in driver.inventory()} == {"gpu-a", "gpu-b"}
     assert [(pod.namespace, pod.name) for pod in driver.workloads()] == [("acme-train", "trainer-0")]
+    assert driver.binding().mode == DEVICE_PLUGIN  # the API is served, but no GPU driver publishes slices
     first = driver.apply_mig_layout("gpu-a", [sliced(0, **{"1g.18gb": 7})])  # creates the ConfigMap
     assert settle(driver, "gpu-a", first) == MigState.SUCCESS
     second = driver.apply_mig_layout("gpu-a", [sliced(1, **{"3g.71gb": 2})])  # updates it

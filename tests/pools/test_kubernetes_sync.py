@@ -215,3 +215,39 @@ def test_a_node_shared_in_a_way_the_portal_cannot_give_out_is_shown_with_why(lab
     assert message in odd.error and "cannot read" in odd.error
     assert odd.sharing == "" and odd.gpus.count() == 0
     assert NodeCapacity.objects.get(name="good").error == ""
+
+
+def test_each_sync_reads_whether_the_cluster_binds_exact_devices_through_dra(kube, cluster):
+    kube.add_gpu_node("gpu-1", product="NVIDIA-H200")
+    assert sync_inventory(cluster=cluster).ok
+    cluster.refresh_from_db()
+    assert cluster.binding == Cluster.Binding.DEVICE_PLUGIN
+    assert cluster.binding_note == (
+        "The cluster serves DRA, but no GPU driver (gpu.nvidia.com) publishes ResourceSlices."
+    )
+    kube.publish_gpu_slices("gpu-1")
+    assert sync_inventory(cluster=cluster).ok
+    cluster.refresh_from_db()
+    assert (cluster.binding, cluster.binding_note) == (Cluster.Binding.DRA, "")
+    kube.remove_gpu_slices("gpu-1")
+    assert sync_inventory(cluster=cluster).ok
+    cluster.refresh_from_db()
+    assert cluster.binding == Cluster.Binding.DEVICE_PLUGIN
+
+
+def test_a_cluster_that_does_not_serve_dra_binds_through_the_device_plugin(kube, cluster, monkeypatch):
+    from kubernetes import client
+
+    def without_dra(api, **kwargs):
+        groups = real(api, **kwargs)
+        groups.groups = [group for group in groups.groups if group.name != "resource.k8s.io"]
+        return groups
+
+    real = client.ApisApi.get_api_versions
+    monkeypatch.setattr(client.ApisApi, "get_api_versions", without_dra)
+    kube.add_gpu_node("gpu-1", product="NVIDIA-H200")
+    kube.publish_gpu_slices("gpu-1")
+    assert sync_inventory(cluster=cluster).ok
+    cluster.refresh_from_db()
+    assert cluster.binding == Cluster.Binding.DEVICE_PLUGIN
+    assert "does not serve resource.k8s.io/v1" in cluster.binding_note
