@@ -32,9 +32,9 @@ def provision(pool: Pool) -> None:
         time.sleep(0.05)
 
 
-def api_pool(tenancy, staff_user, items):
+def admitted_pool(tenancy, staff_user, items):
     """A member's API clients, an approver's, and the pool the member asked for through the API on the
-    cluster `kube`, approved, admitted and provisioned as the tasks would."""
+    cluster `kube`, approved and admitted as the tasks would, not provisioned yet."""
     from rest_framework.test import APIClient
 
     member, approver = APIClient(), APIClient()
@@ -49,8 +49,13 @@ def api_pool(tenancy, staff_user, items):
         approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json").status_code == 200
     )
     admit_waiting()  # what the queue task runs after the approval
-    pool = Pool.objects.get(request_id=asked["id"])
-    provision(pool)  # what the provisioning task repeats
+    return member, approver, Pool.objects.get(request_id=asked["id"])
+
+
+def api_pool(tenancy, staff_user, items):
+    """`admitted_pool`, then provisioned as the provisioning task repeats it."""
+    member, approver, pool = admitted_pool(tenancy, staff_user, items)
+    provision(pool)
     return member, approver, pool
 
 
@@ -263,19 +268,7 @@ def test_a_node_whose_device_plugin_never_applies_the_sharing_fails_the_pool_cle
     server, _cluster = shared_cluster
     server.set_device_plugin_outcome("l40s-1", "stall")
     settings.MIG_PENDING_TIMEOUT_SECONDS = 0
-    from rest_framework.test import APIClient
-
-    member, approver = APIClient(), APIClient()
-    member.force_authenticate(tenancy.acme_member)
-    approver.force_authenticate(staff_user("approver"))
-    asked = member.post(
-        "/api/v1/pool-requests/",
-        {"project": tenancy.vision.pk, "items": [{"spec": "l40s-48gb.ts-4", "count": 1}], "cluster": "kube"},
-        format="json",
-    ).json()
-    approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json")
-    admit_waiting()
-    pool = Pool.objects.get(request_id=asked["id"])
+    _member, _approver, pool = admitted_pool(tenancy, staff_user, [{"spec": "l40s-48gb.ts-4", "count": 1}])
     deadline = time.monotonic() + 15
     while (outcome := provision_step(pool_id=pool.pk)) == "waiting":
         assert time.monotonic() < deadline
@@ -329,24 +322,12 @@ def test_an_mps_pool_on_kubernetes_takes_halves_of_two_gpus(db, tmp_path, tenanc
 def test_a_node_s_sharing_is_asked_for_only_once_a_mig_change_there_is_done(
     shared_cluster, tenancy, staff_user, tmp_path
 ):
-    from rest_framework.test import APIClient
-
     from tests.kube.client import connect
 
     server, _cluster = shared_cluster
     core = connect(server, tmp_path)
     core.patch_node("l40s-1", {"metadata": {"labels": {"nvidia.com/mig.config.state": "pending"}}})
-    member, approver = APIClient(), APIClient()
-    member.force_authenticate(tenancy.acme_member)
-    approver.force_authenticate(staff_user("approver"))
-    asked = member.post(
-        "/api/v1/pool-requests/",
-        {"project": tenancy.vision.pk, "items": [{"spec": "l40s-48gb.ts-4", "count": 1}], "cluster": "kube"},
-        format="json",
-    ).json()
-    approver.post(f"/api/v1/pool-requests/{asked['id']}/approve/", {}, format="json")
-    admit_waiting()
-    pool = Pool.objects.get(request_id=asked["id"])
+    _member, _approver, pool = admitted_pool(tenancy, staff_user, [{"spec": "l40s-48gb.ts-4", "count": 1}])
     assert provision_step(pool_id=pool.pk) == "waiting"
     assert "nvidia.com/device-plugin.config" not in server.get("Node", "l40s-1")["metadata"]["labels"]
     core.patch_node("l40s-1", {"metadata": {"labels": {"nvidia.com/mig.config.state": "success"}}})
