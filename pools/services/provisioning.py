@@ -120,7 +120,7 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
     quota_touched = False  # from here on a failure must shrink the namespace's quota again
     try:
         driver = driver_for(pool.cluster)
-        if mig_changes(pool, driver) or sharing_changes(pool, driver):
+        if cluster_changes(pool, driver):
             return WAITING
         sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances and UUIDs
         bind_instances(pool)
@@ -206,14 +206,24 @@ def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
         if status.state == MigState.FAILED:
             raise DriverError(_("The GPU Operator could not re-partition %(node)s.") % {"node": node})
         if status.state != MigState.SUCCESS:
-            waited = timezone.now() - (since or pool.reserved_at)
-            if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
+            if (minutes := _minutes_past_deadline(pool, since)) is not None:
                 raise DriverError(
                     _("%(node)s is still %(state)s after %(minutes)s minutes; the re-partitioning is stuck.")
-                    % {"node": node, "state": status.state, "minutes": int(waited.total_seconds() // 60)}
+                    % {"node": node, "state": status.state, "minutes": minutes}
                 )
             under_way = True
     return under_way
+
+
+def changes_to_apply(pool: Pool) -> bool:
+    """Whether the GPUs this pool was given still wait for a MIG layout or for their node's share mode."""
+    return bool(layouts_to_apply(pool) or shares_to_apply(pool))
+
+
+def cluster_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
+    """The pool's MIG changes, then its nodes' share modes, each asked once and watched to its deadline;
+    True while any is still under way (provisioning and a settling move both drive them)."""
+    return mig_changes(pool, driver, since) or sharing_changes(pool, driver, since)
 
 
 def sharing_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
@@ -239,15 +249,23 @@ def sharing_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
 
 
 def _within_deadline(pool: Pool, since: datetime | None, node: str, sharing: str) -> None:
-    waited = timezone.now() - (since or pool.reserved_at)
-    if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
+    if (minutes := _minutes_past_deadline(pool, since)) is not None:
         raise DriverError(
             _(
                 "The device plugin on %(node)s has not shared its GPUs as %(mode)s after %(minutes)s "
                 "minutes; its config cannot be applied there."
             )
-            % {"node": node, "mode": sharing or _("whole GPUs"), "minutes": int(waited.total_seconds() // 60)}
+            % {"node": node, "mode": sharing or _("whole GPUs"), "minutes": minutes}
         )
+
+
+def _minutes_past_deadline(pool: Pool, since: datetime | None) -> int | None:
+    """The whole minutes waited since `since` (default: the reservation), once a change has waited longer
+    than MIG_PENDING_TIMEOUT_SECONDS; None before."""
+    waited = timezone.now() - (since or pool.reserved_at)
+    if waited > timedelta(seconds=settings.MIG_PENDING_TIMEOUT_SECONDS):
+        return int(waited.total_seconds() // 60)
+    return None
 
 
 def _asked_later_for_another_pool(pool: Pool, node: str, config: str) -> bool:

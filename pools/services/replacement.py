@@ -51,9 +51,9 @@ from pools.services.provisioning import (
     TRANSIENT,
     WAITING,
     bind_instances,
+    changes_to_apply,
+    cluster_changes,
     error_text,
-    layouts_to_apply,
-    mig_changes,
     project_quota,
     settle_quota,
 )
@@ -296,8 +296,9 @@ def _moved_at(pool: Pool) -> datetime | None:
 
 
 def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) -> str:
-    """One step of settling a move; returns done, waiting or failed. Safe to repeat: the MIG change is
-    asked once per node (remembered on the pool), UUIDs and the quota are set to absolute values.
+    """One step of settling a move; returns done, waiting or failed. Safe to repeat: the MIG change and the
+    share mode are asked once per node (remembered on the pool), UUIDs and the quota are set to absolute
+    values.
 
     A transient error is raised for the task to retry, unless this is its last try; then, as on a driver
     error, the instances that never got their layout are given back (`_give_up`).
@@ -308,8 +309,8 @@ def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) 
     driver = None
     try:
         driver = driver_for(pool.cluster)
-        changing = bool(layouts_to_apply(pool))
-        if changing and mig_changes(pool, driver, since=_moved_at(pool)):
+        changing = changes_to_apply(pool)
+        if changing and cluster_changes(pool, driver, since=_moved_at(pool)):
             return WAITING
         if changing:
             sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances

@@ -335,3 +335,29 @@ def test_a_node_s_sharing_is_asked_for_only_once_a_mig_change_there_is_done(
     assert (
         server.get("Node", "l40s-1")["metadata"]["labels"]["nvidia.com/device-plugin.config"] == "portal-ts-4"
     )
+
+
+def test_a_growth_onto_another_node_puts_that_node_in_the_share_mode(shared_cluster, tenancy, staff_user):
+    from pools.models import GpuGroup, NodeCapacity
+    from pools.services import set_node_group
+    from pools.services.replacement import settle_move
+
+    server, cluster = shared_cluster
+    server.add_gpu_node("l40s-2", gpus=1, product="NVIDIA-L40S", memory_mib=46068, mig_capable=False)
+    sync_inventory(cluster=cluster)
+    set_node_group(node=NodeCapacity.objects.get(name="l40s-2"), group=GpuGroup.objects.get(name="inference"))
+    member, approver, pool = api_pool(tenancy, staff_user, [{"spec": "l40s-48gb.ts-4", "count": 8}])
+    growth = member.post(
+        f"/api/v1/pools/{pool.pk}/resize/", {"add": [{"spec": "l40s-48gb.ts-4", "count": 1}]}, format="json"
+    ).json()
+    approver.post(f"/api/v1/pool-requests/{growth['id']}/approve/", {}, format="json")
+    admit_waiting()
+    deadline = time.monotonic() + 15
+    while settle_move(pool_id=pool.pk, requota=True) != DONE:  # what the settling task repeats
+        assert time.monotonic() < deadline, "the growth did not settle"
+        time.sleep(0.05)
+    labels = server.get("Node", "l40s-2")["metadata"]["labels"]
+    assert labels["nvidia.com/device-plugin.config"] == "portal-ts-4"
+    assert server.get("ResourceQuota", "gpu-portal", "acme-vision")["spec"]["hard"] == {
+        "requests.nvidia.com/gpu.shared": "9"
+    }
