@@ -61,13 +61,13 @@ def obtainable(tally: Tally, model: str, profile: str) -> int:
     kind = kind_of(profile)
     if kind.offer_of(profile) not in tally.offers:
         return 0
-    changed = sum(count for sharing, count in tally.convertible.items() if sharing != profile)
     if kind.takes_whole_gpu:
         return tally.whole + sum(count for sharing, count in tally.convertible.items() if sharing)
+    most = kind.max_per_gpu(model_info(model), profile)
     if kind is MIG:
-        return tally.free.get(profile, 0) + tally.blank * kind.max_per_gpu(model_info(model), profile)
-    replicas = kind.max_per_gpu(model_info(model), profile)
-    return tally.free.get(profile, 0) + replicas * (tally.mig_whole.get(profile, 0) + changed)
+        return tally.free.get(profile, 0) + tally.blank * most
+    changed = sum(count for sharing, count in tally.convertible.items() if sharing != profile)
+    return tally.free.get(profile, 0) + most * (tally.mig_whole.get(profile, 0) + changed)
 
 
 def obtainable_in(index: FleetIndex, buckets: Iterable[Bucket], model: str, profile: str) -> int:
@@ -91,7 +91,7 @@ def tally_of_buckets(index: FleetIndex, buckets: Iterable[Bucket], model: str) -
                 nodes[node] = None
         tally.whole += sum(len(gpus) for gpus in bucket.off.values())
         for node, gpus in bucket.whole.items():
-            sharing = index.gpus[index.nodes[node][0]].sharing
+            sharing = index.sharing(node)
             tally.mig_whole[sharing] += len(gpus)
             tally.whole += 0 if sharing else len(gpus)
         for profile, by_gpu in bucket.partial.items():
@@ -102,7 +102,7 @@ def tally_of_buckets(index: FleetIndex, buckets: Iterable[Bucket], model: str) -
     for node in nodes:
         mig_off = index.free_mig_off(node, model)
         if mig_off is not None:
-            sharing = index.gpus[index.nodes[node][0]].sharing
+            sharing = index.sharing(node)
             tally.convertible[sharing] += len(mig_off) + len(index.wholly_free_mig(node, model))
     return tally
 

@@ -209,6 +209,10 @@ class FleetIndex:
         nodes = self.reconfiguring.union(reconfiguring)
         return FleetIndex(gpus, self.position, self.nodes, self.layout, buckets, nodes)
 
+    def sharing(self, node: str) -> str:
+        """The node's share mode, which each of its GPUs carries ("" for none)."""
+        return self.gpus[self.nodes[node][0]].sharing
+
     def free_mig_off(self, node: str, model: str) -> list[int] | None:
         """The schedulable MIG-off GPUs of `model` on a node whose share mode may change now (none of its
         MIG-off GPUs holds work); None when it may not. The device plugin shares every MIG-off GPU of a node

@@ -304,10 +304,8 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str
 
 
 def node_sharing(index: FleetIndex, node: str, plan: Plan) -> str:
-    """The node's share mode: the one this plan puts it in, else the one each of its GPUs carries."""
-    if node in plan.sharing:
-        return plan.sharing[node]
-    return index.gpus[index.nodes[node][0]].sharing
+    """The node's share mode: the one this plan puts it in, else the fleet's."""
+    return plan.sharing[node] if node in plan.sharing else index.sharing(node)
 
 
 def convertible(index: FleetIndex, plan: Plan, node: str, sharing: str, model: str) -> list[int]:
@@ -351,7 +349,7 @@ def _place_shares(
 ) -> bool:
     """Shares of one mode: free shares of GPUs in use, then of wholly free GPUs in that mode, then wholly free
     MIG GPUs of nodes in that mode switched off, then nodes put in that mode (nodes shared another way first,
-    then nodes of whole GPUs; in each, the smallest node that takes the rest, else the largest)."""
+    then nodes of whole GPUs; chosen as `_pick_by_nodes` chooses)."""
     if not buckets:
         return False
     index, need = context.index, {profile: count}
@@ -377,25 +375,21 @@ def _place_shares(
                     if left and gpu not in plan.taken:
                         _switch_off(index, plan, gpu, profile)
                         take(gpu)
-    tiers: list[dict[str, list[int]]] = [{}, {}]
+    usable: dict[str, list[int]] = {}
+    tiers: list[list[str]] = [[], []]  # nodes shared another way, then nodes of whole GPUs
     for bucket in buckets:
         for table in (bucket.shared, bucket.off, bucket.whole):
             for node in table:
-                tier = tiers[0 if node_sharing(index, node, plan) else 1]
-                if node not in tier and (usable := convertible(index, plan, node, profile, model)):
-                    tier[node] = usable
-    for tier in tiers:
-        while tier and left:
-            fits = [node for node, gpus in tier.items() if len(gpus) * replicas >= left]
-            node = min(fits, key=lambda n: len(tier[n])) if fits else max(tier, key=lambda n: len(tier[n]))
-            gpus = tier.pop(node)
+                if node not in usable and (gpus := convertible(index, plan, node, profile, model)):
+                    usable[node] = gpus
+                    tiers[0 if node_sharing(index, node, plan) else 1].append(node)
+    for gpu in _pick_by_nodes(-(-left // replicas), usable, tiers):
+        node = index.gpus[gpu].node
+        if node_sharing(index, node, plan) != profile:
             _share_node(index, plan, node, profile)
-            for gpu in gpus:
-                if not left:
-                    break
-                if index.gpus[gpu].mig:
-                    _switch_off(index, plan, gpu, profile)
-                take(gpu)
+        if index.gpus[gpu].mig:
+            _switch_off(index, plan, gpu, profile)
+        take(gpu)
     return not left
 
 
