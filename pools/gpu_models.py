@@ -21,7 +21,14 @@ from functools import lru_cache
 
 from pools.mig import GPU_MODELS, GpuModel, UnknownGpuModel
 
-__all__ = ["ModelInfo", "UnknownGpuModel", "is_model_name", "model_from_node_labels", "model_info"]
+__all__ = [
+    "ModelInfo",
+    "NoGeometry",
+    "UnknownGpuModel",
+    "is_model_name",
+    "model_from_node_labels",
+    "model_info",
+]
 
 MAX_NAME = 32  # the longest model name a GPU row keeps
 # The whole name: family tokens, then the memory as sold.
@@ -38,6 +45,10 @@ _SIZE_TOLERANCE = 0.10
 _SIZES_SOLD = (4, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 144, 180, 186, 192, 288)
 
 
+class NoGeometry(ValueError):
+    """MIG on a GPU whose model the MIG catalogue has no geometry for."""
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
@@ -47,6 +58,12 @@ class ModelInfo:
     @property
     def family(self) -> str:
         return self.name.rsplit("-", 1)[0]
+
+    def geometry(self) -> GpuModel:
+        """Its MIG geometry, for a GPU with MIG on; NoGeometry outside the catalogue."""
+        if self.mig is None:
+            raise NoGeometry(f"{self.name} has no MIG geometry in the catalogue, so MIG cannot be on.")
+        return self.mig
 
 
 def is_model_name(name: str) -> bool:

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from monitoring.collectors.base import GpuReading, InstanceReading, Reading
-from pools.gpu_models import model_info
+from pools.gpu_models import NoGeometry, model_info
 from pools.mig import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -359,10 +359,11 @@ def _check_fleet(hosts: Sequence[SimulatedHost]) -> None:
                 raise UnknownGpuModel(f"{host.name} GPU {gpu.index}: no simulated board for {gpu.model}.")
             if not gpu.mig_enabled and gpu.instances:
                 raise ValueError(f"{host.name} GPU {gpu.index}: MIG instances on a GPU with MIG off.")
-            if gpu.mig_enabled and model.mig is None:
-                raise ValueError(f"{host.name} GPU {gpu.index}: MIG on, but {gpu.model} has no MIG geometry.")
-            if model.mig is not None:
-                validate_layout(model.mig, [Instance(i.start, i.profile) for i in gpu.instances])
+            if gpu.mig_enabled:
+                try:
+                    validate_layout(model.geometry(), [Instance(i.start, i.profile) for i in gpu.instances])
+                except NoGeometry as error:
+                    raise ValueError(f"{host.name} GPU {gpu.index}: {error}") from None
             for uuid in (gpu.uuid, *(i.uuid for i in gpu.instances)):
                 if not uuid or uuid in seen_uuids:
                     raise ValueError(f"{host.name} GPU {gpu.index}: UUID {uuid!r} is empty or used twice.")

@@ -48,7 +48,7 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
-from pools.gpu_models import ModelInfo, model_from_node_labels, model_info
+from pools.gpu_models import model_from_node_labels, model_info
 from pools.kubeconfig import check_kubeconfig
 from pools.mig import MigState
 from pools.models import Cluster
@@ -231,18 +231,14 @@ class KubernetesDriver:
             per_device = _per_device(configs[config_name], count)
         else:
             raise ValueError(f"MIG config {config_name!r} is not in {self.cluster.mig_config_map}")
-        geometry = model_info(model_name).mig
+        model = model_info(model_name)
         mig_capable = labels.get("nvidia.com/mig.capable", "false") == "true"
         gpus = []
         for index, layout in enumerate(per_device):
             enabled, counts = layout if layout is not None else (False, {})
             instances: tuple[MigInstanceInfo, ...] = ()
             if enabled:
-                if geometry is None:
-                    raise ValueError(
-                        f"GPU {index}: MIG is on, but the catalogue has no MIG geometry for {model_name}"
-                    )
-                placed = mig.place_profiles(geometry, counts)
+                placed = mig.place_profiles(model.geometry(), counts)
                 if placed is None:
                     raise ValueError(f"GPU {index}: {counts} does not fit on a {model_name}")
                 instances = tuple(MigInstanceInfo(i.profile, i.start) for i in placed)
@@ -353,7 +349,9 @@ class KubernetesDriver:
                 if not 0 <= gpu.index < count:
                     raise DriverError(f"{node} has no GPU {gpu.index}.")
                 if gpu.mig_enabled:
-                    _check_layout(node, model, gpu)
+                    mig.validate_layout(
+                        model.geometry(), [mig.Instance(i.start, i.profile) for i in gpu.instances]
+                    )
             name = self._write_config(node, labels.get(MIG_CONFIG_LABEL, ALL_DISABLED), count, wanted)
             # The manager may still show the previous config's "success" for a moment: mark the
             # new config pending ourselves so that nobody mistakes the old success for the new one.
@@ -518,9 +516,3 @@ class KubernetesDriver:
             except ApiException as error:
                 if error.status != 404:
                     raise
-
-
-def _check_layout(node: str, model: ModelInfo, gpu: GpuLayout) -> None:
-    if model.mig is None:
-        raise DriverError(f"{node} GPU {gpu.index}: the catalogue has no MIG geometry for {model.name}.")
-    mig.validate_layout(model.mig, [mig.Instance(i.start, i.profile) for i in gpu.instances])

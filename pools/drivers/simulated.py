@@ -45,7 +45,7 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
-from pools.gpu_models import model_info
+from pools.gpu_models import NoGeometry, model_info
 from pools.mig import MigState
 from pools.models import Cluster, SimulatedClusterState
 
@@ -175,18 +175,16 @@ class SimulatedDriver:
     def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
         with self._state(write=True) as state:
             found = self._node(state, node)
-            geometry = model_info(found["model"]).mig
+            model = model_info(found["model"])
             for gpu in layout:
                 if not 0 <= gpu.index < len(found["gpus"]):
                     raise DriverError(f"{node} has no GPU {gpu.index}.")
                 if gpu.mig_enabled:
-                    if geometry is None:
-                        raise DriverError(f"{node} GPU {gpu.index}: {found['model']} has no MIG geometry.")
                     try:
                         mig.validate_layout(
-                            geometry, [mig.Instance(i.start, i.profile) for i in gpu.instances]
+                            model.geometry(), [mig.Instance(i.start, i.profile) for i in gpu.instances]
                         )
-                    except mig.LayoutError as error:
+                    except (mig.LayoutError, NoGeometry) as error:
                         raise DriverError(f"{node} GPU {gpu.index}: {error}") from None
             # A change still pending keeps its layouts for the GPUs not listed here, as the GPU Operator's
             # config does (the driver protocol's rule).

@@ -3,7 +3,14 @@ any other GPU named from its product and memory and given out whole, never refus
 
 import pytest
 
-from pools.gpu_models import MAX_NAME, UnknownGpuModel, is_model_name, model_from_node_labels, model_info
+from pools.gpu_models import (
+    MAX_NAME,
+    NoGeometry,
+    UnknownGpuModel,
+    is_model_name,
+    model_from_node_labels,
+    model_info,
+)
 from pools.mig import GPU_MODELS
 
 
@@ -106,3 +113,11 @@ def test_a_model_name_is_a_family_and_the_memory_sold(name, ok):
     else:
         with pytest.raises(UnknownGpuModel, match="Unknown GPU model"):
             model_info(name)
+
+
+def test_only_a_catalogue_model_has_a_geometry_for_mig():
+    assert model_info("H100-94GB").geometry() is GPU_MODELS["H100-94GB"]
+    with pytest.raises(
+        NoGeometry, match="L40S-48GB has no MIG geometry in the catalogue, so MIG cannot be on"
+    ):
+        model_info("L40S-48GB").geometry()
