@@ -1,6 +1,7 @@
 """A pool end to end on a real-HTTP cluster: MIG label set and observed, namespace and quota created."""
 
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -197,19 +198,29 @@ def test_a_pool_grows_and_shrinks_on_kubernetes_quota_and_metering_following(
 @pytest.fixture
 def shared_cluster(db, tmp_path):
     """An L40S node (no MIG) in a group that offers whole GPUs and time-sliced quarters."""
+    with grouped_node(
+        tmp_path, "l40s-1", "inference", ["whole", "ts-4"], product="NVIDIA-L40S", memory_mib=46068
+    ) as found:
+        yield found
+
+
+@contextmanager
+def grouped_node(tmp_path, node: str, group: str, offers: list[str], **gpu_node):
+    """The cluster `kube` over HTTP with one node of 2 GPUs (`gpu_node`: its product, memory), synced, in a
+    GPU group offering `offers`; yields the server and the cluster."""
     from pools.models import GpuGroup, NodeCapacity
     from pools.services import set_node_group
 
     with KubeApiServer(mig_apply_seconds=0.05) as server:
-        server.add_gpu_node("l40s-1", gpus=2, product="NVIDIA-L40S", memory_mib=46068, mig_capable=False)
+        server.add_gpu_node(node, gpus=2, mig_capable=gpu_node.pop("mig_capable", False), **gpu_node)
         cluster = ClusterFactory(
             name="kube",
             driver=Cluster.Driver.KUBERNETES,
             kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
         )
         sync_inventory(cluster=cluster)
-        group = GpuGroup.objects.create(cluster=cluster, name="inference", offers=["whole", "ts-4"])
-        set_node_group(node=NodeCapacity.objects.get(name="l40s-1"), group=group)
+        made = GpuGroup.objects.create(cluster=cluster, name=group, offers=offers)
+        set_node_group(node=NodeCapacity.objects.get(name=node), group=made)
         yield server, cluster
 
 
@@ -280,19 +291,15 @@ def test_a_node_whose_device_plugin_never_applies_the_sharing_fails_the_pool_cle
 
 
 def test_an_mps_pool_on_kubernetes_takes_halves_of_two_gpus(db, tmp_path, tenancy, staff_user):
-    from pools.models import GpuGroup, NodeCapacity
-    from pools.services import set_node_group
-
-    with KubeApiServer(mig_apply_seconds=0.05) as server:
-        server.add_gpu_node("a100-1", gpus=2, product="NVIDIA-A100-SXM4-80GB", memory_mib=81920)
-        cluster = ClusterFactory(
-            name="kube",
-            driver=Cluster.Driver.KUBERNETES,
-            kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig").read_text(),
-        )
-        sync_inventory(cluster=cluster)
-        group = GpuGroup.objects.create(cluster=cluster, name="notebooks", offers=["mig", "mps-2"])
-        set_node_group(node=NodeCapacity.objects.get(name="a100-1"), group=group)
+    with grouped_node(
+        tmp_path,
+        "a100-1",
+        "notebooks",
+        ["mig", "mps-2"],
+        product="NVIDIA-A100-SXM4-80GB",
+        memory_mib=81920,
+        mig_capable=True,
+    ) as (server, _cluster):
         member, _approver, pool = api_pool(tenancy, staff_user, [{"spec": "a100-80gb.mps-2", "count": 3}])
         shown = member.get(f"/api/v1/pools/{pool.pk}/").json()
         assert shown["state"] == "active"
