@@ -70,10 +70,10 @@ def provision_pool(self, pool_id: int) -> str:
 
 
 @shared_task(bind=True, max_retries=None)
-def settle_pool_move(self, pool_id: int, requota: bool = False) -> str:
+def settle_pool_move(self, pool_id: int) -> str:
     """Drive a re-placed pool's new GPUs (MIG layout, instance UUIDs, quota) as provision_pool drives a new
     pool's."""
-    return _drive(self, lambda last_try: settle_move(pool_id=pool_id, requota=requota, last_try=last_try))
+    return _drive(self, lambda last_try: settle_move(pool_id=pool_id, last_try=last_try))
 
 
 @shared_task(bind=True, max_retries=20)

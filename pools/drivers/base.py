@@ -105,6 +105,29 @@ class PodInfo:
     node: str
     phase: str
     resources: Mapping[str, int]  # nvidia.com/* requests
+    claims: tuple[str, ...] = ()  # the ResourceClaims it uses, in its namespace
+
+
+@dataclass(frozen=True)
+class DeviceClaim:
+    """A claim the portal makes for one allocation: exactly the device with this UUID, a whole GPU or a MIG
+    instance."""
+
+    name: str
+    uuid: str
+    whole_gpu: bool
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """A ResourceClaim as the cluster holds it: whose it is, and the devices allocated to it, by UUID (""
+    for a device the driver's slices no longer list)."""
+
+    namespace: str
+    name: str
+    pool: str  # the portal's pool label: "" on a claim the portal did not make
+    devices: tuple[str, ...] = ()
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,6 +193,21 @@ class ClusterDriver(Protocol):
 
     def binding(self) -> Binding:
         """Whether the cluster can bind exact devices through DRA, read at each sync."""
+
+    def ensure_admission_policy(self) -> str:
+        """Apply the portal's admission policy and its binding (pools/drivers/admission.py) where they are
+        missing or differ; returns "" when both were in place as shipped, else what was missing or changed.
+        A cluster that cannot take them (older than Kubernetes 1.30) raises DriverError saying so."""
+
+    def bind_namespace(self, namespace: str, binding: str, nodes: Sequence[str]) -> None:
+        """Tell the admission policy how the namespace's GPUs are bound and where its pools hold them."""
+
+    def apply_claims(self, namespace: str, pool: str, claims: Sequence[DeviceClaim]) -> None:
+        """Make the pool's ResourceClaims in the namespace exactly these: create the missing ones, delete
+        the pool's others. Repeating the call is harmless."""
+
+    def claims(self) -> list[ClaimInfo]:
+        """Every ResourceClaim of the GPU driver's devices in the cluster, the portal's and others'."""
 
     def apply_sharing(self, node: str, profile: str) -> str:
         """Put the node's MIG-off GPUs in a share mode: a share profile (`ts-4`, `mps-2`), or "" for none.

@@ -27,11 +27,14 @@ from django.utils.translation import gettext as _
 
 from pools import kinds, mig
 from pools.conf import settings
-from pools.drivers import device_plugin
+from pools.drivers import admission, device_plugin
 from pools.drivers.base import (
     DEVICE_PLUGIN,
+    DRA,
     Binding,
+    ClaimInfo,
     ClusterUnreachable,
+    DeviceClaim,
     DriverError,
     GpuInfo,
     GpuLayout,
@@ -152,13 +155,51 @@ class SimulatedDriver:
     def workloads(self) -> list[PodInfo]:
         with self._state() as state:
             return [
-                PodInfo(p["namespace"], p["name"], p["node"], p["phase"], dict(p["resources"]))
+                PodInfo(
+                    p["namespace"],
+                    p["name"],
+                    p["node"],
+                    p["phase"],
+                    dict(p["resources"]),
+                    tuple(p.get("claims", ())),
+                )
                 for p in state["pods"]
-                if any(name.startswith("nvidia.com/") for name in p["resources"])
+                if p.get("claims") or any(name.startswith("nvidia.com/") for name in p["resources"])
             ]
 
     def binding(self) -> Binding:
-        return Binding(DEVICE_PLUGIN, _("A simulated cluster binds through the device plugin's resources."))
+        with self._state() as state:
+            if state.get("dra"):
+                return Binding(DRA)
+        return Binding(
+            DEVICE_PLUGIN, _("This simulated cluster binds through the device plugin's resources.")
+        )
+
+    def claims(self) -> list[ClaimInfo]:
+        with self._state() as state:
+            nodes = self._device_nodes(state)
+            return [
+                ClaimInfo(
+                    c["namespace"],
+                    c["name"],
+                    c.get("pool", ""),
+                    (c["uuid"],) if c["uuid"] in nodes else ("",),
+                    nodes.get(c["uuid"], ""),
+                )
+                for c in state.get("claims", [])
+            ]
+
+    @staticmethod
+    def _device_nodes(state: dict) -> dict[str, str]:
+        """The node of every device by UUID: MIG-off GPUs and MIG instances."""
+        found = {}
+        for name, node in state["nodes"].items():
+            for gpu in node["gpus"]:
+                if gpu["mig"]:
+                    found.update({i["uuid"]: name for i in gpu["instances"]})
+                else:
+                    found[gpu["uuid"]] = name
+        return found
 
     def mig_state(self, node: str) -> MigStatus:
         with self._state() as state:
@@ -228,6 +269,51 @@ class SimulatedDriver:
                 existing["labels"].update(labels)
             else:  # the same contract as a real cluster: someone else's namespace is never taken over
                 raise NamespaceNotManaged(namespace)
+
+    def ensure_admission_policy(self) -> str:
+        wanted = [
+            admission.portal_policy("system:serviceaccount:gpu-portal:gpu-portal"),
+            admission.portal_policy_binding(),
+        ]
+        with self._state(write=True) as state:
+            found = state.setdefault("admission", {})
+            notes = []
+            for obj in wanted:
+                drift = admission.drift(obj, found.get(obj["kind"]))
+                if drift:
+                    found[obj["kind"]] = obj
+                    notes.append(
+                        _("%(kind)s %(name)s was %(drift)s and has been applied.")
+                        % {"kind": obj["kind"], "name": obj["metadata"]["name"], "drift": drift}
+                    )
+            return " ".join(notes)
+
+    def bind_namespace(self, namespace: str, binding: str, nodes: Sequence[str]) -> None:
+        with self._state(write=True) as state:
+            found = state["namespaces"].get(namespace)
+            if found is None:
+                raise DriverError(f"namespace {namespace} does not exist")
+            if not portal_manages(found["labels"]):
+                raise NamespaceNotManaged(namespace)
+            found["annotations"] = admission.namespace_annotations(binding, nodes)
+
+    def apply_claims(self, namespace: str, pool: str, claims: Sequence[DeviceClaim]) -> None:
+        with self._state(write=True) as state:
+            if namespace not in state["namespaces"]:
+                raise DriverError(f"namespace {namespace} does not exist")
+            kept = [
+                c for c in state.get("claims", []) if (c["namespace"], c.get("pool")) != (namespace, pool)
+            ]
+            state["claims"] = kept + [
+                {
+                    "namespace": namespace,
+                    "name": c.name,
+                    "pool": pool,
+                    "uuid": c.uuid,
+                    "whole_gpu": c.whole_gpu,
+                }
+                for c in claims
+            ]
 
     def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
         with self._state(write=True) as state:
@@ -410,8 +496,12 @@ class SimulatedDriver:
         return {r: ResourceCount(capacity[r], allocatable.get(r, 0)) for r in sorted(capacity)}
 
     def _run_pods(self, state: dict, namespace: str) -> None:
-        """Replace the namespace's pods by one pod per unit of its quota, on nodes with room."""
+        """Replace the namespace's pods by one pod per unit of its quota, on nodes with room among those the
+        admission policy lets it use (its annotation), as a real scheduler would."""
         state["pods"] = [p for p in state["pods"] if p["namespace"] != namespace]
+        allowed = (state["namespaces"].get(namespace, {}).get("annotations") or {}).get(
+            admission.NODES_ANNOTATION
+        )
         used: dict[tuple[str, str], int] = {}
         for pod in state["pods"]:
             for resource, count in pod["resources"].items():
@@ -424,7 +514,16 @@ class SimulatedDriver:
         for resource, count in sorted(state["quotas"].get(namespace, {}).items()):
             short = resource.removeprefix("nvidia.com/").replace(".", "-")
             for n in range(count):
-                node = next((key[0] for key, left in free.items() if key[1] == resource and left > 0), "")
+                node = next(
+                    (
+                        key[0]
+                        for key, left in free.items()
+                        if key[1] == resource
+                        and left > 0
+                        and (allowed is None or key[0] in allowed.split(","))
+                    ),
+                    "",
+                )
                 if node:
                     free[(node, resource)] -= 1
                 state["pods"].append(

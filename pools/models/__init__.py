@@ -8,6 +8,7 @@ from pools.models.capacity import (
     Health,
     NodeCapacity,
     SpecAndCount,
+    Trespass,
     WorkloadProfile,
 )
 from pools.models.pools import (
@@ -54,6 +55,7 @@ __all__ = [
     "SimulatedClusterState",
     "SpecAndCount",
     "TenantPolicy",
+    "Trespass",
     "WhatIfRun",
     "WhatIfState",
     "WorkloadProfile",

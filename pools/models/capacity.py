@@ -7,7 +7,8 @@
 - GpuCapacity: one physical GPU: model, UUID, memory, MIG mode and layout, health.
 - SpecAndCount: one provisioned resource on a node (a MIG profile or full GPUs) and
   how many exist, are allocatable, and are allocated to pools.
-- WorkloadProfile: a pod holding GPU resources, for workload tracking.
+- WorkloadProfile: a pod holding GPU resources, for workload tracking: the devices it uses through claims.
+- Trespass: a GPU in use by a namespace that holds no allocation on it, as a sync saw it, until it ends.
 
 These rows are written by the inventory sync (`pools/services/inventory.py`) from what the cluster's
 driver reports; rows that vanish from the cluster are marked absent, never deleted,
@@ -58,6 +59,8 @@ class Cluster(models.Model):
     )
     # Why the cluster binds through the device plugin (what its last sync found), for the operators.
     binding_note = models.CharField(_("why not DRA"), max_length=300, blank=True, editable=False)
+    # Why the portal's admission policy is not in force there ("" when it is), as the last sync found.
+    admission_note = models.CharField(_("admission policy"), max_length=500, blank=True, editable=False)
     # A kubeconfig holds credentials: stored encrypted, never shown back, never logged.
     kubeconfig_encrypted = models.TextField(blank=True, editable=False)
     context = models.CharField(_("kubeconfig context"), max_length=253, blank=True)
@@ -403,6 +406,9 @@ class WorkloadProfile(models.Model):
         related_name="workloads",
         verbose_name=_("project"),
     )
+    # The UUIDs of the devices the pod uses through its ResourceClaims (DRA), on its claims' row: the one
+    # whose resource_name is "" and count the number of those devices.
+    devices = models.JSONField(_("devices"), default=list, blank=True)
     present = models.BooleanField(_("present"), default=True)
     first_seen_at = models.DateTimeField(_("first seen"), auto_now_add=True)
     # Refreshed when the row changes, and otherwise only every SYNC_HEARTBEAT_SECONDS, so that
@@ -423,6 +429,59 @@ class WorkloadProfile(models.Model):
         return f"{self.namespace}/{self.pod_name}: {self.resource_name} × {self.count}"
 
 
+class Trespass(models.Model):
+    """A GPU in use by a namespace that holds no allocation on it, from the sync that first saw it to the
+    one that saw it gone: pods asking a node for more of a resource than their namespace holds there, or
+    a claim allocated a device that no live allocation of its namespace holds."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="trespasses", verbose_name=_("cluster")
+    )
+    node = models.ForeignKey(
+        NodeCapacity,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="trespasses",
+        verbose_name=_("node"),
+    )
+    namespace = models.CharField(_("namespace"), max_length=63)
+    # What uses it: pods, or a claim, as "pod a, pod b" or "claim c" (shortened to fit).
+    users = models.CharField(_("used by"), max_length=500)
+    resource_name = models.CharField(_("resource"), max_length=64, blank=True)  # device plugin: the resource
+    count = models.PositiveIntegerField(_("count"), default=1)  # of the resource, beyond what is held
+    device_uuid = models.CharField(_("device UUID"), max_length=64, blank=True)  # DRA: the device
+    # The pool whose device it is, where the device is known (DRA).
+    pool = models.ForeignKey(
+        "pools.Pool",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="trespasses",
+        verbose_name=_("pool"),
+    )
+    first_seen_at = models.DateTimeField(_("first seen"))
+    last_seen_at = models.DateTimeField(_("last seen"))
+    ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-first_seen_at", "-pk"]
+        verbose_name = _("trespass")
+        verbose_name_plural = _("trespasses")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "node", "resource_name", "device_uuid"],
+                condition=models.Q(ended_at__isnull=True),
+                name="trespass_open_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["cluster", "ended_at"], name="trespass_open")]
+
+    def __str__(self) -> str:
+        what = self.device_uuid or f"{self.resource_name} × {self.count}"
+        return f"{self.namespace}: {what}"
+
+
 __all__ = [
     "Cluster",
     "GpuCapacity",
@@ -430,5 +489,6 @@ __all__ = [
     "Health",
     "NodeCapacity",
     "SpecAndCount",
+    "Trespass",
     "WorkloadProfile",
 ]

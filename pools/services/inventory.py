@@ -7,6 +7,10 @@ queue when capacity may have appeared. A cluster that cannot be read keeps its l
 why (its status says which way it failed), and is retried with exponential back-off. `request_sync` asks a
 worker to do it soon, for callers that must not wait on a cluster, such as the admin inside a web request;
 `sync_due_clusters` does so for every cluster whose back-off has run out (beat's tick).
+
+Each sync also applies the portal's admission policy where it is missing or was changed (an audit entry
+says so), keeps why it cannot be applied on the cluster for the operators, and records the GPUs in use
+by namespaces that hold no allocation on them (pools/services/trespasses.py).
 """
 
 from __future__ import annotations
@@ -19,14 +23,24 @@ from datetime import datetime, timedelta
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from pools import capacity_version, task_names
 from pools.conf import settings
-from pools.drivers.base import Binding, ClusterUnauthorised, ClusterUnreachable, DriverError, driver_for
+from pools.drivers.base import (
+    DRA,
+    Binding,
+    ClusterDriver,
+    ClusterUnauthorised,
+    ClusterUnreachable,
+    DriverError,
+    driver_for,
+)
 from pools.models import Cluster
 from pools.secrets import SecretUnreadable
 from pools.services.inventory_rows import SyncReport, heartbeat_due, write_inventory
-from portal import dispatch
+from pools.services.trespasses import record_trespasses
+from portal import audit, dispatch
 
 __all__ = ["SyncReport", "request_sync", "sync_due_clusters", "sync_inventory", "sync_lock"]
 
@@ -89,20 +103,44 @@ def _sync(cluster: Cluster, now: datetime) -> SyncReport:
         nodes = driver.inventory()
         pods = driver.workloads()
         binding = driver.binding()
+        claims = driver.claims() if binding.mode == DRA else []
     except (DriverError, SecretUnreadable) as error:
         if cluster.status == Cluster.Status.READY:
             capacity_version.changed()  # a ready cluster stops offering anything now
         _record_failure(cluster, error, now)
         report.ok, report.error = False, str(error)
         return report
+    admission_note = _apply_admission_policy(cluster, driver, now)
     was_ready = cluster.status == Cluster.Status.READY
     with transaction.atomic():
-        write_inventory(cluster=cluster, nodes=nodes, pods=pods, now=now, report=report)
-        _record_success(cluster, now, report, binding)
+        write_inventory(cluster=cluster, nodes=nodes, pods=pods, claims=claims, now=now, report=report)
+        record_trespasses(cluster=cluster, pods=pods, claims=claims, now=now)
+        _record_success(cluster, now, report, binding, admission_note)
         if report.changed or not was_ready:
             capacity_version.changed()
     log.info("sync %s", report.summary())
     return report
+
+
+ADMISSION_RESTORED = gettext_noop("Cluster %(cluster)s: %(what)s")
+
+
+def _apply_admission_policy(cluster: Cluster, driver: ClusterDriver, now: datetime) -> str:
+    """Apply the admission policy where it is missing or changed; returns why it is not in force ("" when it
+    is). A policy put back is audited: someone or something removed or changed it."""
+    try:
+        restored = driver.ensure_admission_policy()
+    except DriverError as error:
+        return str(error)[:500]
+    if restored:
+        audit.record(
+            "cluster.admission_restored",
+            summary=ADMISSION_RESTORED,
+            values={"cluster": cluster.name, "what": restored},
+            subject=("cluster", cluster.pk),
+            at=now,
+        )
+    return ""
 
 
 def _record_failure(cluster: Cluster, error: Exception, now: datetime) -> None:
@@ -124,10 +162,14 @@ def _record_failure(cluster: Cluster, error: Exception, now: datetime) -> None:
     log.warning("sync %s failed (%s in a row): %s", cluster.name, failures, error)
 
 
-def _record_success(cluster: Cluster, now: datetime, report: SyncReport, binding: Binding) -> None:
+def _record_success(
+    cluster: Cluster, now: datetime, report: SyncReport, binding: Binding, admission_note: str
+) -> None:
     changes = {}
     if (cluster.binding, cluster.binding_note) != (binding.mode, binding.why[:300]):
         changes["binding"], changes["binding_note"] = binding.mode, binding.why[:300]
+    if cluster.admission_note != admission_note:
+        changes["admission_note"] = admission_note
     if cluster.status != Cluster.Status.READY:
         changes["status"] = Cluster.Status.READY
     if cluster.last_error:

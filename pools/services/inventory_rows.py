@@ -1,6 +1,6 @@
 """The rows of a cluster's inventory made to match what its driver reported: nodes (with their share mode),
 GPUs, the resources each node advertises (SpecAndCount; shared GPUs under the node's share profile) and the
-GPU pods running (WorkloadProfile).
+GPU pods running (WorkloadProfile), with the devices each uses through its claims.
 
 Only the inventory service (pools/services/inventory.py) calls `write_inventory`, under the cluster's sync
 lock and inside its transaction; the cluster's own state (status, failures, back-off) is the service's to
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from pools.conf import settings
-from pools.drivers.base import NodeInfo, PodInfo
+from pools.drivers.base import ClaimInfo, NodeInfo, PodInfo
 from pools.kinds import SHARED_RESOURCE, profile_of_resource
 from pools.models import Cluster, GpuCapacity, Health, NodeCapacity, SpecAndCount, WorkloadProfile
 from portal.models import Project
@@ -35,7 +35,8 @@ NODE_FIELDS = (
 )
 GPU_FIELDS = ("uuid", "model", "memory_mib", "mig_capable", "mig_enabled", "layout", "health", "present")
 SPEC_FIELDS = ("profile", "capacity", "allocatable")
-WORKLOAD_FIELDS = ("node_name", "count", "phase", "project_id", "present")
+WORKLOAD_FIELDS = ("node_name", "count", "phase", "project_id", "devices", "present")
+CLAIMS_ROW = ""  # the resource name of a pod's row for the devices of its claims
 BATCH = 500
 
 
@@ -68,11 +69,32 @@ class SyncReport:
 
 
 def write_inventory(
-    *, cluster: Cluster, nodes: list[NodeInfo], pods: list[PodInfo], now: datetime, report: SyncReport
+    *,
+    cluster: Cluster,
+    nodes: list[NodeInfo],
+    pods: list[PodInfo],
+    claims: list[ClaimInfo],
+    now: datetime,
+    report: SyncReport,
 ) -> None:
     """Write what changed of the cluster's nodes, GPUs, specs and GPU pods, counting it in `report`."""
     _sync_nodes(cluster, nodes, now, report)
-    _sync_workloads(cluster, pods, now, report)
+    _sync_workloads(cluster, pods, claims, now, report)
+
+
+def pod_uses(
+    pods: list[PodInfo], claims: list[ClaimInfo]
+) -> dict[tuple[str, str], dict[str, list[str] | int]]:
+    """Per pod (namespace, name), what it uses: {resource: count}, and under CLAIMS_ROW the UUIDs of the
+    devices allocated to its claims (a claim not allocated yet adds none)."""
+    devices = {(claim.namespace, claim.name): claim.devices for claim in claims}
+    uses: dict[tuple[str, str], dict] = {}
+    for pod in pods:
+        found = dict(pod.resources)
+        if pod.claims:
+            found[CLAIMS_ROW] = [d for name in pod.claims for d in devices.get((pod.namespace, name), ())]
+        uses[(pod.namespace, pod.name)] = found
+    return uses
 
 
 def heartbeat_due(last: datetime | None, now: datetime) -> bool:
@@ -275,22 +297,26 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
 # --- workloads -------------------------------------------------------------------------------
 
 
-def _sync_workloads(cluster: Cluster, pods: list[PodInfo], now: datetime, report: SyncReport) -> None:
+def _sync_workloads(
+    cluster: Cluster, pods: list[PodInfo], claims: list[ClaimInfo], now: datetime, report: SyncReport
+) -> None:
     rows = {
         (w.namespace, w.pod_name, w.resource_name): w for w in WorkloadProfile.objects.filter(cluster=cluster)
     }
     namespaces = {pod.namespace for pod in pods}
     projects = dict(Project.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
+    uses = pod_uses(pods, claims)
     wanted = {
         (pod.namespace, pod.name, resource): {
             "node_name": pod.node,
-            "count": count,
+            "count": len(used) if resource == CLAIMS_ROW else used,
             "phase": pod.phase,
             "project_id": projects.get(pod.namespace),
+            "devices": used if resource == CLAIMS_ROW else [],
             "present": True,
         }
         for pod in pods
-        for resource, count in pod.resources.items()
+        for resource, used in uses[(pod.namespace, pod.name)].items()
     }
     to_create, to_update = [], []
     for key, values in wanted.items():

@@ -43,8 +43,9 @@ from pools.placement.reasons import Reason
 from pools.selectors import capacity_picture, render_reason
 from pools.selectors.ends import reminder_leads
 from pools.selectors.quotas import ledger
+from pools.services.binding import bind_pool
 from pools.services.ends import check_end, when
-from pools.services.provisioning import project_quota, release_locked
+from pools.services.provisioning import release_locked
 from pools.services.requests import (
     Judged,
     _check_items,
@@ -246,16 +247,11 @@ def shrink_pool(
             raise InvalidInput(_("Name at least one allocation to give back."))
         if len(chosen) == len(live):
             raise InvalidInput(_("That is every instance of the pool: release the pool instead."))
-        quota = project_quota(pool.project_id, pool.cluster_id)
-        for allocation in chosen:
-            quota[allocation.resource_name] -= 1
-        try:
-            driver_for(pool.cluster).apply_quota(
-                pool.project.namespace, {k: n for k, n in quota.items() if n}
-            )
+        try:  # the namespace lets go of them first: then they are free for the next pool
+            bind_pool(pool, driver_for(pool.cluster), without=[a.pk for a in chosen])
         except (ClusterUnreachable, DriverError) as error:
             raise Conflict(
-                _("The cluster did not take the smaller quota (%(error)s); nothing was given back.")
+                _("The cluster did not let go of them (%(error)s); nothing was given back.")
                 % {"error": error}
             ) from None
         _free_chosen(pool, chosen, actor=user)

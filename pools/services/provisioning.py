@@ -24,13 +24,14 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
-from django.db.models import Count, Max
+from django.db.models import Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from pools import task_names
 from pools.conf import settings
 from pools.drivers.base import (
+    DRA,
     NAMESPACE_LABELS,
     ClusterDriver,
     ClusterUnreachable,
@@ -39,10 +40,10 @@ from pools.drivers.base import (
     MigInstanceInfo,
     driver_for,
 )
-from pools.kinds import kind_of
 from pools.mig import MIG_CHANGING, MigState
-from pools.models import IN_USE_STATES, Allocation, GpuCapacity, Pool, PoolState
+from pools.models import Allocation, GpuCapacity, Pool, PoolState
 from pools.placement.reasons import Reason
+from pools.services.binding import bind_pool, record_uuids, unpublished
 from pools.services.ends import cancel_changes
 from pools.services.inventory import sync_inventory
 from pools.services.requests import asked_or_administers
@@ -92,21 +93,6 @@ def shares_to_apply(pool: Pool) -> dict[str, str]:
     }
 
 
-def project_quota(project_id: int, cluster_id: int) -> dict[str, int]:
-    """The GPU quota of a project's namespace in one cluster: its live allocations, summed over its pools."""
-    rows = (
-        Allocation.objects.filter(
-            released_at__isnull=True,
-            pool__project_id=project_id,
-            pool__cluster_id=cluster_id,
-            pool__state__in=[PoolState.PROVISIONING, *IN_USE_STATES],
-        )
-        .values("resource_name")
-        .annotate(n=Count("id"))
-    )
-    return {row["resource_name"]: row["n"] for row in rows}
-
-
 def provision_step(*, pool_id: int, last_try: bool = False) -> str:
     """One step of provisioning a pool; returns done, waiting or failed.
 
@@ -123,14 +109,16 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
         if cluster_changes(pool, driver):
             return WAITING
         sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances and UUIDs
-        bind_instances(pool)
+        record_uuids(pool)
+        if devices_unpublished(pool):
+            return WAITING
         problem = namespace_problem(pool.project)
         if problem:  # a namespace made before the rules: never label or limit it
             fail_pool(pool_id=pool.pk, reason=problem)
             return FAILED
         driver.ensure_namespace(pool.project.namespace, NAMESPACE_LABELS)
         quota_touched = True
-        driver.apply_quota(pool.project.namespace, project_quota(pool.project_id, pool.cluster_id))
+        bind_pool(pool, driver)
         with transaction.atomic():
             pool = Pool.objects.select_for_update().get(pk=pool.pk)
             if pool.state == PoolState.PROVISIONING:
@@ -138,9 +126,9 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
                 pool.active_at = timezone.now()
                 pool.save(update_fields=["state", "active_at"])
                 return DONE
-        # Failed meanwhile (the sweeper, past its deadline): the quota just set still counted it.
+        # Failed meanwhile (the sweeper, past its deadline): the binding just set still counted it.
         if pool.state == PoolState.FAILED:
-            settle_quota(pool, driver)
+            settle_binding(pool, driver)
         return DONE if pool.state == PoolState.ACTIVE else FAILED
     except TRANSIENT as error:
         if not last_try:
@@ -152,9 +140,9 @@ def provision_step(*, pool_id: int, last_try: bool = False) -> str:
     except Exception as error:
         log.exception("pool %s: provisioning stopped on an unexpected error", pool.pk)
         reason = error_text(error)
-    fail_pool(pool_id=pool.pk, reason=reason)
+    pool = fail_pool(pool_id=pool.pk, reason=reason)
     if quota_touched:
-        settle_quota(pool, driver)
+        settle_binding(pool, driver)
     return FAILED
 
 
@@ -168,22 +156,24 @@ def error_text(error: Exception) -> str:
     ) % {"error": type(error).__name__}
 
 
-def settle_quota(pool: Pool, driver: ClusterDriver) -> None:
-    """Best effort: shrink the quota of a pool that failed after its quota was set; a quota left
-    too large would let the namespace take GPUs that went back to the fleet."""
+def settle_binding(pool: Pool, driver: ClusterDriver) -> None:
+    """Best effort: bind the namespace of a pool that failed after it was bound to what is live now; claims,
+    nodes or a quota left behind would let the namespace take GPUs that went back to the fleet."""
     try:
-        _apply_project_quota(pool, driver)
+        bind_pool(pool, driver)
     except Exception:
-        log.warning("pool %s failed; its namespace quota could not be shrunk", pool.pk, exc_info=True)
+        log.warning("pool %s failed; its namespace could not be unbound", pool.pk, exc_info=True)
 
 
-def _apply_project_quota(pool: Pool, driver: ClusterDriver) -> None:
-    """Set the namespace's quota to the project's live pools in this cluster, or remove it."""
-    quota = project_quota(pool.project_id, pool.cluster_id)
-    if quota:
-        driver.apply_quota(pool.project.namespace, quota)
-    else:
-        driver.remove_quota(pool.project.namespace)
+def devices_unpublished(pool: Pool, since: datetime | None = None) -> bool:
+    """Under DRA, whether a device the pool holds has no UUID from the cluster yet, to wait for; one still
+    missing MIG_PENDING_TIMEOUT_SECONDS after `since` (default: the reservation) never comes, and the
+    DriverError says which."""
+    if pool.cluster.binding != DRA or not (missing := unpublished(pool)):
+        return False
+    if _minutes_past_deadline(pool, since) is not None:
+        raise DriverError(missing)
+    return True
 
 
 def mig_changes(pool: Pool, driver, since: datetime | None = None) -> bool:
@@ -302,24 +292,6 @@ def _ask_once(pool: Pool, key: str, ask) -> bool:
     return first
 
 
-def bind_instances(pool: Pool) -> None:
-    """Record the UUID of each MIG instance the pool holds, now that the cluster reports them."""
-    for allocation in Allocation.objects.filter(pool=pool, released_at__isnull=True).select_related("gpu"):
-        if kind_of(allocation.profile).gpu_figures:  # a whole GPU, or a share of one: the GPU's UUID
-            uuid = allocation.gpu.uuid
-        else:
-            uuid = next(
-                (
-                    i.get("uuid", "")
-                    for i in allocation.gpu.layout
-                    if i["start"] == allocation.slices.lower and i["profile"] == allocation.profile
-                ),
-                "",
-            )
-        if uuid != allocation.instance_uuid:
-            Allocation.objects.filter(pk=allocation.pk).update(instance_uuid=uuid)
-
-
 def fail_pool(*, pool_id: int, reason: str) -> Pool:
     """Give the pool's capacity back and tell why; its request stays fulfilled, the pool failed.
 
@@ -373,7 +345,8 @@ def release_locked(
 
 
 def finish_release(*, pool_id: int, last_try: bool = False) -> Pool | None:
-    """Shrink the namespace's quota to the project's remaining pools, then mark the pool released.
+    """Unbind the pool (its claims deleted, the namespace's nodes and quota those of the project's remaining
+    pools), then mark the pool released.
 
     A driver or transient error is raised for the task to retry, unless this is its last try; any
     other error, or the last try's, closes the release without the quota change (close_release).
@@ -382,7 +355,7 @@ def finish_release(*, pool_id: int, last_try: bool = False) -> Pool | None:
     if pool is None or pool.state != PoolState.RELEASING:
         return pool
     try:
-        _apply_project_quota(pool, driver_for(pool.cluster))
+        bind_pool(pool, driver_for(pool.cluster))
     except RELEASE_RETRIED as error:
         if not last_try:
             raise

@@ -215,7 +215,7 @@ def _grow(request: PoolRequest, plan: placement.Placement, now: datetime) -> Poo
         reason=str(reason),
         reason_data=reason.as_data(),
     )
-    dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, True)
+    dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk)
     return pool
 
 

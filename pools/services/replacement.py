@@ -39,23 +39,23 @@ from django.utils.translation import gettext as _
 from pools import placement, task_names
 from pools.conf import settings
 from pools.drivers.base import DriverError, driver_for
-from pools.kinds import kind_of, resource_name
+from pools.kinds import kind_of
 from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity, Pool, PoolRequest, PoolState
 from pools.placement.reasons import Reason
 from pools.selectors import fleet_snapshot, ready_clusters, render_reason
 from pools.selectors.fleet import engine_request, epoch
+from pools.services.binding import bind_pool, record_uuids
 from pools.services.inventory import sync_inventory
 from pools.services.provisioning import (
     DONE,
     FAILED,
     TRANSIENT,
     WAITING,
-    bind_instances,
     changes_to_apply,
     cluster_changes,
+    devices_unpublished,
     error_text,
-    project_quota,
-    settle_quota,
+    settle_binding,
 )
 from pools.services.reservations import (
     lock_capacity,
@@ -278,12 +278,7 @@ def replace(*, pool: Pool, actor) -> Pool:
                 :4000
             ],
         )
-        # The quota counts resources by name: moved instances of the same names leave it as it is; instances
-        # that come back were taken out of it when they went missing.
-        before = Counter(a.resource_name for a in found.moving)
-        after = Counter(resource_name(a.profile) for a in found.plan.assignments)
-        requota = bool(found.missing) or before != after
-        dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, requota)
+        dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk)
     log.info("pool %s re-placed by %s: %s", pool.pk, actor, "; ".join(moves))
     return pool
 
@@ -295,7 +290,7 @@ def _moved_at(pool: Pool) -> datetime | None:
     ).aggregate(at=Max("allocated_at"))["at"]
 
 
-def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) -> str:
+def settle_move(*, pool_id: int, last_try: bool = False) -> str:
     """One step of settling a move; returns done, waiting or failed. Safe to repeat: the MIG change and the
     share mode are asked once per node (remembered on the pool), UUIDs and the quota are set to absolute
     values.
@@ -314,9 +309,11 @@ def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) 
             return WAITING
         if changing:
             sync_inventory(cluster=pool.cluster, even_if_running=True)  # learn the new instances
-        bind_instances(pool)
-        if requota:
-            driver.apply_quota(pool.project.namespace, project_quota(pool.project_id, pool.cluster_id))
+        record_uuids(pool)
+        live = Allocation.objects.filter(pool=pool, released_at__isnull=True)
+        if devices_unpublished(pool, since=live.aggregate(at=Max("allocated_at"))["at"]):
+            return WAITING
+        bind_pool(pool, driver)  # the moved instances' nodes and claims, and the quota
         return DONE
     except TRANSIENT as error:
         if not last_try:
@@ -329,7 +326,7 @@ def settle_move(*, pool_id: int, requota: bool = False, last_try: bool = False) 
         log.exception("pool %s: settling its move stopped on an unexpected error", pool.pk)
         reason = error_text(error)
     if _give_up(pool_id=pool.pk, reason=reason) and driver is not None:
-        settle_quota(pool, driver)  # the namespace may not take what went back to the fleet
+        settle_binding(pool, driver)  # the namespace may not take what went back to the fleet
     return FAILED
 
 
@@ -393,6 +390,6 @@ def redrive_moves(*, now: datetime | None = None) -> list[int]:
         moved = _moved_at(pool)
         key = f"pools:redrive-move:{pool.pk}"
         if moved is not None and moved <= due and cache.add(key, "1", timeout=settings.POOL_REDRIVE_SECONDS):
-            dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk, True)
+            dispatch.after_commit(task_names.SETTLE_MOVE, pool.pk)
             redriven.append(pool.pk)
     return redriven

@@ -156,7 +156,7 @@ def test_the_build_context_leaves_out_history_local_state_and_tests(path):
         "requirements.txt",
         "manage.py",
         "portal/settings.py",
-        "pools/drivers/kubernetes.py",
+        "pools/drivers/kubernetes/__init__.py",
         "templates/base.html",
         "static/portal/portal.css",
         "locale/ko/LC_MESSAGES/django.mo",

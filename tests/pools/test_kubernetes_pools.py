@@ -153,7 +153,7 @@ def test_a_pool_grows_and_shrinks_on_kubernetes_quota_and_metering_following(
     approver.post(f"/api/v1/pool-requests/{growth.json()['id']}/approve/", {}, format="json")
     admit_waiting()
     deadline = time.monotonic() + 15
-    while settle_move(pool_id=pool.pk, requota=True) != DONE:  # what the settling task repeats
+    while settle_move(pool_id=pool.pk) != DONE:  # what the settling task repeats
         assert time.monotonic() < deadline, "the growth did not settle"
         time.sleep(0.05)
     quota = server.get("ResourceQuota", "gpu-portal", "acme-vision")
@@ -360,7 +360,7 @@ def test_a_growth_onto_another_node_puts_that_node_in_the_share_mode(shared_clus
     approver.post(f"/api/v1/pool-requests/{growth['id']}/approve/", {}, format="json")
     admit_waiting()
     deadline = time.monotonic() + 15
-    while settle_move(pool_id=pool.pk, requota=True) != DONE:  # what the settling task repeats
+    while settle_move(pool_id=pool.pk) != DONE:  # what the settling task repeats
         assert time.monotonic() < deadline, "the growth did not settle"
         time.sleep(0.05)
     labels = server.get("Node", "l40s-2")["metadata"]["labels"]

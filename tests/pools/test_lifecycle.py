@@ -220,7 +220,7 @@ def test_a_pool_grows_in_place_and_shrinks_quota_first_each_allocation_billed_it
     assert growth.state == RequestState.FULFILLED
     assert not Pool.objects.filter(request=growth).exists()  # no new pool: the same one grew
     for _step in range(5):
-        if settle_move(pool_id=pool.pk, requota=True) == DONE:
+        if settle_move(pool_id=pool.pk) == DONE:
             break
     live = list(Allocation.objects.filter(pool=pool, released_at=None).order_by("pk"))
     assert len(live) == 3 and _quota(fleet) == {"nvidia.com/gpu": 3}

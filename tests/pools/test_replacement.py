@@ -41,10 +41,10 @@ def sent(callbacks) -> list[Send]:
     return [c for c in callbacks if isinstance(c, Send)]
 
 
-def settled(pool, requota: bool = False) -> str:
+def settled(pool) -> str:
     outcome = WAITING
     for _step in range(5):
-        outcome = settle_move(pool_id=pool.pk, requota=requota)
+        outcome = settle_move(pool_id=pool.pk)
         if outcome != WAITING:
             break
     return outcome
@@ -65,7 +65,7 @@ def test_one_call_moves_the_instances_off_a_drained_gpu_and_leaves_other_tenants
     assert verdict.needed and verdict.fits and len(verdict.moves) == 2
     with django_capture_on_commit_callbacks() as callbacks:
         replace(pool=ours, actor=approver)
-    assert sent(callbacks) == [Send(SETTLE_MOVE, (ours.pk, False))]  # same resources: the quota stays as is
+    assert sent(callbacks) == [Send(SETTLE_MOVE, (ours.pk,))]
 
     moved = live(ours)
     assert len(moved) == 2 and all(a.gpu.schedulable and a.gpu_id != shared.pk for a in moved)
@@ -213,8 +213,8 @@ def test_a_failed_mig_change_gives_the_new_instance_back_and_a_second_move_bring
 
     with django_capture_on_commit_callbacks() as callbacks:
         replace(pool=pool, actor=approver)
-    assert sent(callbacks) == [Send(SETTLE_MOVE, (pool.pk, True))]  # the quota takes the instance in again
-    assert settled(pool, requota=True) == DONE
+    assert sent(callbacks) == [Send(SETTLE_MOVE, (pool.pk,))]  # the quota takes the instance in again
+    assert settled(pool) == DONE
     (back,) = live(pool)
     assert back.gpu.schedulable and back.instance_uuid.startswith("MIG-")
     fleet.simulation.refresh_from_db()
@@ -235,7 +235,7 @@ def test_the_sweeper_settles_again_a_move_left_in_flight(
     with django_capture_on_commit_callbacks() as callbacks:
         assert sweep_stuck_pools().redriven == [pool.pk]
         assert sweep_stuck_pools().redriven == []  # once per period
-    assert sent(callbacks) == [Send(SETTLE_MOVE, (pool.pk, True))]
+    assert sent(callbacks) == [Send(SETTLE_MOVE, (pool.pk,))]
 
 
 @pytest.mark.celery

@@ -27,14 +27,16 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from pools import mig
-from pools.drivers import device_plugin
+from pools.drivers import admission, device_plugin
 from pools.drivers.base import (
     DEVICE_PLUGIN,
     DRA,
     QUOTA_NAME,
     Binding,
+    ClaimInfo,
     ClusterUnauthorised,
     ClusterUnreachable,
+    DeviceClaim,
     DriverError,
     GpuInfo,
     GpuLayout,
@@ -48,6 +50,9 @@ from pools.drivers.base import (
     portal_manages,
     register,
 )
+from pools.drivers.kubernetes import dra
+from pools.drivers.kubernetes.dra import GPU_DRA_DRIVER, DraApi
+from pools.drivers.kubernetes.policy import PolicyApi
 from pools.gpu_models import model_from_node_labels, model_info
 from pools.kubeconfig import check_kubeconfig
 from pools.mig import MigState
@@ -63,9 +68,8 @@ CONFIG_KEY = "config.yaml"
 ALL_DISABLED = "all-disabled"
 PAGE = 500
 TIMEOUT = (5, 60)  # connect, read (seconds)
-# Dynamic Resource Allocation's API, and the name NVIDIA's DRA driver for GPUs publishes its devices under.
+# Dynamic Resource Allocation's API (NVIDIA's DRA driver for GPUs publishes its devices as GPU_DRA_DRIVER).
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
-GPU_DRA_DRIVER = "gpu.nvidia.com"
 CONFLICT_RETRIES = 5
 
 
@@ -99,6 +103,16 @@ def _quantity(value: str) -> int:
     return int(str(value))
 
 
+def _pod_claims(pod) -> tuple[str, ...]:
+    """The names of the ResourceClaims a pod uses: named in its spec, or made for it from a template."""
+    made = {
+        status.name: status.resource_claim_name
+        for status in (pod.status and pod.status.resource_claim_statuses) or []
+    }
+    names = (claim.resource_claim_name or made.get(claim.name) for claim in pod.spec.resource_claims or [])
+    return tuple(name for name in names if name)
+
+
 def _per_device(entries: list, count: int) -> list[tuple[bool, dict[str, int]] | None]:
     """mig-parted entries → per device index: (MIG on, {profile: count}), or None where no entry covers it."""
     layouts: list[tuple[bool, dict[str, int]] | None] = [None] * count
@@ -121,6 +135,8 @@ class KubernetesDriver:
         self.config_namespace, self.config_name = cluster.mig_config_map_ref
         self.plugin_namespace, self.plugin_name = cluster.device_plugin_config_map_ref
         self._core: client.CoreV1Api | None = None
+        self._dra: DraApi | None = None
+        self._policy: PolicyApi | None = None
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -137,6 +153,18 @@ class KubernetesDriver:
                 api_client.configuration.retries = 1
                 self._core = client.CoreV1Api(api_client)
         return self._core
+
+    @property
+    def dra(self) -> DraApi:
+        if self._dra is None:
+            self._dra = DraApi(self.core.api_client, TIMEOUT)
+        return self._dra
+
+    @property
+    def policy(self) -> PolicyApi:
+        if self._policy is None:
+            self._policy = PolicyApi(self.core.api_client, TIMEOUT)
+        return self._policy
 
     def _stored_kubeconfig(self) -> dict:
         """The stored kubeconfig, held to the rule it had to pass when it was given: a row saved
@@ -179,10 +207,13 @@ class KubernetesDriver:
     def inventory(self) -> list[NodeInfo]:
         with _translated_errors("list nodes"):
             configs = self._mig_configs()
-            return [
+            nodes = [
                 self._node_info(node, configs)
                 for node in self._pages(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
             ]
+        with _translated_errors("list ResourceSlices"):
+            devices = self.dra.published().nodes
+        return [dra.with_uuids(node, devices.get(node.name)) for node in nodes]
 
     def _node_info(self, node, configs: dict) -> NodeInfo:
         labels = node.metadata.labels or {}
@@ -295,7 +326,8 @@ class KubernetesDriver:
                     for name, value in asked.items():
                         if name.startswith("nvidia.com/"):
                             wanted[name] = wanted.get(name, 0) + _quantity(value)
-                if wanted:
+                claims = _pod_claims(pod)
+                if wanted or claims:
                     pods.append(
                         PodInfo(
                             namespace=pod.metadata.namespace,
@@ -303,9 +335,18 @@ class KubernetesDriver:
                             node=pod.spec.node_name or "",
                             phase=pod.status.phase if pod.status else "",
                             resources=wanted,
+                            claims=claims,
                         )
                     )
         return pods
+
+    def claims(self) -> list[ClaimInfo]:
+        with _translated_errors("list ResourceClaims"):
+            return self.dra.claims(self.dra.published())
+
+    def ensure_admission_policy(self) -> str:
+        with _translated_errors("apply the admission policy"):
+            return self.policy.ensure()
 
     def mig_state(self, node: str) -> MigStatus:
         with _translated_errors(f"read node {node}"):
@@ -484,6 +525,21 @@ class KubernetesDriver:
             self.core.patch_namespace(
                 namespace, {"metadata": {"labels": dict(labels)}}, _request_timeout=TIMEOUT
             )
+
+    def bind_namespace(self, namespace: str, binding: str, nodes: Sequence[str]) -> None:
+        annotations = admission.namespace_annotations(binding, nodes)
+        with _translated_errors(f"bind namespace {namespace}"):
+            current = self.core.read_namespace(namespace, _request_timeout=TIMEOUT)
+            if not portal_manages(current.metadata.labels):
+                raise NamespaceNotManaged(namespace)
+            if any((current.metadata.annotations or {}).get(k) != v for k, v in annotations.items()):
+                self.core.patch_namespace(
+                    namespace, {"metadata": {"annotations": annotations}}, _request_timeout=TIMEOUT
+                )
+
+    def apply_claims(self, namespace: str, pool: str, claims: Sequence[DeviceClaim]) -> None:
+        with _translated_errors(f"set the ResourceClaims of pool {pool} in {namespace}"):
+            self.dra.apply_claims(namespace, pool, claims)
 
     def apply_quota(self, namespace: str, resources: Mapping[str, int]) -> None:
         hard = {f"requests.{name}": str(count) for name, count in sorted(resources.items())}

@@ -1,0 +1,154 @@
+"""Trespasses: GPUs in use by a namespace that holds no allocation on them, found at each sync.
+
+Words used here:
+- held: what the live allocations of a namespace's pools hold, per node and device-plugin resource (a
+  count), and per device UUID;
+- in use: what the cluster's pods ask of a node (scheduled pods, Pending or Running), per resource, and the
+  devices allocated to claims, per UUID;
+- trespass: in use beyond held: a namespace's pods asking a node for more of a resource than its pools hold
+  there (the count beyond), or a claim allocated a device that no live allocation of its namespace holds
+  (then the pool that holds it, if any, is the one trespassed on).
+
+A claim the portal made for a pool being released is not counted: its release deletes it next. Each open
+trespass is one row (Trespass) from the sync that first saw it to the one that no longer does; monitoring
+raises an alert for each (monitoring/alerts/rules.py: trespass).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from pools.drivers.base import ClaimInfo, PodInfo
+from pools.models import Allocation, Cluster, NodeCapacity, Pool, PoolState, Trespass
+from pools.services.binding import LIVE_POOL_STATES
+
+USES = ("Pending", "Running")
+USERS_LENGTH = 500
+
+
+@dataclass(frozen=True)
+class Found:
+    namespace: str
+    node: str
+    users: str
+    resource_name: str = ""
+    count: int = 1
+    device_uuid: str = ""
+    pool_id: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.namespace, self.node, self.resource_name, self.device_uuid)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a live allocation holds, as the comparison needs it."""
+
+    namespace: str
+    node: str
+    resource_name: str
+    uuid: str
+    pool_id: int
+
+
+def _users(kind: str, names: list[str]) -> str:
+    text = ", ".join(f"{kind} {name}" for name in sorted(names))
+    return text if len(text) <= USERS_LENGTH else text[: USERS_LENGTH - 1] + "…"
+
+
+def find_trespasses(pods: list[PodInfo], claims: list[ClaimInfo], held: list[Held]) -> list[Found]:
+    """What is in use beyond what is held (see the module's words)."""
+    holds = Counter((h.node, h.namespace, h.resource_name) for h in held)
+    asked: Counter = Counter()
+    askers: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for pod in pods:
+        if not pod.node or pod.phase not in USES:
+            continue
+        for resource, count in pod.resources.items():
+            asked[(pod.node, pod.namespace, resource)] += count
+            askers[(pod.node, pod.namespace, resource)].append(pod.name)
+    found = [
+        Found(namespace, node, _users("pod", askers[key]), resource_name=resource, count=count - holds[key])
+        for key, count in sorted(asked.items())
+        if count > holds[key]
+        for node, namespace, resource in [key]
+    ]
+    owners: dict[str, dict[str, int]] = defaultdict(dict)  # UUID: {namespace: pool}
+    for h in held:
+        if h.uuid:
+            owners[h.uuid][h.namespace] = h.pool_id
+    for claim in claims:
+        for uuid in claim.devices:
+            if uuid and claim.namespace not in owners.get(uuid, {}):
+                pool = next(iter(owners.get(uuid, {}).values()), None)
+                found.append(
+                    Found(
+                        claim.namespace,
+                        claim.node,
+                        _users("claim", [claim.name]),
+                        device_uuid=uuid,
+                        pool_id=pool,
+                    )
+                )
+    return found
+
+
+def _held(cluster: Cluster) -> list[Held]:
+    rows = Allocation.objects.filter(
+        released_at__isnull=True, pool__cluster=cluster, pool__state__in=LIVE_POOL_STATES
+    ).values_list("pool__project__namespace", "gpu__node__name", "resource_name", "instance_uuid", "pool_id")
+    return [Held(*row) for row in rows]
+
+
+def _releasing(claims: list[ClaimInfo], cluster: Cluster) -> set[str]:
+    """The pool labels of the portal's claims whose pool is being released."""
+    labels = {claim.pool for claim in claims if claim.pool.isdigit()}
+    ids = Pool.objects.filter(
+        cluster=cluster, pk__in=[int(label) for label in labels], state=PoolState.RELEASING
+    ).values_list("pk", flat=True)
+    return {str(pk) for pk in ids}
+
+
+def record_trespasses(
+    *, cluster: Cluster, pods: list[PodInfo], claims: list[ClaimInfo], now: datetime
+) -> int:
+    """Open a row for each trespass first seen, refresh the ones still there, end the ones gone; returns how
+    many are open. Runs in the sync's transaction, under the cluster's sync lock."""
+    releasing = _releasing(claims, cluster)
+    counted = [claim for claim in claims if claim.pool not in releasing]
+    found = {f.key: f for f in find_trespasses(pods, counted, _held(cluster))}
+    nodes = dict(NodeCapacity.objects.filter(cluster=cluster).values_list("name", "pk"))
+    open_rows = {
+        (row.namespace, row.node.name if row.node else "", row.resource_name, row.device_uuid): row
+        for row in Trespass.objects.filter(cluster=cluster, ended_at__isnull=True).select_related("node")
+    }
+    ended = [row.pk for key, row in open_rows.items() if key not in found]
+    if ended:
+        Trespass.objects.filter(pk__in=ended).update(ended_at=now)
+    new, changed = [], []
+    for key, f in found.items():
+        row = open_rows.get(key)
+        if row is None:
+            new.append(
+                Trespass(
+                    cluster=cluster,
+                    node_id=nodes.get(f.node),
+                    namespace=f.namespace,
+                    users=f.users,
+                    resource_name=f.resource_name,
+                    count=f.count,
+                    device_uuid=f.device_uuid,
+                    pool_id=f.pool_id,
+                    first_seen_at=now,
+                    last_seen_at=now,
+                )
+            )
+        elif (row.users, row.count, row.pool_id) != (f.users, f.count, f.pool_id):
+            row.users, row.count, row.pool_id, row.last_seen_at = f.users, f.count, f.pool_id, now
+            changed.append(row)
+    Trespass.objects.bulk_create(new)
+    Trespass.objects.bulk_update(changed, ["users", "count", "pool_id", "last_seen_at"])
+    return len(found)
