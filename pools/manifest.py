@@ -1,11 +1,16 @@
-"""The example pod manifest of a pool page: which pod runs on which node, and which container asks for
-which GPU resources.
+"""The example pod manifest of a pool page: which pod runs on which node, and which container uses which of
+the pool's GPUs.
 
 A pod runs on one node, so a pool whose instances lie on several nodes gets one pod per node, pinned
-there by the node's `kubernetes.io/hostname` label. A CUDA process sees one MIG device, so each MIG
-instance gets a container of its own that asks for exactly one `nvidia.com/mig-…` resource; so does each
-share (`nvidia.com/gpu.shared`: the device plugin refuses a container asking for more than one); whole GPUs
-can share one container (`nvidia.com/gpu: N`).
+there by the node's `kubernetes.io/hostname` label (the cluster's admission policy refuses a GPU pod that
+is not pinned to its namespace's nodes). A CUDA process sees one MIG device, so each MIG instance gets a
+container of its own; so does each share (`nvidia.com/gpu.shared`: the device plugin refuses a container
+asking for more than one); whole GPUs share one container.
+
+A unit is used one of two ways: through the device plugin, by asking for its resource (`nvidia.com/gpu: N`),
+or, where the cluster binds through DRA, by naming the ResourceClaim the portal made for it: the pod lists
+its claims under `spec.resourceClaims` (each with a name of its own in the pod, `gpu-<n>`), and a
+container names those it uses.
 """
 
 from __future__ import annotations
@@ -18,10 +23,20 @@ from pools.mig import FULL_GPU_RESOURCE
 
 
 @dataclass(frozen=True)
+class Unit:
+    """One live allocation as the manifest uses it: its node, its resource, and its claim ("" for none)."""
+
+    node: str
+    resource: str
+    claim: str = ""
+
+
+@dataclass(frozen=True)
 class Container:
     name: str
     resource: str
     count: int
+    claims: tuple[str, ...] = ()  # the pod's names of the claims it uses, instead of asking for `resource`
 
 
 @dataclass(frozen=True)
@@ -29,28 +44,41 @@ class Pod:
     name: str
     node: str
     containers: list[Container]
+    claims: tuple[tuple[str, str], ...] = ()  # (name in the pod, ResourceClaim)
 
 
-def pod_containers(resource_names: Iterable[str]) -> list[Container]:
-    """One container for the whole GPUs, then one per MIG instance or share, from the live allocations'
-    resource names (one name per allocation)."""
-    names = list(resource_names)
+def _containers(units: list[Unit], refs: dict[str, str]) -> list[Container]:
     containers = []
-    gpus = names.count(FULL_GPU_RESOURCE)
+    gpus = [u for u in units if u.resource == FULL_GPU_RESOURCE]
     if gpus:
-        containers.append(Container("gpus", FULL_GPU_RESOURCE, gpus))
-    for n, name in enumerate(sorted(r for r in names if r != FULL_GPU_RESOURCE)):
-        containers.append(Container(f"{'share' if name == SHARED_RESOURCE else 'mig'}-{n}", name, 1))
+        claims = tuple(refs[u.claim] for u in gpus if u.claim)
+        containers.append(Container("gpus", FULL_GPU_RESOURCE, len(gpus), claims))
+    others = sorted(
+        (u for u in units if u.resource != FULL_GPU_RESOURCE), key=lambda u: (u.resource, u.claim)
+    )
+    for n, unit in enumerate(others):
+        prefix = "share" if unit.resource == SHARED_RESOURCE else "mig"
+        claims = (refs[unit.claim],) if unit.claim else ()
+        containers.append(Container(f"{prefix}-{n}", unit.resource, 1, claims))
     return containers
 
 
-def pods(placed: Iterable[tuple[str, str]]) -> list[Pod]:
-    """One pod per node, in node order, from the live allocations' (node name, resource name) pairs."""
-    by_node: dict[str, list[str]] = {}
-    for node, resource in placed:
-        by_node.setdefault(node, []).append(resource)
+def pods(units: Iterable[Unit]) -> list[Pod]:
+    """One pod per node, in node order, from the pool's live allocations."""
+    by_node: dict[str, list[Unit]] = {}
+    for unit in units:
+        by_node.setdefault(unit.node, []).append(unit)
     nodes = sorted(by_node)
-    return [
-        Pod("gpu-job" if len(nodes) == 1 else f"gpu-job-{n}", node, pod_containers(by_node[node]))
-        for n, node in enumerate(nodes, start=1)
-    ]
+    found = []
+    for n, node in enumerate(nodes, start=1):
+        claims = sorted(u.claim for u in by_node[node] if u.claim)
+        refs = {claim: f"gpu-{i}" for i, claim in enumerate(claims)}
+        found.append(
+            Pod(
+                "gpu-job" if len(nodes) == 1 else f"gpu-job-{n}",
+                node,
+                _containers(by_node[node], refs),
+                tuple((ref, claim) for claim, ref in refs.items()),
+            )
+        )
+    return found

@@ -1,8 +1,11 @@
 """Paging of API lists: `?limit=` (PAGE_SIZE unless given, at most 500) and `?offset=`; a value that
-is not a whole number in range is a 400 that says so, never silently replaced by a default."""
+is not a whole number in range is a 400 that says so, never silently replaced by a default. And paging of
+one of a page's lists under its own query parameter (`paged`), for pages that show several."""
 
 from __future__ import annotations
 
+from django.core.paginator import Paginator
+from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, pagination
 
@@ -44,3 +47,20 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
         for parameter in parameters:
             parameter["schema"].update(bounds.get(parameter["name"], {}))
         return parameters
+
+
+def paged(request: HttpRequest, rows, per_page: int, parameter: str) -> dict:
+    """A page of `rows` under its own query parameter, with the addresses of the pages around it that keep
+    every other parameter of the address; templates/monitoring/_pager.html draws it."""
+    page = Paginator(rows, per_page).get_page(request.GET.get(parameter))
+
+    def address(number: int) -> str:
+        query = request.GET.copy()
+        query[parameter] = str(number)
+        return f"?{query.urlencode()}"
+
+    return {
+        "page": page,
+        "previous": address(page.previous_page_number()) if page.has_previous() else "",
+        "next": address(page.next_page_number()) if page.has_next() else "",
+    }

@@ -19,6 +19,8 @@ What holds and what clears, kind by kind:
   `duration` has passed since the alert fired and since its newest event.
 - silent_node: a node that has reported figures, but none in the last `duration`. Cleared by a newer one.
 - silent_agent: an agent token used before, not in the last `duration`, and not revoked.
+- trespass: a GPU in use by a namespace that holds no allocation on it, seen by the cluster's syncs
+  (pools/services/trespasses.py) for at least `duration`. Cleared once a sync no longer sees it.
 - idle_pool: an active pool whose every live allocation's SM activity stayed under the level for the
   last `duration`, covered as for thresholds (an allocation younger than that is not idle yet); idle since
   the window's start. Cleared once the pool is no longer active, or an allocation's newest figure reaches
@@ -309,6 +311,47 @@ def silent_agent(rule: AlertRule, *, now: datetime, open: dict[str, Alert]) -> V
         )
     holding = {f.subject for f in verdict.findings}
     verdict.cleared = {s for s in open if s not in holding}  # reported again, revoked or deleted
+    return verdict
+
+
+@register(RuleKind.TRESPASS)
+def trespass(rule: AlertRule, *, now: datetime, open: dict[str, Alert]) -> Verdict:
+    since = now - timedelta(seconds=rule.duration_seconds)
+    found = pools.open_trespasses()
+    verdict = Verdict()
+    for row in found:
+        if row.first_seen_at > since:
+            continue
+        values = {
+            "namespace": row.namespace,
+            "node": f"{row.cluster.name}/{row.node.name if row.node else '?'}",
+            "users": row.users,
+        }
+        if row.device_uuid:
+            message = _(
+                "Namespace %(namespace)s holds device %(uuid)s on %(node)s, which no pool of its own holds "
+                "(%(users)s)"
+            )
+            values["uuid"] = row.device_uuid
+        else:
+            message = _(
+                "Namespace %(namespace)s uses %(count)s × %(resource)s on %(node)s beyond what its pools "
+                "hold there (%(users)s)"
+            )
+            values.update(count=row.count, resource=row.resource_name)
+        verdict.findings.append(
+            Finding(
+                f"trespass:{row.pk}",
+                message % values,
+                float(row.count),
+                now,
+                node_id=row.node_id,
+                pool_id=row.pool_id,
+                since=row.first_seen_at,
+            )
+        )
+    still = {f"trespass:{row.pk}" for row in found}
+    verdict.cleared = {s for s in open if s not in still}
     return verdict
 
 

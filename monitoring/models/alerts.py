@@ -28,6 +28,7 @@ class RuleKind(models.TextChoices):
     SILENT_NODE = "silent_node", _("node silent")
     SILENT_AGENT = "silent_agent", _("agent silent")
     IDLE_POOL = "idle_pool", _("billed pool idle")
+    TRESPASS = "trespass", _("GPU used by another namespace")
 
 
 class Severity(models.TextChoices):

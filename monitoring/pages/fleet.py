@@ -6,7 +6,6 @@ from __future__ import annotations
 from csp.decorators import csp_replace
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -19,6 +18,7 @@ from monitoring.pages import charts
 from pools.models import Cluster, GpuCapacity
 from portal.charts import CHART_POLICY
 from portal.errors import InvalidInput, bad_input
+from portal.pagination import paged
 from portal.permissions import require_staff
 
 PERMISSION = "monitoring.view_latest"
@@ -28,23 +28,6 @@ TENANTS_PER_PAGE = 25
 # The fleet page pages three lists at once: each has its own parameter.
 EVENTS_PAGE = "events_page"
 TENANTS_PAGE = "tenants_page"
-
-
-def _paged(request: HttpRequest, rows, per_page: int, parameter: str) -> dict:
-    """A page of `rows` under its own query parameter, with the addresses of the pages around it that keep
-    every other parameter of the address (the fleet page pages three lists at once)."""
-    page = Paginator(rows, per_page).get_page(request.GET.get(parameter))
-
-    def address(number: int) -> str:
-        query = request.GET.copy()
-        query[parameter] = str(number)
-        return f"?{query.urlencode()}"
-
-    return {
-        "page": page,
-        "previous": address(page.previous_page_number()) if page.has_previous() else "",
-        "next": address(page.next_page_number()) if page.has_next() else "",
-    }
 
 
 def _sort_choices() -> list[tuple[str, str]]:
@@ -118,8 +101,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "totals": selectors.fleet_totals(clusters),
         "hottest": selectors.hottest(now=now),
         "idlest": selectors.idlest(now=now),
-        "events": _paged(request, selectors.recent_events(), EVENTS_PER_PAGE, EVENTS_PAGE),
-        "tenants": _paged(
+        "events": paged(request, selectors.recent_events(), EVENTS_PER_PAGE, EVENTS_PAGE),
+        "tenants": paged(
             request,
             selectors.tenant_efficiency(start=start, end=end, now=now),
             TENANTS_PER_PAGE,
@@ -135,11 +118,11 @@ def fleet(request: HttpRequest) -> HttpResponse:
     gpus = selectors.gpu_table(
         cluster=chosen["cluster"], model=chosen["model"], state=chosen["state"], sort=chosen["sort"], now=now
     )
-    paged = _paged(request, gpus, GPUS_PER_PAGE, "page")
-    page = paged["page"]
+    listed = paged(request, gpus, GPUS_PER_PAGE, "page")
+    page = listed["page"]
     held = selectors.holders(gpu_ids=[gpu.pk for gpu in page.object_list])
     fresh = selectors.fresh_since(now)
-    context["gpus"] = paged
+    context["gpus"] = listed
     context["rows"] = [
         (gpu, held[gpu.pk], gpu.seen_at is not None and gpu.seen_at >= fresh) for gpu in page.object_list
     ]
@@ -169,7 +152,7 @@ def gpu(request: HttpRequest, pk: int) -> HttpResponse:
         "range": chosen,
         "ranges": list(charts.RANGES),
         "measures": list(charts.MEASURES.items()),
-        "events": _paged(request, events, EVENTS_PER_PAGE, EVENTS_PAGE),
+        "events": paged(request, events, EVENTS_PER_PAGE, EVENTS_PAGE),
     }
     return render(request, "monitoring/gpu.html", context)
 

@@ -1,6 +1,6 @@
 """What monitoring reads of pools: the GPUs where they are, the clusters, the allocations with what they
-hold and for whom, and the pools on a GPU. Pools names its own tables and states here, so that
-monitoring's SQL, which joins these to its own figures in one query, never does.
+hold and for whom, the pools on a GPU, and the open trespasses. Pools names its own tables and states here,
+so that monitoring's SQL, which joins these to its own figures in one query, never does.
 
 Words:
 - relation: a queryset compiled to SQL (a SELECT, for a CTE or a subquery) with its parameters, named
@@ -22,7 +22,7 @@ from django.db.models import Case, DecimalField, F, IntegerField, QuerySet, Valu
 
 from pools import mig
 from pools.kinds import SHARE_KINDS, WHOLE
-from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity
+from pools.models import IN_USE_STATES, Allocation, Cluster, GpuCapacity, Trespass
 from pools.selectors.requests import LIVE_POOL_STATES
 
 
@@ -145,3 +145,10 @@ def live_pools_on(gpu_ids: Iterable[int]) -> dict[int, set[int]]:
     ).values_list("gpu_id", "pool_id"):
         held.setdefault(gpu_id, set()).add(pool_id)
     return held
+
+
+def open_trespasses() -> list[Trespass]:
+    """The GPUs in use by namespaces that hold no allocation on them, as the last syncs saw them."""
+    return list(
+        Trespass.objects.filter(ended_at__isnull=True).select_related("cluster", "node").order_by("pk")
+    )

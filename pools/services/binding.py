@@ -21,9 +21,9 @@ from django.utils.translation import gettext as _
 from pools.drivers.base import DRA, ClusterDriver, DeviceClaim, DriverError
 from pools.kinds import kind_of
 from pools.models import IN_USE_STATES, Allocation, Pool, PoolState
+from pools.selectors.binding import claim_name
 
-CLAIM_PREFIX = "gpu-portal-"
-LIVE_POOL_STATES = (PoolState.PROVISIONING, *IN_USE_STATES)
+BOUND_STATES = (PoolState.PROVISIONING, *IN_USE_STATES)
 
 
 class DeviceNotPublished(DriverError):
@@ -35,7 +35,7 @@ def _live(project_id: int, cluster_id: int, without: Collection[int] = ()):
         released_at__isnull=True,
         pool__project_id=project_id,
         pool__cluster_id=cluster_id,
-        pool__state__in=LIVE_POOL_STATES,
+        pool__state__in=BOUND_STATES,
     ).exclude(pk__in=list(without))
 
 
@@ -48,10 +48,6 @@ def project_quota(project_id: int, cluster_id: int, without: Collection[int] = (
 def project_nodes(project_id: int, cluster_id: int, without: Collection[int] = ()) -> list[str]:
     """The nodes where a project's pools hold GPUs in one cluster: where its GPU pods may run."""
     return sorted(set(_live(project_id, cluster_id, without).values_list("gpu__node__name", flat=True)))
-
-
-def claim_name(allocation: Allocation) -> str:
-    return f"{CLAIM_PREFIX}{allocation.pool_id}-{allocation.pk}"
 
 
 def device_claims(pool: Pool, without: Collection[int] = ()) -> list[DeviceClaim]:
@@ -90,7 +86,7 @@ def bind_pool(pool: Pool, driver: ClusterDriver, *, without: Collection[int] = (
     are about to be given back): the nodes its GPU pods may use, the pool's claims under DRA, the quota.
     A namespace the portal has not made yet has nothing to bind (provisioning makes it first)."""
     namespace, project, cluster = pool.project.namespace, pool.project_id, pool.cluster_id
-    live_pool = pool.state in LIVE_POOL_STATES
+    live_pool = pool.state in BOUND_STATES
     if pool.cluster.binding == DRA:
         driver.apply_claims(namespace, str(pool.pk), device_claims(pool, without) if live_pool else [])
     driver.bind_namespace(namespace, pool.cluster.binding, project_nodes(project, cluster, without))

@@ -127,12 +127,13 @@ ADMISSION_RESTORED = gettext_noop("Cluster %(cluster)s: %(what)s")
 
 def _apply_admission_policy(cluster: Cluster, driver: ClusterDriver, now: datetime) -> str:
     """Apply the admission policy where it is missing or changed; returns why it is not in force ("" when it
-    is). A policy put back is audited: someone or something removed or changed it."""
+    is). A policy put back after a sync had found it in force is audited: someone or something removed or
+    changed it (the first one applied, at the cluster's first sync, is not news)."""
     try:
         restored = driver.ensure_admission_policy()
     except DriverError as error:
         return str(error)[:500]
-    if restored:
+    if restored and cluster.last_sync_at is not None and not cluster.admission_note:
         audit.record(
             "cluster.admission_restored",
             summary=ADMISSION_RESTORED,

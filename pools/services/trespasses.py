@@ -22,7 +22,7 @@ from datetime import datetime
 
 from pools.drivers.base import ClaimInfo, PodInfo
 from pools.models import Allocation, Cluster, NodeCapacity, Pool, PoolState, Trespass
-from pools.services.binding import LIVE_POOL_STATES
+from pools.services.binding import BOUND_STATES
 
 USES = ("Pending", "Running")
 USERS_LENGTH = 500
@@ -98,7 +98,7 @@ def find_trespasses(pods: list[PodInfo], claims: list[ClaimInfo], held: list[Hel
 
 def _held(cluster: Cluster) -> list[Held]:
     rows = Allocation.objects.filter(
-        released_at__isnull=True, pool__cluster=cluster, pool__state__in=LIVE_POOL_STATES
+        released_at__isnull=True, pool__cluster=cluster, pool__state__in=BOUND_STATES
     ).values_list("pool__project__namespace", "gpu__node__name", "resource_name", "instance_uuid", "pool_id")
     return [Held(*row) for row in rows]
 

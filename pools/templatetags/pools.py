@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy
 from pools import selectors
 from pools.kinds import shown_slices
 from pools.placement.fleet_changes import ADD, REGROUP, REMOVE
+from pools.selectors.binding import claim_name, claimed
 from pools.specs import profile_label
 
 register = template.Library()
@@ -30,6 +31,12 @@ def event_reason(event, request) -> str:
     """`event|event_reason:req` — an event's why, in the reader's language when it is the request's
     current waiting reason (whose template is stored); other reasons are people's or systems' own words."""
     return selectors.event_reason(event, request)
+
+
+@register.filter
+def claim_of(allocation, cluster) -> str:
+    """`a|claim_of:pool.cluster` — the ResourceClaim the portal made for the allocation, "" for none."""
+    return claim_name(allocation) if claimed(allocation, cluster) else ""
 
 
 @register.filter

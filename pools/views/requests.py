@@ -28,8 +28,9 @@ from pools.forms import (
 )
 from pools.kinds import KINDS
 from pools.manifest import pods
-from pools.models import PoolState, RequestState
+from pools.models import Cluster, PoolState, RequestState
 from pools.pricing import hourly_price
+from pools.selectors.binding import manifest_units, open_trespasses, pool_pods
 from pools.selectors.ends import longest_duration, upcoming_reminders
 from pools.selectors.quotas import approves_within_guarantee, borrowed_pool_ids, tenant_quotas
 from pools.services.budget_checks import request_budgets
@@ -39,9 +40,11 @@ from pools.views.refresh import refresh_while
 from portal import selectors as tenancy
 from portal import shell
 from portal.errors import PortalError
+from portal.pagination import paged
 from portal.permissions import can_request_pools, require_pool_requester
 
 LIST_PAGE_SIZE = 50
+POOL_LISTS_PER_PAGE = 20  # a pool page's GPU pods, and its trespasses
 
 
 @login_required
@@ -197,7 +200,10 @@ def _pool_page(request: HttpRequest, pool, *, status: int = 200, **forms) -> Htt
         "project": pool.project,
         "tenant": pool.project.tenant,
         "allocations": pool.allocations.all(),
-        "pods": pods((a.gpu.node.name, a.resource_name) for a in live),
+        "pods": pods(manifest_units(pool, live)),
+        "dra": pool.cluster.binding == Cluster.Binding.DRA,
+        "gpu_pods": paged(request, pool_pods(pool, live), POOL_LISTS_PER_PAGE, "pods_page"),
+        "trespasses": paged(request, open_trespasses(pool=pool), POOL_LISTS_PER_PAGE, "trespasses_page"),
         "sections": shell.pool_sections(request, pool),
         "refresh": refresh_while(pool.state in selectors.MOVING_POOL_STATES),
         "borrowed": pool.pk in borrowed_pool_ids([pool.pk]),

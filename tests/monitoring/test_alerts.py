@@ -84,7 +84,7 @@ def minutes(n: float) -> timedelta:
 
 def test_a_fresh_portal_has_the_default_rules():
     rules = {rule.kind: rule for rule in AlertRule.objects.all()}
-    assert set(rules) == {"threshold", "ecc", "xid", "silent_node", "silent_agent", "idle_pool"}
+    assert set(rules) == {"threshold", "ecc", "xid", "silent_node", "silent_agent", "idle_pool", "trespass"}
     hot = rules["threshold"]
     assert (hot.metric, hot.comparison, hot.threshold, hot.duration_seconds) == (
         "temperature_c",
@@ -94,6 +94,7 @@ def test_a_fresh_portal_has_the_default_rules():
     )
     assert (rules["silent_node"].duration_seconds, rules["silent_agent"].duration_seconds) == (300, 600)
     assert (rules["idle_pool"].threshold, rules["idle_pool"].duration_seconds) == (5, 3600)
+    assert (rules["trespass"].severity, rules["trespass"].duration_seconds) == ("critical", 60)
     assert all(rule.enabled for rule in rules.values())
 
 

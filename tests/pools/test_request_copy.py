@@ -10,7 +10,7 @@ import yaml
 from django.conf import settings
 from django.urls import reverse
 
-from pools.manifest import pod_containers, pods
+from pools.manifest import Unit, pods
 from pools.models import Pool, PoolRequest
 from pools.services import (
     admit_waiting,
@@ -137,28 +137,52 @@ def test_a_mixed_pool_has_one_container_per_mig_device(fleet, tenancy, staff_use
     assert 'data-copy="manifest"' in page and "portal/copy." in page
 
 
+def containers(*resources, claims=()):
+    units = [Unit("n1", resource) for resource in resources]
+    units += [Unit("n1", resource, claim) for resource, claim in claims]
+    found = pods(units)
+    return found[0].containers if found else []
+
+
 def test_pod_containers_give_each_mig_device_its_own():
-    containers = pod_containers(["nvidia.com/mig-1g.18gb"] * 3 + ["nvidia.com/gpu"] * 4)
-    assert [(c.resource, c.count) for c in containers] == [
+    found = containers(*["nvidia.com/mig-1g.18gb"] * 3, *["nvidia.com/gpu"] * 4)
+    assert [(c.resource, c.count) for c in found] == [
         ("nvidia.com/gpu", 4),
         *[("nvidia.com/mig-1g.18gb", 1)] * 3,
     ]
-    assert pod_containers([]) == []
+    assert containers() == []
 
 
 def test_each_share_gets_a_container_asking_for_one_share():
-    containers = pod_containers(["nvidia.com/gpu.shared"] * 2 + ["nvidia.com/mig-1g.18gb"])
-    assert [(c.name, c.resource, c.count) for c in containers] == [
+    found = containers("nvidia.com/gpu.shared", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.18gb")
+    assert [(c.name, c.resource, c.count) for c in found] == [
         ("share-0", "nvidia.com/gpu.shared", 1),
         ("share-1", "nvidia.com/gpu.shared", 1),
         ("mig-2", "nvidia.com/mig-1g.18gb", 1),
     ]
 
 
+def test_under_dra_each_container_names_the_claims_of_its_units_and_the_pod_lists_them():
+    (pod,) = pods(
+        [
+            Unit("n1", "nvidia.com/gpu", "gpu-portal-7-12"),
+            Unit("n1", "nvidia.com/gpu", "gpu-portal-7-11"),
+            Unit("n1", "nvidia.com/mig-1g.18gb", "gpu-portal-7-13"),
+            Unit("n1", "nvidia.com/gpu.shared"),
+        ]
+    )
+    assert pod.claims == (("gpu-0", "gpu-portal-7-11"), ("gpu-1", "gpu-portal-7-12"), ("gpu-2", "gpu-portal-7-13"))
+    assert [(c.name, c.claims) for c in pod.containers] == [
+        ("gpus", ("gpu-0", "gpu-1")),
+        ("share-0", ()),
+        ("mig-1", ("gpu-2",)),
+    ]
+
+
 def test_a_pool_on_one_node_is_one_pod_and_on_two_nodes_one_pod_each():
-    (one,) = pods([("n1", "nvidia.com/gpu"), ("n1", "nvidia.com/mig-1g.18gb")])
+    (one,) = pods([Unit("n1", "nvidia.com/gpu"), Unit("n1", "nvidia.com/mig-1g.18gb")])
     assert (one.name, one.node, len(one.containers)) == ("gpu-job", "n1", 2)
-    two = pods([("n2", "nvidia.com/gpu"), ("n1", "nvidia.com/gpu"), ("n2", "nvidia.com/gpu")])
+    two = pods([Unit("n2", "nvidia.com/gpu"), Unit("n1", "nvidia.com/gpu"), Unit("n2", "nvidia.com/gpu")])
     assert [(p.name, p.node, [(c.resource, c.count) for c in p.containers]) for p in two] == [
         ("gpu-job-1", "n1", [("nvidia.com/gpu", 1)]),
         ("gpu-job-2", "n2", [("nvidia.com/gpu", 2)]),
