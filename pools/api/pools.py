@@ -13,8 +13,11 @@ from pools import selectors, services
 from pools.api.requests import PoolRequestSerializer, RequestItemSerializer
 from pools.models import Allocation, Pool, PoolRequest, PoolState
 from pools.pricing import pool_hourly_cost, pool_items
+from pools.selectors.binding import claim_name, claimed, pool_pods
 from pools.selectors.ends import upcoming_reminders
 from pools.selectors.quotas import borrowed_pool_ids
+
+MAX_PODS = 500  # a pool's pods in one answer, the first by name
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -23,6 +26,12 @@ class AllocationSerializer(serializers.ModelSerializer):
     gpu_uuid = serializers.CharField(source="gpu.uuid")
     gpu_index = serializers.IntegerField(source="gpu.index")
     start = serializers.IntegerField(allow_null=True)
+    claim = serializers.SerializerMethodField(
+        help_text=_(
+            "Where the cluster binds through DRA, the ResourceClaim in the pool's namespace that holds "
+            "exactly this device, for pods to name; empty otherwise (and for a share)."
+        )
+    )
 
     class Meta:
         model = Allocation
@@ -36,7 +45,30 @@ class AllocationSerializer(serializers.ModelSerializer):
             "start",
             "resource_name",
             "instance_uuid",
+            "claim",
         ]
+
+    def get_claim(self, allocation) -> str:
+        return claim_name(allocation) if claimed(allocation, allocation.gpu.node.cluster) else ""
+
+
+class PodSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    node = serializers.CharField()
+    phase = serializers.CharField()
+    resources = serializers.DictField(
+        child=serializers.IntegerField(), help_text=_("The device plugin's resources it asks for.")
+    )
+    allocations = serializers.SerializerMethodField(help_text=_("The pool's allocations it uses."))
+    exact = serializers.BooleanField(
+        help_text=_(
+            "True where the allocations are known to be the pod's own (claims, under DRA); false where the "
+            "pod asks the device plugin for one of them and the cluster does not say which."
+        )
+    )
+
+    def get_allocations(self, pod) -> list[int]:
+        return [a.pk for a in pod.units]
 
 
 class ReminderSerializer(serializers.Serializer):
@@ -149,10 +181,28 @@ class ResizeSerializer(serializers.Serializer):
         return attrs
 
 
+class PoolDetailSerializer(PoolSerializer):
+    pods = serializers.SerializerMethodField(
+        help_text=_(
+            "The project's GPU pods in the pool's cluster that use the pool's allocations: the first 500 by "
+            "name."
+        )
+    )
+
+    class Meta(PoolSerializer.Meta):
+        fields = [*PoolSerializer.Meta.fields, "pods"]
+
+    @extend_schema_field(PodSerializer(many=True))
+    def get_pods(self, pool) -> list[dict]:
+        live = [a for a in pool.allocations.all() if a.released_at is None]
+        return PodSerializer(pool_pods(pool, live)[:MAX_PODS], many=True).data
+
+
 class PoolViewSet(viewsets.ReadOnlyModelViewSet):
     """Pools: members see their tenant's, platform staff see all; who asked (or a tenant admin) releases."""
 
-    serializer_class = PoolSerializer
+    def get_serializer_class(self):
+        return PoolSerializer if self.action == "list" else PoolDetailSerializer
 
     def get_queryset(self):
         return (
@@ -165,7 +215,7 @@ class PoolViewSet(viewsets.ReadOnlyModelViewSet):
             .order_by("-reserved_at", "-pk")
         )
 
-    @extend_schema(request=None, responses=PoolSerializer)
+    @extend_schema(request=None, responses=PoolDetailSerializer)
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
         pool = self.get_object()
@@ -187,7 +237,9 @@ class PoolViewSet(viewsets.ReadOnlyModelViewSet):
         )
         return self._request(request, asked)
 
-    @extend_schema(request=ResizeSerializer, responses={201: PoolRequestSerializer, 200: PoolSerializer})
+    @extend_schema(
+        request=ResizeSerializer, responses={201: PoolRequestSerializer, 200: PoolDetailSerializer}
+    )
     @action(detail=True, methods=["post"])
     def resize(self, request, pk=None):
         """Grow (`add`: a resize request, decided and placed like any request) or shrink
