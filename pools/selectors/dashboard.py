@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from pools import mig
 from pools.gpu_models import UnknownGpuModel, model_info
@@ -28,6 +29,7 @@ from pools.models import (
     NodeCapacity,
     Pool,
     SpecAndCount,
+    Trespass,
     WorkloadProfile,
 )
 from pools.selectors.capacity import ComputeFigures, compute_figures
@@ -192,15 +194,22 @@ class GroupRow:
     figures: ComputeFigures
 
 
+DRA_CLAIMS = gettext_lazy("devices of its ResourceClaims")
+
+
 @dataclass
 class ClusterRow:
     cluster: Cluster
     groups: list[GroupRow] = field(default_factory=list)
+    trespassed_nodes: list[NodeCapacity] = field(
+        default_factory=list
+    )  # with GPUs in use by the wrong namespace
 
 
 def overview() -> list[ClusterRow]:
     """Every cluster with one row per GPU group and one for its nodes in no group (when it has any),
-    present nodes and GPUs only: five queries whatever the size of the fleet."""
+    present nodes and GPUs only, and the nodes with open trespasses: six queries whatever the size of the
+    fleet."""
     figures = compute_figures(by=("node__cluster_id", "node__group_id"))
     node_counts = {
         (row["cluster_id"], row["group_id"]): row["n"]
@@ -212,9 +221,13 @@ def overview() -> list[ClusterRow]:
     groups: dict[int, list[GpuGroup]] = defaultdict(list)
     for group in GpuGroup.objects.order_by("name"):
         groups[group.cluster_id].append(group)
+    trespassed: dict[int, list[NodeCapacity]] = defaultdict(list)
+    open_trespasses = Trespass.objects.filter(ended_at__isnull=True).values("node_id")
+    for node in NodeCapacity.objects.filter(pk__in=open_trespasses).order_by("name"):
+        trespassed[node.cluster_id].append(node)
     rows = []
     for cluster in Cluster.objects.order_by("name"):
-        row = ClusterRow(cluster)
+        row = ClusterRow(cluster, trespassed_nodes=trespassed[cluster.pk])
         for group in [*groups[cluster.pk], None]:
             key = (cluster.pk, group.pk if group else None)
             if group is None and key not in node_counts:
@@ -270,7 +283,11 @@ def node_views(nodes: list[NodeCapacity]) -> list[NodeView]:
         node_name__in={node.name for node in nodes},
     ).select_related("project__tenant")
     for pod in running.order_by("namespace", "resource_name"):
-        key = (pod.namespace, pod.project, profile_of_resource(pod.resource_name) or pod.resource_name)
+        key = (
+            pod.namespace,
+            pod.project,
+            profile_of_resource(pod.resource_name) or pod.resource_name or DRA_CLAIMS,
+        )
         counts = pods_by_node[(pod.cluster_id, pod.node_name)]
         counts[key] = counts.get(key, 0) + pod.count
     figures = compute_figures(by=("node_id",), where=Q(node_id__in=node_ids))

@@ -14,12 +14,15 @@ from django.views.decorators.http import require_GET
 from pools import mig, selectors
 from pools.apps import VIEW_CAPACITY
 from pools.models import Cluster, GpuGroup, NodeCapacity
+from pools.selectors.binding import open_trespasses
 from pools.views.drains import may_drain
 from portal import shell
+from portal.pagination import paged
 from portal.permissions import require_staff
 
 NODES_PER_PAGE = 10  # a group's nodes, each drawn GPU by GPU (80 GPUs of 8-GPU nodes)
 NODES_LISTED_PER_PAGE = 25  # the overview's list of nodes, those to look at first
+TRESPASSES_PER_PAGE = 20  # a node's GPUs in use by namespaces that hold none there
 NODE_NAME_LENGTH = 253  # the longest node name Kubernetes allows: a longer search finds nothing anyway
 UNGROUPED = "none"  # the group part of the address of a cluster's nodes in no GPU group
 
@@ -117,6 +120,7 @@ def node(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "node": found,
         "view": view,
+        "trespasses": paged(request, open_trespasses(node=found), TRESPASSES_PER_PAGE, "trespasses_page"),
         "group_key": found.group_id or UNGROUPED,
         "sections": shell.capacity_sections(request, scope),
         **drawing,
