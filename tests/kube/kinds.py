@@ -1,5 +1,7 @@
 """Per-kind write rules of the test API server, as a real server's registry strategies apply them: the
-defaults it fills in, the validation it answers with 422, immutable fields, and Secret's `stringData`.
+defaults it fills in, the validation it answers with 422, immutable fields, and Secret's `stringData`. Pod
+specs have theirs in pod_specs.py, admission policies and their bindings in admission_policies.py; both
+report problems that this module raises.
 
 Words used here:
 - prepare: what the server does to an object before storing it (server-owned fields, defaults);
@@ -18,10 +20,18 @@ import itertools
 from copy import deepcopy
 from typing import Any
 
+from tests.kube import admission_policies, pod_specs
 from tests.kube.semantics import ApiError, label_matcher
 from tests.kube.store import Resource
 
-_GENERATION_KINDS = {"Deployment", "Job", "Ingress", "PodDisruptionBudget"}
+_GENERATION_KINDS = {
+    "Deployment",
+    "Job",
+    "Ingress",
+    "PodDisruptionBudget",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 _PDB_STATUS = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 _INITIAL_STATUS: dict[str, dict[str, Any]] = {
     "Deployment": {},
@@ -30,6 +40,8 @@ _INITIAL_STATUS: dict[str, dict[str, Any]] = {
     "Ingress": {"loadBalancer": {}},
     "PodDisruptionBudget": _PDB_STATUS,
     "ResourceClaim": {},
+    "Pod": {"phase": "Pending"},
+    "ValidatingAdmissionPolicy": {},
 }
 _SERVICE_NETWORK = ipaddress.ip_network("10.96.0.0/16")
 # Cluster IPs are handed out in order, from .2 (.1 is the API server's own); a count is safe across threads.
@@ -74,6 +86,8 @@ def prepare_update(resource: Resource, current: dict, obj: dict) -> None:
         _keep_job_pod_template(resource, current, obj)
     if resource.kind == "ResourceClaim" and obj.get("spec") != current.get("spec"):
         raise invalid(resource, current["metadata"]["name"], "spec", _IMMUTABLE)
+    if resource.kind == "Pod":
+        _raise_first(resource, current["metadata"]["name"], pod_specs.update_problem(current, obj))
     if resource.kind in _BINDING_ROLE_KINDS and obj.get("roleRef") != current.get("roleRef"):
         raise invalid(
             resource, current["metadata"]["name"], "roleRef", "Invalid value: cannot change roleRef"
@@ -92,6 +106,12 @@ def _normalise(resource: Resource, obj: dict) -> None:
         _default_deployment(obj["spec"])
     elif resource.kind == "Service":
         _default_service(obj.setdefault("spec", {}))
+    elif resource.kind == "Pod" and isinstance(obj.get("spec"), dict):
+        pod_specs.default_pod_spec(obj["spec"])
+    elif resource.kind == "ValidatingAdmissionPolicy":
+        admission_policies.default_policy(obj)
+    elif resource.kind == "ValidatingAdmissionPolicyBinding":
+        admission_policies.default_binding(obj)
 
 
 # --- Secret ----------------------------------------------------------------------------------------------
@@ -119,32 +139,6 @@ def _fold_string_data(secret: dict) -> None:
 # --- Deployment, Job --------------------------------------------------------------------------------------
 
 
-def _default_pod_spec(pod_spec: dict) -> None:
-    pod_spec.setdefault("restartPolicy", "Always")
-    pod_spec.setdefault("dnsPolicy", "ClusterFirst")
-    pod_spec.setdefault("schedulerName", "default-scheduler")
-    pod_spec.setdefault("terminationGracePeriodSeconds", 30)
-    pod_spec.setdefault("securityContext", {})
-    for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
-        if not isinstance(container, dict):
-            continue
-        container.setdefault("imagePullPolicy", _pull_policy(str(container.get("image") or "")))
-        container.setdefault("terminationMessagePath", "/dev/termination-log")
-        container.setdefault("terminationMessagePolicy", "File")
-        for port in container.get("ports") or []:
-            if isinstance(port, dict):
-                port.setdefault("protocol", "TCP")
-
-
-def _pull_policy(image: str) -> str:
-    """Always for `latest` or no tag at all, as a real server defaults it; a digest pins the image too."""
-    last = image.rpartition("/")[2]  # a registry's port is not a tag
-    if "@" in last:
-        return "IfNotPresent"
-    tag = last.rpartition(":")[2] if ":" in last else ""
-    return "Always" if tag in ("", "latest") else "IfNotPresent"
-
-
 def _default_deployment(spec: dict) -> None:
     spec.setdefault("replicas", 1)
     spec.setdefault("revisionHistoryLimit", 10)
@@ -159,7 +153,7 @@ def _default_deployment(spec: dict) -> None:
                 rolling.setdefault("maxUnavailable", "25%")
     template = spec.get("template")
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
-        _default_pod_spec(template["spec"])
+        pod_specs.default_pod_spec(template["spec"])
 
 
 def _select_own_pods(job: dict) -> None:
@@ -174,7 +168,7 @@ def _select_own_pods(job: dict) -> None:
     if not isinstance(template, dict):
         return
     if isinstance(template.get("spec"), dict):
-        _default_pod_spec(template["spec"])
+        pod_specs.default_pod_spec(template["spec"])
     if spec.get("manualSelector"):
         return
     uid, name = job["metadata"]["uid"], job["metadata"]["name"]
@@ -239,9 +233,15 @@ def validate(resource: Resource, obj: dict) -> None:
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     if resource.kind == "Deployment":
         _validate_deployment(resource, name, spec)
+    elif resource.kind == "Pod":
+        _raise_first(resource, name, pod_specs.pod_problem(spec))
+    elif resource.kind == "ValidatingAdmissionPolicy":
+        _raise_first(resource, name, admission_policies.policy_problem(obj))
+    elif resource.kind == "ValidatingAdmissionPolicyBinding":
+        _raise_first(resource, name, admission_policies.binding_problem(obj))
     elif resource.kind == "Job":
         template = spec.get("template") or {}
-        _validate_containers(resource, name, "spec.template.spec", template.get("spec"))
+        _raise_first(resource, name, pod_specs.container_problem("spec.template.spec", template.get("spec")))
         policy = (template.get("spec") or {}).get("restartPolicy")
         if policy not in _JOB_RESTART_POLICIES:
             raise invalid(
@@ -281,14 +281,9 @@ def validate(resource: Resource, obj: dict) -> None:
                 raise invalid(resource, name, field, "Required value")
 
 
-def _validate_containers(resource: Resource, name: str, field: str, pod_spec: Any) -> None:
-    containers = (pod_spec or {}).get("containers") if isinstance(pod_spec, dict) else None
-    if not containers:
-        raise invalid(resource, name, f"{field}.containers", "Required value")
-    for index, container in enumerate(containers):
-        for required in ("name", "image"):
-            if not container.get(required):
-                raise invalid(resource, name, f"{field}.containers[{index}].{required}", "Required value")
+def _raise_first(resource: Resource, name: str, problem: tuple[str, str] | None) -> None:
+    if problem is not None:
+        raise invalid(resource, name, *problem)
 
 
 def _validate_deployment(resource: Resource, name: str, spec: dict) -> None:
@@ -307,7 +302,7 @@ def _validate_deployment(resource: Resource, name: str, spec: dict) -> None:
             "spec.template.metadata.labels",
             f"Invalid value: {labels!r}: `selector` does not match template `labels`",
         )
-    _validate_containers(resource, name, "spec.template.spec", template.get("spec"))
+    _raise_first(resource, name, pod_specs.container_problem("spec.template.spec", template.get("spec")))
     replicas = spec.get("replicas", 1)
     if not isinstance(replicas, int) or replicas < 0:
         raise invalid(resource, name, "spec.replicas", "Invalid value: must be greater than or equal to 0")

@@ -141,23 +141,29 @@ def pod(
     resources: dict[str, int],
     phase: str,
     labels: dict[str, str] | None,
+    resource_claims: list[dict] | None = None,
+    claims: list[str] | None = None,
 ) -> dict:
+    """One container asking for `resources`; with `resource_claims`, the pod's `spec.resourceClaims`, of
+    which its container uses those named in `claims`."""
     quantities = {resource: str(amount) for resource, amount in resources.items()}
+    container_resources: dict[str, Any] = {"requests": dict(quantities), "limits": dict(quantities)}
+    if claims:
+        container_resources["claims"] = [{"name": claim} for claim in claims]
+    spec: dict[str, Any] = {
+        "nodeName": node_name,
+        "restartPolicy": "Never",
+        "containers": [
+            {"name": "main", "image": "registry.example/workload:latest", "resources": container_resources}
+        ],
+    }
+    if resource_claims:
+        spec["resourceClaims"] = [dict(claim) for claim in resource_claims]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace_name, "labels": dict(labels or {})},
-        "spec": {
-            "nodeName": node_name,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.example/workload:latest",
-                    "resources": {"requests": dict(quantities), "limits": dict(quantities)},
-                }
-            ],
-        },
+        "spec": spec,
         "status": {"phase": phase},
     }
 

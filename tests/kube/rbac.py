@@ -8,8 +8,12 @@ Words used here:
   (`resource/subresource` for a subresource) and, when it lists any, the resource name all match;
 - grant: the binding, role and rule that allowed one request, recorded so that a test can see which
   rules were used. A real authorizer stops at the first rule that allows; so does this one;
-- bootstrap roles: what every real cluster carries from the start, here `system:discovery` bound to
-  every authenticated user, so that a client may read `/version` and the discovery documents.
+- user: who a token belongs to, with the groups authentication gives it: the admin token is
+  `kubernetes-admin` in `system:masters` (never subject to RBAC, as a real cluster's masters group is not);
+  a service account's token is `system:serviceaccount:<namespace>:<name>` in the service-account groups;
+- bootstrap roles: what every real cluster carries from the start, bound to every authenticated user:
+  `system:discovery`, so that a client may read `/version` and the discovery documents, and
+  `system:basic-user`, so that it may ask who it is (a SelfSubjectReview).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from tests.kube.store import ClusterStore
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_API_VERSION = f"{RBAC_GROUP}/v1"
 AUTHENTICATED = "system:authenticated"
+MASTERS = "system:masters"
+ADMIN_USERNAME = "kubernetes-admin"  # the user of the admin token, as kubeadm names a cluster's first admin
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,17 @@ class ServiceAccountUser:
     @property
     def groups(self) -> tuple[str, ...]:
         return ("system:serviceaccounts", f"system:serviceaccounts:{self.namespace}", AUTHENTICATED)
+
+
+@dataclass(frozen=True)
+class AdminUser:
+    """The admin token's user: RBAC never asks about it, admission does."""
+
+    username: str = ADMIN_USERNAME
+    groups: tuple[str, ...] = (MASTERS, AUTHENTICATED)
+
+
+User = AdminUser | ServiceAccountUser
 
 
 @dataclass(frozen=True)
@@ -212,26 +229,41 @@ class Authorizer:
 
 
 def bootstrap_objects() -> list[dict]:
-    """The discovery role every real cluster binds to all authenticated users."""
-    rules = [
+    """The roles every real cluster binds to all authenticated users, with their bindings."""
+    discovery = [
         {
             "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/version", "/version/", "/healthz"],
             "verbs": ["get"],
         }
     ]
+    basic_user = [
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+            "verbs": ["create"],
+        },
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+    ]
+    return [
+        *_bound_to_everyone("system:basic-user", basic_user),
+        *_bound_to_everyone("system:discovery", discovery),
+    ]
+
+
+def _bound_to_everyone(name: str, rules: list[dict]) -> list[dict]:
     labels = {"kubernetes.io/bootstrapping": "rbac-defaults"}
     return [
         {
             "apiVersion": RBAC_API_VERSION,
             "kind": "ClusterRole",
-            "metadata": {"name": "system:discovery", "labels": dict(labels)},
+            "metadata": {"name": name, "labels": dict(labels)},
             "rules": rules,
         },
         {
             "apiVersion": RBAC_API_VERSION,
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": "system:discovery", "labels": dict(labels)},
-            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "system:discovery"},
+            "metadata": {"name": name, "labels": dict(labels)},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": name},
             "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": AUTHENTICATED}],
         },
     ]

@@ -1,6 +1,7 @@
 """REST verbs of the test API server: core v1 and API-group paths routed to list, get, create, update,
 patch and delete on the object store, with a real server's answers (paging, 404/409/422, status left to
-subresources, per-kind defaults and validation in kinds.py) and its discovery documents."""
+subresources, per-kind defaults and validation in kinds.py, validating admission policies in admission.py
+judging every write before it is stored), the SelfSubjectReview, and its discovery documents."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from copy import deepcopy
 from typing import Any
 
 from tests.kube import kinds, objects
+from tests.kube.admission import Review
 from tests.kube.rbac import RequestInfo
 from tests.kube.semantics import ApiError, apply_patch, field_matcher, label_matcher, not_found, status_body
 from tests.kube.store import RESOURCES, ClusterStore, Key, Resource, group_versions
@@ -87,39 +89,63 @@ class RestApi:
         self.on_node_write = on_node_write
         self.patch_content_types: list[str] = []
 
-    def route(self, info: RequestInfo, query: dict[str, str], content_type: str, body: bytes) -> Reply:
+    def route(
+        self, info: RequestInfo, query: dict[str, str], content_type: str, body: bytes, review: Review
+    ) -> Reply:
         if not info.is_resource:
             if info.verb != "get":
                 raise ApiError(405, "the server does not allow this method on the requested resource")
             return 200, self._discovery(info.path), []
-        resource = RESOURCES.get((info.group, info.resource))
-        if resource is None or resource.version != info.version or info.subresource:
-            raise ApiError(404, _NOT_FOUND)
-        if info.scoped and not resource.namespaced:
-            raise ApiError(404, _NOT_FOUND)
-        namespace = info.namespace if info.scoped else None
-        name = info.name or None
-        if resource.namespaced and namespace is None and name is not None:
-            raise ApiError(404, _NOT_FOUND)
-        verb = "list" if info.verb == "watch" else info.verb  # _list refuses watches with a 400
-        if verb == "create" and resource.namespaced and namespace is None:
-            verb = ""
-        if verb not in resource.verbs:
-            raise ApiError(405, "the server does not allow this method on the requested resource")
+        resource, namespace, name, verb = self._target(info)
         if verb == "list":
             return 200, self._list(resource, namespace, query), []
         if verb == "get":
             with self.lock:
                 return 200, self._existing(resource, namespace, name), []
         if verb == "delete":
-            return 200, self._delete(resource, namespace or "", name), []
+            return 200, self._delete(resource, namespace or "", name, review), []
         document = self._json(body)
+        if not resource.persisted:
+            return 201, self._self_subject_review(resource, document, review), []
         if verb == "create":
-            return 201, self._create(resource, namespace or "", document), []
+            return 201, self._create(resource, namespace or "", document, review), []
         if verb == "update":
-            return 200, self._update(resource, namespace or "", name, document), []
+            return 200, self._update(resource, namespace or "", name, document, review), []
         self.patch_content_types.append(content_type)
-        return 200, self._patch(resource, namespace or "", name, document, content_type), []
+        return 200, self._patch(resource, namespace or "", name, document, content_type, review), []
+
+    @staticmethod
+    def _target(info: RequestInfo) -> tuple[Resource, str | None, str, str]:
+        """The resource, namespace (None across namespaces), name and verb of a resource request; 404 or 405
+        for what is not served."""
+        resource = RESOURCES.get((info.group, info.resource))
+        if resource is None or resource.version != info.version or info.subresource:
+            raise ApiError(404, _NOT_FOUND)
+        if info.scoped and not resource.namespaced:
+            raise ApiError(404, _NOT_FOUND)
+        namespace = info.namespace if info.scoped else None
+        if resource.namespaced and namespace is None and info.name:
+            raise ApiError(404, _NOT_FOUND)
+        verb = "list" if info.verb == "watch" else info.verb  # _list refuses watches with a 400
+        if verb == "create" and resource.namespaced and namespace is None:
+            verb = ""
+        if verb not in resource.verbs:
+            raise ApiError(405, "the server does not allow this method on the requested resource")
+        return resource, namespace, info.name, verb
+
+    def _self_subject_review(self, resource: Resource, document: Any, review: Review) -> dict:
+        """A SelfSubjectReview, the one review served: who the caller is, as authentication saw it."""
+        if not isinstance(document, dict) or document.get("kind", resource.kind) != resource.kind:
+            raise ApiError(400, f"the request body must be a {resource.kind}")
+        with self.lock:
+            review.admit("CREATE", resource, {"metadata": {}, **document}, None, "")
+        user = {"username": review.user.username, "groups": list(review.user.groups)}
+        return {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": user},
+        }
 
     def _discovery(self, path: str) -> dict:
         """`/version`, `/api`, `/apis`, `/apis/<group>` and each group version's resource list."""
@@ -243,9 +269,10 @@ class RestApi:
             _check_string_map(document.get("data"), "data")
         return {**document, "apiVersion": resource.api_version, "kind": resource.kind}
 
-    def _create(self, resource: Resource, namespace: str, document: Any) -> dict:
+    def _create(self, resource: Resource, namespace: str, document: Any, review: Review) -> dict:
         obj = deepcopy(self._validated(resource, namespace, document))
         metadata = obj["metadata"]
+        requested_name = metadata.get("name") or ""
         if not metadata.get("name") and metadata.get("generateName"):
             suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
             metadata["name"] = metadata["generateName"] + suffix
@@ -262,10 +289,12 @@ class RestApi:
             metadata["namespace"] = namespace
         kinds.prepare_create(resource, obj)
         if resource.kind == "Namespace":
-            obj = {**objects.namespace(name, metadata.get("labels")), "metadata": metadata}
+            metadata["labels"] = {**(metadata.get("labels") or {}), "kubernetes.io/metadata.name": name}
+            obj = {**objects.namespace(name, metadata["labels"]), "metadata": metadata}
         with self.lock:
             if resource.namespaced and not self.store.has_namespace(namespace):
                 raise not_found("namespaces", namespace)
+            review.admit("CREATE", resource, obj, None, requested_name)
             if (namespace, name) in self.store.by_key(resource.kind):
                 raise ApiError(
                     409,
@@ -276,27 +305,33 @@ class RestApi:
                 )
             if resource.kind == "ResourceQuota":
                 obj["status"] = objects.quota_status(obj, self.store.in_namespace("Pod", namespace))
-            return self.store.insert(resource.kind, obj)
+            stored = self.store.insert(resource.kind, obj)
+            if resource.kind == "Pod":
+                self.store.refresh_quotas(namespace)
+            return stored
 
-    def _update(self, resource: Resource, namespace: str, name: str, document: Any) -> dict:
+    def _update(self, resource: Resource, namespace: str, name: str, document: Any, review: Review) -> dict:
         obj = deepcopy(self._validated(resource, namespace, document))
         if obj["metadata"].get("name") != name:
             raise ApiError(400, "the name of the object does not match the name on the URL")
         with self.lock:
-            return self._write(resource, self._existing(resource, namespace, name), obj)
+            return self._write(resource, self._existing(resource, namespace, name), obj, review)
 
-    def _patch(self, resource: Resource, namespace: str, name: str, patch: Any, content_type: str) -> dict:
+    def _patch(
+        self, resource: Resource, namespace: str, name: str, patch: Any, content_type: str, review: Review
+    ) -> dict:
         with self.lock:
             current = self._existing(resource, namespace, name)
             patched = apply_patch(current, patch, content_type)
             obj = deepcopy(self._validated(resource, namespace, patched))
             if obj["metadata"].get("name") != name:
                 raise ApiError(400, "a patch may not change the object's name")
-            return self._write(resource, current, obj)
+            return self._write(resource, current, obj, review)
 
-    def _write(self, resource: Resource, current: dict, obj: dict) -> dict:
-        """The shared tail of PUT and PATCH (lock held): optimistic concurrency, server-owned fields, the
-        node hook, and no new resourceVersion when nothing changed (as a real server does)."""
+    def _write(self, resource: Resource, current: dict, obj: dict, review: Review) -> dict:
+        """The shared tail of PUT and PATCH (lock held): optimistic concurrency, server-owned fields,
+        admission (a patch is judged as an UPDATE), the node hook, and no new resourceVersion when nothing
+        changed (as a real server does)."""
         metadata, stored = obj["metadata"], current["metadata"]
         if metadata.get("resourceVersion") not in (None, stored["resourceVersion"]):
             raise ApiError(
@@ -319,16 +354,20 @@ class RestApi:
         kinds.prepare_update(resource, current, obj)
         if resource.kind == "ResourceQuota":
             obj["status"] = objects.quota_status(obj, self.store.in_namespace("Pod", stored["namespace"]))
+        review.admit("UPDATE", resource, obj, current, stored["name"])
         if resource.kind == "Node":
             self.on_node_write(current, obj)
         if obj == current:
             return current
         return self.store.update(obj)
 
-    def _delete(self, resource: Resource, namespace: str, name: str) -> dict:
+    def _delete(self, resource: Resource, namespace: str, name: str, review: Review) -> dict:
         with self.lock:
             stored = self._existing(resource, namespace, name)
+            review.admit("DELETE", resource, None, stored, name)
             self.store.remove(resource.kind, (namespace, name))
+            if resource.kind == "Pod":
+                self.store.refresh_quotas(namespace)
             if resource.kind == "Namespace":
                 # Finalisation is instant here: the namespace's objects go with it.
                 for contained in RESOURCES.values():

@@ -44,6 +44,7 @@ class ApiError(Exception):
         name: str = "",
         kind: str = "",
         group: str = "",
+        causes: list[dict[str, str]] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -52,6 +53,7 @@ class ApiError(Exception):
         self.name = name
         self.kind = kind
         self.group = group
+        self.causes = causes or []
 
     def status(self) -> dict[str, Any]:
         details: dict[str, Any] = {}
@@ -61,6 +63,8 @@ class ApiError(Exception):
             details["group"] = self.group
         if self.kind:
             details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = self.causes
         return status_body(code=self.code, message=self.message, reason=self.reason, details=details)
 
 
@@ -134,6 +138,51 @@ def label_matcher(selector: str | None) -> Callable[[Labels], bool]:
     """A predicate over a label map; raises ApiError(400) for a selector a real server would refuse."""
     requirements = [_label_requirement(term) for term in _split_terms(selector or "")]
     return lambda labels: all(requirement(labels) for requirement in requirements)
+
+
+# A LabelSelector object's `matchExpressions` operators: each takes the labels and the expression's values.
+SELECTOR_OPERATORS: dict[str, Callable[[Labels, str, list], bool]] = {
+    "In": lambda labels, key, values: key in labels and labels[key] in values,
+    "NotIn": lambda labels, key, values: key not in labels or labels[key] not in values,
+    "Exists": lambda labels, key, _: key in labels,
+    "DoesNotExist": lambda labels, key, _: key not in labels,
+}
+
+
+def selector_matches(selector: dict | None, labels: Labels) -> bool:
+    """A LabelSelector object (`matchLabels` and `matchExpressions`, all ANDed); an empty or absent one
+    matches everything."""
+    selector = selector or {}
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(
+        SELECTOR_OPERATORS[term["operator"]](labels, term["key"], term.get("values") or [])
+        for term in selector.get("matchExpressions") or []
+    )
+
+
+def selector_problem(selector: Any) -> tuple[str, str] | None:
+    """Why a LabelSelector object is invalid, as (field under the selector, problem), or None."""
+    if selector is None:
+        return None
+    if not isinstance(selector, dict):
+        return "", "Invalid value: must be an object"
+    for index, term in enumerate(selector.get("matchExpressions") or []):
+        operator, values = term.get("operator"), term.get("values") or []
+        where = f"matchExpressions[{index}]"
+        if not term.get("key"):
+            return f"{where}.key", "Required value"
+        if operator not in SELECTOR_OPERATORS:
+            supported = ", ".join(f'"{name}"' for name in SELECTOR_OPERATORS)
+            return f"{where}.operator", f'Unsupported value: "{operator}": supported values: {supported}'
+        if operator in ("In", "NotIn") and not values:
+            return f"{where}.values", "Required value: must be specified when `operator` is 'In' or 'NotIn'"
+        if operator in ("Exists", "DoesNotExist") and values:
+            return (
+                f"{where}.values",
+                "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )
+    return None
 
 
 # --- field selectors -------------------------------------------------------------------------------------

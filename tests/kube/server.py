@@ -5,7 +5,10 @@ rbac.authorization.k8s.io) and Dynamic Resource Allocation (resource.k8s.io/v1).
 client talks to it through a kubeconfig the server writes; tests arrange the cluster through the Python
 control API (`add_gpu_node`, `add_namespace`, `set_mig_outcome`, ...) and assert on stored objects with
 `get` and `objects`. The admin token may do anything; a token from `service_account_token` is authorized by
-the RBAC objects stored in the server, and `grants` records which rule allowed each of its requests. Node
+the RBAC objects stored in the server, and `grants` records which rule allowed each of its requests. Every
+write over HTTP, the admin's too, passes the validating admission policies stored in the server
+(admission.py), and `admission_audits` records what their Audit bindings saw; a SelfSubjectReview tells a
+caller who it is. Node
 MIG reconfiguration follows the GPU Operator's MIG manager (mig_manager.py) and GPU sharing its device
 plugin (device_plugin.py), agreeing on a node's resources through gpu_resources.py; NVIDIA's DRA driver
 publishes a node's GPUs and MIG devices as ResourceSlices (dra_driver.py) and claims are allocated as the
@@ -28,16 +31,19 @@ from urllib.parse import parse_qsl, urlsplit
 import yaml
 
 from tests.kube import objects as build
+from tests.kube.admission import Admission, AuditRecord, Review
 from tests.kube.device_plugin import DevicePlugin
 from tests.kube.device_plugin import config_name as device_plugin_config
 from tests.kube.dra_allocation import ClaimAllocator
 from tests.kube.dra_driver import DRIVER, GpuDraDriver, device_classes
 from tests.kube.mig_manager import CONFIG_LABEL, GPU_PRESENT_LABEL, MigManager
 from tests.kube.rbac import (
+    AdminUser,
     Authorizer,
     Grant,
     RequestInfo,
     ServiceAccountUser,
+    User,
     bootstrap_objects,
     request_info,
 )
@@ -77,6 +83,7 @@ class KubeApiServer:
         self._rest = RestApi(self.store, on_node_write=self._node_written)
         self.patch_content_types = self._rest.patch_content_types  # what clients really send on PATCH
         self._authorizer = Authorizer(self.store)
+        self._admission = Admission(self.store)
         self._service_account_tokens: dict[str, ServiceAccountUser] = {}
         for namespace in dict.fromkeys(
             ("default", mig_config_map.partition("/")[0], device_plugin_config_map.partition("/")[0])
@@ -173,9 +180,24 @@ class KubeApiServer:
         resources: dict[str, int],
         phase: str = "Running",
         labels: dict[str, str] | None = None,
+        resource_claims: list[dict] | None = None,
+        claims: list[str] | None = None,
     ) -> dict:
-        """A scheduled pod; its namespace is created when missing, to keep test setup short."""
-        pod = build.pod(namespace, name, node_name=node, resources=resources, phase=phase, labels=labels)
+        """A scheduled pod; its namespace is created when missing, to keep test setup short.
+
+        `resource_claims` is its `spec.resourceClaims` (`{"name": ..., "resourceClaimName": ...}`), `claims`
+        the names of those its container uses (`resources.claims`). Nothing here is validated or admitted:
+        create the pod over HTTP for that."""
+        pod = build.pod(
+            namespace,
+            name,
+            node_name=node,
+            resources=resources,
+            phase=phase,
+            labels=labels,
+            resource_claims=resource_claims,
+            claims=claims,
+        )
         with self.lock:
             if not self.store.has_namespace(namespace):
                 self.store.insert("Namespace", build.namespace(namespace))
@@ -254,6 +276,12 @@ class KubeApiServer:
         with self.lock:
             return list(self._authorizer.denials)
 
+    @property
+    def admission_audits(self) -> list[AuditRecord]:
+        """Every decision of a binding with the Audit action so far, as a real server would log it."""
+        with self.lock:
+            return list(self._admission.audits)
+
     def fail_requests(self, status: int, count: int = 1) -> None:
         with self.lock:
             self._failures.extend([status] * count)
@@ -263,6 +291,7 @@ class KubeApiServer:
     def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> Reply:
         """Answer one request: (code, JSON body, extra headers). Never raises."""
         self.requests.append((method, raw_path))
+        review: Review | None = None
         try:
             with self.lock:
                 failure = self._failures.pop(0) if self._failures else None
@@ -272,21 +301,26 @@ class KubeApiServer:
             url = urlsplit(raw_path)
             query = dict(parse_qsl(url.query, keep_blank_values=True))
             info = request_info(method, url.path, query)
-            if user is not None:  # the admin token is not subject to RBAC
+            if isinstance(user, ServiceAccountUser):  # the admin token is not subject to RBAC
                 self._authorizer.authorize(user, info)
-            return self._rest.route(info, query, headers.get("Content-Type") or "", body)
+            review = self._admission.review(user)
+            code, payload, extra = self._rest.route(
+                info, query, headers.get("Content-Type") or "", body, review
+            )
+            return code, payload, [*extra, *review.warning_headers()]
         except ApiError as error:
             extra = [("Retry-After", "1")] if error.code == 429 else []
-            return error.code, error.status(), extra
+            # A real server sends the warnings of a refused request too.
+            return error.code, error.status(), [*extra, *(review.warning_headers() if review else [])]
         except Exception:
             self.errors.append(traceback.format_exc())
             return 500, status_body(code=500, message=traceback.format_exc(), reason="InternalError"), []
 
-    def _authenticate(self, authorization: str) -> ServiceAccountUser | None:
-        """None for the admin token, the account for a service-account token; 401 for anything else."""
+    def _authenticate(self, authorization: str) -> User:
+        """The admin, or the account of a service-account token; 401 for anything else."""
         scheme, _, token = authorization.partition(" ")
         if scheme == "Bearer" and token == self.token:
-            return None
+            return AdminUser()
         with self.lock:
             user = self._service_account_tokens.get(token) if scheme == "Bearer" else None
             if user is None or self.store.get("ServiceAccount", user.name, user.namespace) is None:

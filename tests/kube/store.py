@@ -1,5 +1,6 @@
 """The test API server's object store: the kinds it serves (core v1, the API groups the portal's own
-manifests use, and resource.k8s.io for Dynamic Resource Allocation), objects by key, one resourceVersion,
+manifests use, resource.k8s.io for Dynamic Resource Allocation, admissionregistration.k8s.io's validating
+admission policies and authentication.k8s.io's SelfSubjectReview), objects by key, one resourceVersion,
 and the emulated controllers that observe every write.
 
 Stored objects are never changed in place: every write stores a new dict. That lets a LIST take
@@ -29,6 +30,8 @@ class Resource:
     has_status: bool
     group: str = ""  # "" is the core group, served under /api/v1
     version: str = "v1"
+    # False for a review: a create answers at once and nothing is stored.
+    persisted: bool = True
 
     @property
     def api_version(self) -> str:
@@ -36,20 +39,22 @@ class Resource:
 
 
 _ALL_VERBS = frozenset({"list", "get", "create", "update", "patch", "delete"})
-_APPS, _BATCH, _NETWORKING, _POLICY, _RBAC, _RESOURCE = (
+_APPS, _BATCH, _NETWORKING, _POLICY, _RBAC, _RESOURCE, _ADMISSION, _AUTHENTICATION = (
     "apps",
     "batch",
     "networking.k8s.io",
     "policy",
     "rbac.authorization.k8s.io",
     "resource.k8s.io",  # Dynamic Resource Allocation, v1 since Kubernetes 1.34
+    "admissionregistration.k8s.io",
+    "authentication.k8s.io",
 )
 # Keyed by (API group, plural). Kinds are unique across groups here, so the store keys objects by kind.
 RESOURCES: dict[tuple[str, str], Resource] = {
     (resource.group, resource.plural): resource
     for resource in (
         Resource("nodes", "Node", False, frozenset({"list", "get", "patch"}), True),
-        Resource("pods", "Pod", True, frozenset({"list", "get"}), True),
+        Resource("pods", "Pod", True, _ALL_VERBS, True),
         Resource("namespaces", "Namespace", False, _ALL_VERBS - {"update"}, True),
         Resource("resourcequotas", "ResourceQuota", True, _ALL_VERBS, True),
         Resource("configmaps", "ConfigMap", True, _ALL_VERBS, False),
@@ -68,6 +73,26 @@ RESOURCES: dict[tuple[str, str], Resource] = {
         Resource("resourceslices", "ResourceSlice", False, _ALL_VERBS, False, _RESOURCE),
         Resource("resourceclaims", "ResourceClaim", True, _ALL_VERBS, True, _RESOURCE),
         Resource("resourceclaimtemplates", "ResourceClaimTemplate", True, _ALL_VERBS, False, _RESOURCE),
+        Resource(
+            "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False, _ALL_VERBS, True, _ADMISSION
+        ),
+        Resource(
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            False,
+            _ALL_VERBS,
+            False,
+            _ADMISSION,
+        ),
+        Resource(
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            False,
+            frozenset({"create"}),
+            False,
+            _AUTHENTICATION,
+            persisted=False,
+        ),
     )
 }
 _BY_NAME = {

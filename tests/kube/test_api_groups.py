@@ -1,5 +1,6 @@
-"""The test API server's API groups (apps, batch, networking.k8s.io, policy, rbac.authorization.k8s.io)
-and the core kinds a deployment uses, driven through the official client's typed APIs and discovery."""
+"""The test API server's API groups (apps, batch, networking.k8s.io, policy, rbac.authorization.k8s.io,
+admissionregistration.k8s.io, authentication.k8s.io) and the core kinds a deployment uses, driven through the
+official client's typed APIs and discovery."""
 
 from __future__ import annotations
 
@@ -266,7 +267,9 @@ def test_discovery_lists_the_groups_and_their_resources(kube, api):
     core = json.loads(rest.request("GET", f"{kube.url}/api", headers=headers).read())
 
     assert [g["name"] for g in groups["groups"]] == [
+        "admissionregistration.k8s.io",
         "apps",
+        "authentication.k8s.io",
         "batch",
         "networking.k8s.io",
         "policy",

@@ -1,6 +1,6 @@
 """RBAC in the test API server: a service account's token is authorized by the stored Roles, ClusterRoles
-and bindings as a real server authorizes it, refusals are real 403 Status bodies, and each allowed request
-records the rule that allowed it."""
+and bindings as a real server authorizes it, refusals are real 403 Status bodies, each allowed request
+records the rule that allowed it, and a SelfSubjectReview tells each caller who it is."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client import ApiException, CoreV1Api
 from kubernetes.config import new_client_from_config
 
-from tests.kube.rbac import request_info
+from tests.kube.rbac import ADMIN_USERNAME, request_info
 from tests.kube.server import KubeApiServer
 
 RBAC = "rbac.authorization.k8s.io"
@@ -271,3 +271,43 @@ def test_the_admin_token_is_not_subject_to_rbac(kube, admin):
     CoreV1Api(admin).list_namespaced_secret("apps")
 
     assert kube.grants == [] and kube.denials == []
+
+
+# --- who am I -------------------------------------------------------------------------------------------
+
+
+def self_subject_review(api_client: client.ApiClient) -> client.V1UserInfo:
+    review = client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+    return client.AuthenticationV1Api(api_client).create_self_subject_review(review).status.user_info
+
+
+def test_a_self_subject_review_tells_the_admin_who_it_is(kube, admin):
+    user = self_subject_review(admin)
+
+    assert (user.username, user.groups) == (ADMIN_USERNAME, ["system:masters", "system:authenticated"])
+
+
+def test_a_self_subject_review_tells_an_account_who_it_is_through_the_basic_user_role(
+    kube, tmp_path, account
+):
+    user = self_subject_review(as_account(kube, tmp_path).api_client)
+
+    assert (user.username, user.groups) == (
+        USER,
+        ["system:serviceaccounts", "system:serviceaccounts:apps", "system:authenticated"],
+    )
+    (used,) = [g for g in kube.grants if g.request.is_resource]
+    assert (used.binding, used.role, used.request.verb, used.request.resource) == (
+        ("ClusterRoleBinding", "", "system:basic-user"),
+        ("ClusterRole", "", "system:basic-user"),
+        "create",
+        "selfsubjectreviews",
+    )
+    assert kube.objects("SelfSubjectReview") == []  # answered, never stored
+
+
+def test_a_token_nobody_knows_gets_no_self_subject_review(kube, tmp_path):
+    with pytest.raises(ApiException) as raised:
+        self_subject_review(as_account(kube, tmp_path).api_client)  # the account was never created
+
+    assert raised.value.status == 401
