@@ -11,10 +11,12 @@ from copy import deepcopy
 
 import pytest
 from kubernetes.client import (
+    AdmissionregistrationV1Api,
     ApiClient,
     ApiException,
     CoreV1Api,
     RbacAuthorizationV1Api,
+    ResourceV1Api,
     V1ConfigMap,
     V1ObjectMeta,
 )
@@ -23,8 +25,10 @@ from kubernetes.config import new_client_from_config
 from pools import mig
 from pools.drivers.base import (
     DEVICE_PLUGIN,
+    DRA,
     NAMESPACE_LABELS,
     ClusterUnauthorised,
+    DeviceClaim,
     GpuLayout,
     MigInstanceInfo,
     driver_for,
@@ -122,6 +126,7 @@ def start_cluster(tmp_path, objects: list[dict]) -> KubeApiServer:
     server.add_gpu_node("gpu-b", product="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
     server.add_node("cpu-a")
     server.add_pod("acme-train", "trainer-0", node="gpu-a", resources={"nvidia.com/gpu": 2})
+    server.add_gpu_device_classes()
     admin = new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "admin")))
     # The operator's own mig-parted config: the portal's account must neither read nor change it.
     CoreV1Api(admin).create_namespaced_config_map(
@@ -170,7 +175,18 @@ def shared(driver, node: str, config: str) -> str:
     return status.sharing
 
 
-def drive_the_whole_protocol(cluster: Cluster) -> None:
+def change_the_policy(server: KubeApiServer) -> None:
+    """Someone weakens the portal's admission policy and its binding in the cluster."""
+    with server.lock:
+        policy = deepcopy(server.store.get("ValidatingAdmissionPolicy", "gpu-portal-binding"))
+        policy["spec"]["failurePolicy"] = "Ignore"
+        server.store.update(policy)
+        binding = deepcopy(server.store.get("ValidatingAdmissionPolicyBinding", "gpu-portal-binding"))
+        binding["spec"]["validationActions"] = ["Audit"]
+        server.store.update(binding)
+
+
+def drive_the_whole_protocol(cluster: Cluster, server: KubeApiServer) -> None:
     """Every call of the ClusterDriver protocol, each way the driver can take through it."""
     driver = driver_for(cluster)
     assert {node.name for node in driver.inventory()} == {"gpu-a", "gpu-b"}
@@ -187,13 +203,28 @@ def drive_the_whole_protocol(cluster: Cluster) -> None:
     driver.apply_quota("acme-vision", {"nvidia.com/gpu": 1})  # creates the quota
     driver.apply_quota("acme-vision", {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.18gb": 3})  # replaces it
     driver.remove_quota("acme-vision")
+    assert "missing" in driver.ensure_admission_policy()  # who the portal is; creates the policy and binding
+    assert driver.ensure_admission_policy() == ""  # reads them: as shipped
+    change_the_policy(server)
+    assert driver.ensure_admission_policy().count("put back") == 2  # replaces both
+    server.publish_gpu_slices("gpu-b")  # NVIDIA's DRA driver starts there
+    assert driver.binding().mode == DRA
+    (whole,) = [gpu for node in driver.inventory() if node.name == "gpu-b" for gpu in node.gpus][:1]
+    driver.bind_namespace("acme-vision", DRA, ["gpu-b"])  # reads the namespace, annotates it
+    driver.apply_claims(
+        "acme-vision", "7", [DeviceClaim("gpu-portal-7-1", whole.uuid, True)]
+    )  # lists, creates
+    assert [(c.namespace, c.name, c.devices) for c in driver.claims()] == [
+        ("acme-vision", "gpu-portal-7-1", (whole.uuid,))
+    ]
+    driver.apply_claims("acme-vision", "7", [])  # deletes it
     assert sync_inventory(cluster=cluster).ok
 
 
 def test_the_driver_does_everything_with_the_portal_account_and_uses_every_grant(kube, tmp_path, db):
     cluster = portal_cluster(kube, tmp_path)
 
-    drive_the_whole_protocol(cluster)
+    drive_the_whole_protocol(cluster, kube)
 
     assert kube.denials == []
     assert kube.get("ResourceQuota", "gpu-portal", "acme-vision") is None
@@ -217,6 +248,7 @@ def test_the_driver_does_everything_with_the_portal_account_and_uses_every_grant
     assert {g.role for g in grants} == {
         ("ClusterRole", "", "gpu-portal"),
         ("Role", "gpu-operator", "gpu-portal-mig-config"),
+        ("ClusterRole", "", "system:basic-user"),  # every account's: who am I (a SelfSubjectReview)
     }
 
 
@@ -226,7 +258,7 @@ def test_every_granted_verb_is_needed(taken, tmp_path, db):
     try:
         cluster = portal_cluster(server, tmp_path)
         with pytest.raises(ClusterUnauthorised, match="refused our credentials"):
-            drive_the_whole_protocol(cluster)
+            drive_the_whole_protocol(cluster, server)
         name, index, verb = taken
         (role,) = [m.obj for m in manifests() if m.kind in ROLES and m.name == name]
         (denied_user, denied), *_ = server.denials
@@ -304,6 +336,21 @@ OUTSIDE_THE_GRANTS = [
         lambda core, _: core.read_namespaced_pod("trainer-0", "acme-train"),
         'pods "trainer-0" is forbidden: User "{user}" cannot get resource "pods" in API group "" in the '
         'namespace "acme-train"',
+    ),
+    (
+        "read-another-admission-policy",
+        lambda _, api_client: AdmissionregistrationV1Api(api_client).read_validating_admission_policy(
+            "someone-elses"
+        ),
+        'validatingadmissionpolicies.admissionregistration.k8s.io "someone-elses" is forbidden: User '
+        '"{user}" cannot get resource "validatingadmissionpolicies" in API group '
+        '"admissionregistration.k8s.io" at the cluster scope',
+    ),
+    (
+        "read-a-claim-template",
+        lambda _, api_client: ResourceV1Api(api_client).list_namespaced_resource_claim_template("acme-train"),
+        'resourceclaimtemplates.resource.k8s.io is forbidden: User "{user}" cannot list resource '
+        '"resourceclaimtemplates" in API group "resource.k8s.io" in the namespace "acme-train"',
     ),
     (
         "change-its-own-role",
