@@ -71,6 +71,8 @@ TIMEOUT = (5, 60)  # connect, read (seconds)
 # Dynamic Resource Allocation's API (NVIDIA's DRA driver for GPUs publishes its devices as GPU_DRA_DRIVER).
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 CONFLICT_RETRIES = 5
+# How Kubernetes words a request an admission policy or webhook refused: a 403 that is not about credentials.
+ADMISSION_DENIAL = " denied "
 
 
 @contextmanager
@@ -79,6 +81,8 @@ def _translated_errors(action: str) -> Iterator[None]:
     try:
         yield
     except ApiException as error:
+        if error.status == 403 and ADMISSION_DENIAL in _status_message(error):
+            raise DriverError(f"{action}: {_status_message(error)}") from None
         if error.status in (401, 403):
             raise ClusterUnauthorised(
                 f"{action}: the cluster refused our credentials ({error.status})."
