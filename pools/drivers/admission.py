@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from django.utils.translation import gettext as _
+
 from pools.drivers.base import NAMESPACE_LABELS
 
 NAME = "gpu-portal-binding"
@@ -158,6 +160,14 @@ def drift(wanted: dict, found: dict | None) -> str:
     if found is None:
         return "missing"
     return "" if _holds(found.get("spec"), wanted["spec"]) else "changed"
+
+
+def restored_text(obj: dict, drift: str) -> str:
+    """What a driver says of one of the objects it applied again."""
+    values = {"kind": obj["kind"], "name": obj["metadata"]["name"]}
+    if drift == "missing":
+        return _("%(kind)s %(name)s was missing and has been applied.") % values
+    return _("%(kind)s %(name)s had been changed in the cluster and has been put back.") % values
 
 
 def _holds(found: object, wanted: object) -> bool:

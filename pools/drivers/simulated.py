@@ -53,6 +53,7 @@ from pools.mig import MigState
 from pools.models import Cluster, SimulatedClusterState
 
 OUTCOMES = ("success", "failed", "wedge")
+SIMULATED_PORTAL_USER = "system:serviceaccount:gpu-portal:gpu-portal"
 SHARING_OUTCOMES = ("success", "failed", "stall")  # as the test API server's device plugin
 
 # The demo fleet: per cluster, (node name prefix, node count, GPU model, per-GPU layouts to start with).
@@ -271,8 +272,10 @@ class SimulatedDriver:
                 raise NamespaceNotManaged(namespace)
 
     def ensure_admission_policy(self) -> str:
+        """The policy kept in the state, as a cluster keeps it; the portal's user there is the service
+        account the manifests make."""
         wanted = [
-            admission.portal_policy("system:serviceaccount:gpu-portal:gpu-portal"),
+            admission.portal_policy(SIMULATED_PORTAL_USER),
             admission.portal_policy_binding(),
         ]
         with self._state(write=True) as state:
@@ -282,10 +285,7 @@ class SimulatedDriver:
                 drift = admission.drift(obj, found.get(obj["kind"]))
                 if drift:
                     found[obj["kind"]] = obj
-                    notes.append(
-                        _("%(kind)s %(name)s was %(drift)s and has been applied.")
-                        % {"kind": obj["kind"], "name": obj["metadata"]["name"], "drift": drift}
-                    )
+                    notes.append(admission.restored_text(obj, drift))
             return " ".join(notes)
 
     def bind_namespace(self, namespace: str, binding: str, nodes: Sequence[str]) -> None:

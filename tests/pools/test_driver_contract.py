@@ -7,13 +7,18 @@ reads the truth.
 """
 
 import time
+from copy import deepcopy
 
 import pytest
 
+from pools.drivers.admission import BINDING_ANNOTATION, NODES_ANNOTATION
 from pools.drivers.base import (
+    DEVICE_PLUGIN,
+    DRA,
     NAMESPACE_LABELS,
     ClusterUnauthorised,
     ClusterUnreachable,
+    DeviceClaim,
     DriverError,
     GpuLayout,
     MigInstanceInfo,
@@ -76,6 +81,23 @@ class SimulatedWorld:
         self.control.set_reachable(False)
         return ClusterUnreachable
 
+    def serve_dra(self):
+        self._edit(lambda state: state.update(dra=True))
+
+    def namespace_annotations(self, namespace):
+        self.cluster.simulation.refresh_from_db()
+        return self.cluster.simulation.state["namespaces"][namespace].get("annotations", {})
+
+    def change_admission_policy(self):
+        self._edit(
+            lambda state: state["admission"]["ValidatingAdmissionPolicy"]["spec"].update(validations=[])
+        )
+
+    def _edit(self, change):
+        self.cluster.simulation.refresh_from_db()
+        change(self.cluster.simulation.state)
+        self.cluster.simulation.save()
+
     def close(self):
         pass
 
@@ -122,6 +144,21 @@ class KubeWorld:
     def break_credentials(self):
         self.cluster.set_kubeconfig(self.server.write_kubeconfig(self.tmp / "bad", token="wrong").read_text())
         return ClusterUnauthorised
+
+    def serve_dra(self):
+        """NVIDIA's DRA driver: its device classes, and a slice on every GPU node."""
+        self.server.add_gpu_device_classes()
+        for node in self.server.objects("Node"):
+            self.server.publish_gpu_slices(node["metadata"]["name"])
+
+    def namespace_annotations(self, namespace):
+        return self.server.get("Namespace", namespace)["metadata"].get("annotations", {})
+
+    def change_admission_policy(self):
+        with self.server.lock:
+            policy = deepcopy(self.server.store.get("ValidatingAdmissionPolicy", "gpu-portal-binding"))
+            policy["spec"]["validations"] = [{"expression": "true"}]
+            self.server.store.update(policy)
 
     def close(self):
         self.server.stop()
@@ -504,3 +541,62 @@ def test_a_node_with_a_mig_change_under_way_is_refused_until_it_is_applied(world
     d.apply_sharing("gpu-a", "ts-2")
     shared(d, "gpu-a", "ts-2")
     assert gpu_resources(d, "gpu-a") == {"nvidia.com/gpu.shared": 14, "nvidia.com/mig-3g.71gb": 2}
+
+
+# --- binding: DRA, the device plugin, the admission policy ------------------------------------------------
+
+
+def test_without_a_gpu_driver_publishing_slices_a_cluster_binds_through_the_device_plugin(world):
+    world.add_gpu_node("gpu-a")
+    found = driver(world).binding()
+    assert found.mode == DEVICE_PLUGIN and found.why
+
+
+def test_under_dra_every_device_has_its_uuid_and_a_claim_holds_exactly_it(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    assert settled(d, "gpu-a", d.apply_mig_layout("gpu-a", [layout(0, **{"3g.71gb": 2})])).state == "success"
+    world.serve_dra()
+    assert d.binding() == type(d.binding())(DRA)
+    nodes = d.inventory()
+    sliced, whole = gpu(nodes, "gpu-a", 0), gpu(nodes, "gpu-a", 1)
+    uuids = [whole.uuid, *(i.uuid for i in sliced.instances)]
+    assert all(uuids) and len(set(uuids)) == 3 and whole.uuid.startswith("GPU-")
+    d.ensure_namespace("acme-vision", NAMESPACE_LABELS)
+    d.bind_namespace("acme-vision", DRA, ["gpu-a"])
+    assert world.namespace_annotations("acme-vision") == {
+        BINDING_ANNOTATION: "dra",
+        NODES_ANNOTATION: "gpu-a",
+    }
+    claims = [
+        DeviceClaim("gpu-portal-7-1", whole.uuid, True),
+        DeviceClaim("gpu-portal-7-2", sliced.instances[1].uuid, False),
+    ]
+    d.apply_claims("acme-vision", "7", claims)
+    d.apply_claims("acme-vision", "7", claims)  # twice is fine
+    assert sorted((c.namespace, c.name, c.pool, c.devices, c.node) for c in d.claims()) == [
+        ("acme-vision", "gpu-portal-7-1", "7", (whole.uuid,), "gpu-a"),
+        ("acme-vision", "gpu-portal-7-2", "7", (sliced.instances[1].uuid,), "gpu-a"),
+    ]
+    d.apply_claims("acme-vision", "7", claims[1:])  # the pool gave its whole GPU back
+    assert [c.name for c in d.claims()] == ["gpu-portal-7-2"]
+    d.apply_claims("acme-vision", "7", [])  # released
+    assert d.claims() == []
+
+
+def test_a_namespace_made_outside_the_portal_is_never_bound(world):
+    world.add_namespace("monitoring", {"team": "observability"})
+    with pytest.raises(NamespaceNotManaged):
+        driver(world).bind_namespace("monitoring", DEVICE_PLUGIN, ["gpu-a"])
+    assert NODES_ANNOTATION not in world.namespace_annotations("monitoring")
+
+
+def test_the_admission_policy_is_applied_once_and_put_back_when_changed(world):
+    d = driver(world)
+    assert d.ensure_admission_policy().count("was missing") == 2
+    assert d.ensure_admission_policy() == ""
+    world.change_admission_policy()
+    assert d.ensure_admission_policy() == (
+        "ValidatingAdmissionPolicy gpu-portal-binding had been changed in the cluster and has been put back."
+    )
+    assert d.ensure_admission_policy() == ""

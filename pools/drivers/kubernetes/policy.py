@@ -59,7 +59,7 @@ class PolicyApi:
         return " ".join(note for note in found if note)
 
     def _ensure(self, wanted: dict, *, read, create, replace, model) -> str:
-        name, kind = wanted["metadata"]["name"], wanted["kind"]
+        name = wanted["metadata"]["name"]
         try:
             current = json.loads(read(name, _request_timeout=self.timeout, _preload_content=False).data)
         except ApiException as error:
@@ -82,13 +82,10 @@ class PolicyApi:
                         % {"api": _ADMISSION_API}
                     ) from None
                 raise
-            return _("%(kind)s %(name)s was missing and has been applied.") % {"kind": kind, "name": name}
+            return admission.restored_text(wanted, drift)
         body = {
             **wanted,
             "metadata": {**wanted["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
         }
         replace(name, model.from_dict(body), _request_timeout=self.timeout)
-        return _("%(kind)s %(name)s had been changed in the cluster and has been put back.") % {
-            "kind": kind,
-            "name": name,
-        }
+        return admission.restored_text(wanted, drift)
