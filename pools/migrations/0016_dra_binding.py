@@ -11,6 +11,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name="allocation",
+            name="device_vanished_at",
+            field=models.DateTimeField(blank=True, null=True, verbose_name="device vanished"),
+        ),
+        migrations.AddField(
             model_name="cluster",
             name="admission_note",
             field=models.CharField(

@@ -325,6 +325,9 @@ class Allocation(models.Model):
     slices = IntegerRangeField(_("memory slices"))
     resource_name = models.CharField(_("resource"), max_length=64)
     instance_uuid = models.CharField(_("instance UUID"), max_length=64, blank=True)
+    # Under DRA, since when the cluster's GPU driver no longer publishes the device with that UUID (a sync
+    # saw its node without it); cleared when it comes back or the allocation gets its new device's UUID.
+    device_vanished_at = models.DateTimeField(_("device vanished"), null=True, blank=True)
     # Billed from its own reservation to its own release (billing/services.py).
     allocated_at = models.DateTimeField(_("allocated"), default=timezone.now)
     released_at = models.DateTimeField(_("released"), null=True, blank=True)

@@ -88,3 +88,13 @@ def open_trespasses(*, pool: Pool | None = None, node: NodeCapacity | None = Non
     for node_id, resource in set(held):
         on_resources |= Q(node_id=node_id, resource_name=resource, device_uuid="")
     return found.filter(Q(pool=pool) | on_resources) if held else found.filter(pool=pool)
+
+
+def vanished_devices(*, node: NodeCapacity) -> QuerySet[Allocation]:
+    """The live allocations on the node whose device the GPU driver no longer publishes (at most the node's
+    devices: a few dozen)."""
+    return (
+        Allocation.objects.filter(gpu__node=node, released_at__isnull=True, device_vanished_at__isnull=False)
+        .select_related("gpu", "pool__project__tenant")
+        .order_by("gpu__index", "slices")
+    )

@@ -201,15 +201,15 @@ DRA_CLAIMS = gettext_lazy("devices of its ResourceClaims")
 class ClusterRow:
     cluster: Cluster
     groups: list[GroupRow] = field(default_factory=list)
-    trespassed_nodes: list[NodeCapacity] = field(
-        default_factory=list
-    )  # with GPUs in use by the wrong namespace
+    # The nodes with GPUs in use by the wrong namespace, and with pools' devices no longer published.
+    trespassed_nodes: list[NodeCapacity] = field(default_factory=list)
+    vanished_nodes: list[NodeCapacity] = field(default_factory=list)
 
 
 def overview() -> list[ClusterRow]:
     """Every cluster with one row per GPU group and one for its nodes in no group (when it has any),
-    present nodes and GPUs only, and the nodes with open trespasses: six queries whatever the size of the
-    fleet."""
+    present nodes and GPUs only, and the nodes with open trespasses or vanished devices: seven queries
+    whatever the size of the fleet."""
     figures = compute_figures(by=("node__cluster_id", "node__group_id"))
     node_counts = {
         (row["cluster_id"], row["group_id"]): row["n"]
@@ -225,9 +225,17 @@ def overview() -> list[ClusterRow]:
     open_trespasses = Trespass.objects.filter(ended_at__isnull=True).values("node_id")
     for node in NodeCapacity.objects.filter(pk__in=open_trespasses).order_by("name"):
         trespassed[node.cluster_id].append(node)
+    vanished: dict[int, list[NodeCapacity]] = defaultdict(list)
+    gone = Allocation.objects.filter(released_at__isnull=True, device_vanished_at__isnull=False).values(
+        "gpu__node_id"
+    )
+    for node in NodeCapacity.objects.filter(pk__in=gone).order_by("name"):
+        vanished[node.cluster_id].append(node)
     rows = []
     for cluster in Cluster.objects.order_by("name"):
-        row = ClusterRow(cluster, trespassed_nodes=trespassed[cluster.pk])
+        row = ClusterRow(
+            cluster, trespassed_nodes=trespassed[cluster.pk], vanished_nodes=vanished[cluster.pk]
+        )
         for group in [*groups[cluster.pk], None]:
             key = (cluster.pk, group.pk if group else None)
             if group is None and key not in node_counts:

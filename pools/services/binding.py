@@ -112,5 +112,5 @@ def record_uuids(pool: Pool) -> None:
                 ),
                 "",
             )
-        if uuid != allocation.instance_uuid:
-            Allocation.objects.filter(pk=allocation.pk).update(instance_uuid=uuid)
+        if uuid != allocation.instance_uuid:  # a new device: the old one's vanishing is no longer news
+            Allocation.objects.filter(pk=allocation.pk).update(instance_uuid=uuid, device_vanished_at=None)

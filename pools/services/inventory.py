@@ -39,7 +39,7 @@ from pools.drivers.base import (
 from pools.models import Cluster
 from pools.secrets import SecretUnreadable
 from pools.services.inventory_rows import SyncReport, heartbeat_due, write_inventory
-from pools.services.trespasses import record_trespasses
+from pools.services.trespasses import record_trespasses, record_vanished
 from portal import audit, dispatch
 
 __all__ = ["SyncReport", "request_sync", "sync_due_clusters", "sync_inventory", "sync_lock"]
@@ -114,8 +114,9 @@ def _sync(cluster: Cluster, now: datetime) -> SyncReport:
     was_ready = cluster.status == Cluster.Status.READY
     with transaction.atomic():
         write_inventory(cluster=cluster, nodes=nodes, pods=pods, claims=claims, now=now, report=report)
-        record_trespasses(cluster=cluster, pods=pods, claims=claims, now=now)
         _record_success(cluster, now, report, binding, admission_note)
+        record_trespasses(cluster=cluster, pods=pods, claims=claims, now=now)
+        record_vanished(cluster=cluster, nodes=nodes, now=now)
         if report.changed or not was_ready:
             capacity_version.changed()
     log.info("sync %s", report.summary())

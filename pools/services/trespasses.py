@@ -1,4 +1,5 @@
-"""Trespasses: GPUs in use by a namespace that holds no allocation on them, found at each sync.
+"""What each sync finds of the cluster against what the pools hold: trespasses, GPUs in use by a namespace
+that holds no allocation on them; and, under DRA, devices of pools that the GPU driver no longer publishes.
 
 Words used here:
 - held: what the live allocations of a namespace's pools hold, per node and device-plugin resource (a
@@ -8,6 +9,10 @@ Words used here:
 - trespass: in use beyond held: a namespace's pods asking a node for more of a resource than its pools hold
   there (the count beyond), or a claim allocated a device that no live allocation of its namespace holds
   (then the pool that holds it, if any, is the one trespassed on).
+
+- vanished: a live allocation held by a claim of its own whose UUID the GPU driver's slices no longer list
+  on its node (one whose GPUs the sync could read); it is marked until the device is back or the allocation
+  gets another (a re-placement), and shown on its pool's page and its node's.
 
 A claim the portal made for a pool being released is not counted: its release deletes it next. Each open
 trespass is one row (Trespass) from the sync that first saw it to the one that no longer does; monitoring
@@ -20,7 +25,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from pools.drivers.base import ClaimInfo, PodInfo
+from pools.drivers.base import DRA, ClaimInfo, NodeInfo, PodInfo
+from pools.kinds import kind_of
 from pools.models import Allocation, Cluster, NodeCapacity, Pool, PoolState, Trespass
 from pools.services.binding import BOUND_STATES
 
@@ -152,3 +158,31 @@ def record_trespasses(
     Trespass.objects.bulk_create(new)
     Trespass.objects.bulk_update(changed, ["users", "count", "pool_id", "last_seen_at"])
     return len(found)
+
+
+def _published(nodes: list[NodeInfo]) -> tuple[set[str], set[str]]:
+    """The nodes whose devices a sync could read, and the UUIDs of their devices."""
+    read = [node for node in nodes if node.gpus_known and not node.error]
+    uuids = {gpu.uuid for node in read for gpu in node.gpus if not gpu.mig_enabled}
+    uuids |= {i.uuid for node in read for gpu in node.gpus for i in gpu.instances}
+    return {node.name for node in read}, uuids - {""}
+
+
+def record_vanished(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -> int:
+    """Under DRA, mark the live claimed allocations whose device the driver no longer publishes, and unmark
+    those whose device is back; returns how many are marked. Runs in the sync's transaction."""
+    live = Allocation.objects.filter(
+        released_at__isnull=True, pool__cluster=cluster, pool__state__in=BOUND_STATES
+    ).exclude(instance_uuid="")
+    if cluster.binding != DRA:
+        live.filter(device_vanished_at__isnull=False).update(device_vanished_at=None)
+        return 0
+    read, uuids = _published(nodes)
+    rows = live.filter(gpu__node__name__in=read).values_list(
+        "pk", "profile", "instance_uuid", "device_vanished_at"
+    )
+    gone = [pk for pk, profile, uuid, _at in rows if kind_of(profile).measured_alone and uuid not in uuids]
+    back = [pk for pk, _profile, uuid, at in rows if at is not None and pk not in gone]
+    Allocation.objects.filter(pk__in=gone, device_vanished_at__isnull=True).update(device_vanished_at=now)
+    Allocation.objects.filter(pk__in=back).update(device_vanished_at=None)
+    return len(gone)

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET
 from pools import mig, selectors
 from pools.apps import VIEW_CAPACITY
 from pools.models import Cluster, GpuGroup, NodeCapacity
-from pools.selectors.binding import open_trespasses
+from pools.selectors.binding import open_trespasses, vanished_devices
 from pools.views.drains import may_drain
 from portal import shell
 from portal.pagination import paged
@@ -121,6 +121,7 @@ def node(request: HttpRequest, pk: int) -> HttpResponse:
         "node": found,
         "view": view,
         "trespasses": paged(request, open_trespasses(node=found), TRESPASSES_PER_PAGE, "trespasses_page"),
+        "vanished": vanished_devices(node=found),
         "group_key": found.group_id or UNGROUPED,
         "sections": shell.capacity_sections(request, scope),
         **drawing,

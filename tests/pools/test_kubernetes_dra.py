@@ -299,3 +299,27 @@ def test_a_device_the_driver_does_not_publish_waits_then_fails_the_pool_naming_i
     pool.refresh_from_db()
     assert f"lists no DRA device for full on GPU 0 of {NODE}" in pool.failure_reason
     assert claims_of(server, tenancy.vision.namespace) == {}
+
+
+def test_a_device_that_vanishes_from_the_slices_is_marked_shown_and_unmarked_when_back(
+    kube, tenancy, approver, client, staff_user
+):
+    server, cluster, _admin = kube
+    pool = provisioned(admitted(tenancy, approver, MIG))
+    server.remove_gpu_slices(NODE)
+    server.add_gpu_node("gpu-2", gpus=1, product="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
+    server.publish_gpu_slices("gpu-2")  # the cluster still binds through DRA
+    sync_inventory(cluster=cluster)
+    gone = Allocation.objects.filter(pool=pool, device_vanished_at__isnull=False)
+    assert gone.count() == 2
+    client.force_login(tenancy.acme_member)
+    page = client.get(f"/t/{tenancy.acme.slug}/pools/{pool.pk}/").content.decode()
+    assert page.count("gone from the cluster since") == 2
+    client.force_login(staff_user("operator"))
+    node = gone.first().gpu.node
+    assert 'id="vanished"' in client.get(f"/capacity/nodes/{node.pk}/").content.decode()
+    assert "no longer publishes, on:" in client.get("/capacity/").content.decode()
+
+    server.publish_gpu_slices(NODE)  # the driver is back, with the same devices
+    sync_inventory(cluster=cluster)
+    assert not Allocation.objects.filter(pool=pool, device_vanished_at__isnull=False).exists()
