@@ -8,8 +8,7 @@ Words used here:
   devices allocated to claims, per UUID;
 - trespass: in use beyond held: a namespace's pods asking a node for more of a resource than its pools hold
   there (the count beyond), or a claim allocated a device that no live allocation of its namespace holds
-  (then the pool that holds it, if any, is the one trespassed on).
-
+  (then the pool that holds it, if any, is the one trespassed on);
 - vanished: a live allocation held by a claim of its own whose UUID the GPU driver's slices no longer list
   on its node (one whose GPUs the sync could read); it is marked until the device is back or the allocation
   gets another (a re-placement), and shown on its pool's page and its node's.
@@ -178,11 +177,15 @@ def record_vanished(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -
         live.filter(device_vanished_at__isnull=False).update(device_vanished_at=None)
         return 0
     read, uuids = _published(nodes)
-    rows = live.filter(gpu__node__name__in=read).values_list(
-        "pk", "profile", "instance_uuid", "device_vanished_at"
-    )
-    gone = [pk for pk, profile, uuid, _at in rows if kind_of(profile).measured_alone and uuid not in uuids]
-    back = [pk for pk, _profile, uuid, at in rows if at is not None and pk not in gone]
+    rows = [
+        (pk, profile, uuid, at)
+        for pk, node, profile, uuid, at in live.values_list(
+            "pk", "gpu__node__name", "profile", "instance_uuid", "device_vanished_at"
+        )
+        if node in read
+    ]
+    gone = {pk for pk, profile, uuid, _at in rows if kind_of(profile).measured_alone and uuid not in uuids}
+    back = [pk for pk, _profile, _uuid, at in rows if at is not None and pk not in gone]
     Allocation.objects.filter(pk__in=gone, device_vanished_at__isnull=True).update(device_vanished_at=now)
     Allocation.objects.filter(pk__in=back).update(device_vanished_at=None)
     return len(gone)

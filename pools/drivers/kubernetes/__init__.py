@@ -9,6 +9,9 @@ through the Kubernetes API; they are derived the way mig-parted places profiles.
 Shares of MIG-off GPUs (time-sliced, MPS) follow the device plugin config the node's
 `nvidia.com/device-plugin.config` label names: the portal adds its configs, one per
 share mode (pools/drivers/device_plugin.py), to the ConfigMap the plugin is told of.
+Under Dynamic Resource Allocation, devices' UUIDs and the claims are read and written in `dra.py`; the
+admission policy is applied in `policy.py`. A request an admission policy refuses is a DriverError in
+Kubernetes' words, not a credentials problem.
 """
 
 from __future__ import annotations
