@@ -1,6 +1,6 @@
-"""A pool's namespace bound to what it holds, and the trespass alarm, on the simulated cluster: the namespace's
-nodes for the admission policy, its pods kept there, a foreign pod or claim seen, alerted and shown until
-it leaves."""
+"""A pool's namespace bound to what it holds, and the trespass alarm, on the simulated cluster: the
+namespace's nodes for the admission policy, its pods kept there, a foreign pod or claim seen, alerted and
+shown until it leaves."""
 
 from datetime import timedelta
 

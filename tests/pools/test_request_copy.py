@@ -171,7 +171,11 @@ def test_under_dra_each_container_names_the_claims_of_its_units_and_the_pod_list
             Unit("n1", "nvidia.com/gpu.shared"),
         ]
     )
-    assert pod.claims == (("gpu-0", "gpu-portal-7-11"), ("gpu-1", "gpu-portal-7-12"), ("gpu-2", "gpu-portal-7-13"))
+    assert pod.claims == (
+        ("gpu-0", "gpu-portal-7-11"),
+        ("gpu-1", "gpu-portal-7-12"),
+        ("gpu-2", "gpu-portal-7-13"),
+    )
     assert [(c.name, c.claims) for c in pod.containers] == [
         ("gpus", ("gpu-0", "gpu-1")),
         ("share-0", ()),
