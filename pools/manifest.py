@@ -51,7 +51,7 @@ def _containers(units: list[Unit], refs: dict[str, str]) -> list[Container]:
     containers = []
     gpus = [u for u in units if u.resource == FULL_GPU_RESOURCE]
     if gpus:
-        claims = tuple(refs[u.claim] for u in gpus if u.claim)
+        claims = tuple(sorted(refs[u.claim] for u in gpus if u.claim))
         containers.append(Container("gpus", FULL_GPU_RESOURCE, len(gpus), claims))
     others = sorted(
         (u for u in units if u.resource != FULL_GPU_RESOURCE), key=lambda u: (u.resource, u.claim)

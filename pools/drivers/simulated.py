@@ -273,20 +273,16 @@ class SimulatedDriver:
 
     def ensure_admission_policy(self) -> str:
         """The policy kept in the state, as a cluster keeps it; the portal's user there is the service
-        account the manifests make."""
-        wanted = [
-            admission.portal_policy(SIMULATED_PORTAL_USER),
-            admission.portal_policy_binding(),
-        ]
-        with self._state(write=True) as state:
-            found = state.setdefault("admission", {})
-            notes = []
-            for obj in wanted:
-                drift = admission.drift(obj, found.get(obj["kind"]))
-                if drift:
-                    found[obj["kind"]] = obj
-                    notes.append(admission.restored_text(obj, drift))
-            return " ".join(notes)
+        account the manifests make. The state is written only when one of the two drifted."""
+        wanted = [admission.portal_policy(SIMULATED_PORTAL_USER), admission.portal_policy_binding()]
+        with self._state() as state:
+            found = state.get("admission", {})
+            drifts = [(obj, admission.drift(obj, found.get(obj["kind"]))) for obj in wanted]
+        drifted = [(obj, drift) for obj, drift in drifts if drift]
+        if drifted:
+            with self._state(write=True) as state:
+                state.setdefault("admission", {}).update({obj["kind"]: obj for obj, _drift in drifted})
+        return " ".join(admission.restored_text(obj, drift) for obj, drift in drifted)
 
     def bind_namespace(self, namespace: str, binding: str, nodes: Sequence[str]) -> None:
         with self._state(write=True) as state:

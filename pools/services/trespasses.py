@@ -173,8 +173,10 @@ def record_vanished(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -
     live = Allocation.objects.filter(
         released_at__isnull=True, pool__cluster=cluster, pool__state__in=BOUND_STATES
     ).exclude(instance_uuid="")
-    if cluster.binding != DRA:
-        live.filter(device_vanished_at__isnull=False).update(device_vanished_at=None)
+    if cluster.binding != DRA:  # nothing is claimed: no device can have vanished
+        marked = list(live.filter(device_vanished_at__isnull=False).values_list("pk", flat=True))
+        if marked:
+            Allocation.objects.filter(pk__in=marked).update(device_vanished_at=None)
         return 0
     read, uuids = _published(nodes)
     rows = [
@@ -186,6 +188,9 @@ def record_vanished(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -
     ]
     gone = {pk for pk, profile, uuid, _at in rows if kind_of(profile).measured_alone and uuid not in uuids}
     back = [pk for pk, _profile, _uuid, at in rows if at is not None and pk not in gone]
-    Allocation.objects.filter(pk__in=gone, device_vanished_at__isnull=True).update(device_vanished_at=now)
-    Allocation.objects.filter(pk__in=back).update(device_vanished_at=None)
+    newly = [pk for pk, _profile, _uuid, at in rows if at is None and pk in gone]
+    if newly:
+        Allocation.objects.filter(pk__in=newly).update(device_vanished_at=now)
+    if back:
+        Allocation.objects.filter(pk__in=back).update(device_vanished_at=None)
     return len(gone)
