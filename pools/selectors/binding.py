@@ -81,11 +81,13 @@ def open_trespasses(*, pool: Pool | None = None, node: NodeCapacity | None = Non
         return found.filter(node=node)
     if pool is None:
         return found
-    held = Allocation.objects.filter(pool=pool, released_at__isnull=True).values_list(
-        "gpu__node_id", "resource_name"
+    held = set(
+        Allocation.objects.filter(pool=pool, released_at__isnull=True).values_list(
+            "gpu__node_id", "resource_name"
+        )
     )
     on_resources = Q()
-    for node_id, resource in set(held):
+    for node_id, resource in held:
         on_resources |= Q(node_id=node_id, resource_name=resource, device_uuid="")
     return found.filter(Q(pool=pool) | on_resources) if held else found.filter(pool=pool)
 

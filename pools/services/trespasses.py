@@ -125,7 +125,6 @@ def record_trespasses(
     releasing = _releasing(claims, cluster)
     counted = [claim for claim in claims if claim.pool not in releasing]
     found = {f.key: f for f in find_trespasses(pods, counted, _held(cluster))}
-    nodes = dict(NodeCapacity.objects.filter(cluster=cluster).values_list("name", "pk"))
     open_rows = {
         (row.namespace, row.node.name if row.node else "", row.resource_name, row.device_uuid): row
         for row in Trespass.objects.filter(cluster=cluster, ended_at__isnull=True).select_related("node")
@@ -134,6 +133,13 @@ def record_trespasses(
     if ended:
         Trespass.objects.filter(pk__in=ended).update(ended_at=now)
     new, changed = [], []
+    first_seen = [f for key, f in found.items() if key not in open_rows]
+    named = {f.node for f in first_seen}
+    nodes = (
+        dict(NodeCapacity.objects.filter(cluster=cluster, name__in=named).values_list("name", "pk"))
+        if named
+        else {}
+    )
     for key, f in found.items():
         row = open_rows.get(key)
         if row is None:
