@@ -38,6 +38,7 @@ class GpuKind(ABC):
     takes_whole_gpu: bool  # a unit is the GPU itself, not a part of it
     gpu_figures: bool  # a unit's figures are read from its whole GPU (not from an instance of its own)
     measured_alone: bool  # those figures are the unit's alone, not shared with other units on its GPU
+    own_device: bool  # a unit is a device of its own (a GPU, a MIG device) that one DRA claim can hold alone
 
     @abstractmethod
     def owns(self, profile: str) -> bool:

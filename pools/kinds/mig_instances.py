@@ -24,6 +24,7 @@ class MigInstances(GpuKind):
     takes_whole_gpu = False
     gpu_figures = False
     measured_alone = True
+    own_device = True
 
     def owns(self, profile: str) -> bool:
         return mig.is_profile_name(profile)

@@ -33,6 +33,7 @@ class Shares(GpuKind):
     takes_whole_gpu = False
     gpu_figures = True
     measured_alone = False
+    own_device = False  # the GPU is shared with other units: no claim can hold it alone
 
     def __init__(self, *, name: str, prefix: str, strategy: str, config_key: str, label: str, isolation: str):
         self.name = name

@@ -22,6 +22,7 @@ class Whole(GpuKind):
     gpu_figures = True
     profile = PROFILE  # its one profile
     measured_alone = True
+    own_device = True
 
     def owns(self, profile: str) -> bool:
         return profile == PROFILE

@@ -29,7 +29,7 @@ def claim_name(allocation: Allocation) -> str:
 
 def claimed(allocation: Allocation, cluster: Cluster) -> bool:
     """Whether the allocation is bound by a claim of its own: under DRA, a unit that is its own device."""
-    return cluster.binding == Cluster.Binding.DRA and kind_of(allocation.profile).measured_alone
+    return cluster.binding == Cluster.Binding.DRA and kind_of(allocation.profile).own_device
 
 
 def manifest_units(pool: Pool, live: Iterable[Allocation]) -> list[Unit]:

@@ -57,7 +57,7 @@ def device_claims(pool: Pool, without: Collection[int] = ()) -> list[DeviceClaim
     live = Allocation.objects.filter(pool=pool, released_at__isnull=True).exclude(pk__in=list(without))
     for allocation in live.select_related("gpu__node").order_by("pk"):
         kind = kind_of(allocation.profile)
-        if not kind.measured_alone:
+        if not kind.own_device:
             continue
         if not allocation.instance_uuid:
             raise DeviceNotPublished(unpublished_text(allocation))

@@ -192,7 +192,7 @@ def record_vanished(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -
         )
         if node in read
     ]
-    gone = {pk for pk, profile, uuid, _at in rows if kind_of(profile).measured_alone and uuid not in uuids}
+    gone = {pk for pk, profile, uuid, _at in rows if kind_of(profile).own_device and uuid not in uuids}
     back = [pk for pk, _profile, _uuid, at in rows if at is not None and pk not in gone]
     newly = [pk for pk, _profile, _uuid, at in rows if at is None and pk in gone]
     if newly:

@@ -98,6 +98,7 @@ def test_a_share_is_its_fraction_of_the_gpu(kind, profile, slices, memory):
     info = model_info("L40S-48GB")
     assert kind_of(profile) is kind and not kind.takes_whole_gpu
     assert kind.gpu_figures and not kind.measured_alone  # its figures are the whole GPU's, shared
+    assert not kind.own_device  # no claim can hold a shared GPU alone
     assert kind.compute_slices(info, profile) == slices
     assert (
         sum(kind.compute_slices(info, profile) for _ in range(kind.replicas(profile))) == mig.COMPUTE_SLICES
@@ -158,3 +159,7 @@ def test_code_outside_the_kinds_asks_a_kind_rather_than_testing_a_profile_name()
                 if re.search(r"FULL_GPU\b|[=!]= *[\"']full[\"']|[\"']full[\"'] *[=!]=", line):
                     found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_whole_gpus_and_mig_instances_are_devices_a_claim_can_hold_alone():
+    assert kind_of("full").own_device and kind_of("3g.71gb").own_device
