@@ -12,6 +12,17 @@ settings = AppSettings(
     CLUSTER_SECRETS_KEY=Setting.str(""),
     # How often beat syncs every cluster whose back-off has run out.
     CAPACITY_SYNC_SECONDS=Setting.int(60, minimum=1),
+    # A sync follows a cluster by watch from where the last one stopped (pools/services/inventory.py); beat's
+    # sync watches this long, catching up first, then applying changes as they come (0: it only catches up).
+    # It holds a worker that long, so keep it well below CAPACITY_SYNC_SECONDS.
+    CAPACITY_WATCH_SECONDS=Setting.int(20, minimum=0),
+    # Cluster syncs wait on a queue of their own: each holds a worker while it waits on its cluster (beat's
+    # goes on watching it for CAPACITY_WATCH_SECONDS), every cluster due at once, and none of that delays
+    # provisioning. The workers of deploy/kubernetes/sync-worker-deployment.yaml and ./scripts/run consume
+    # it, the others not.
+    SYNC_QUEUE=Setting.str("sync"),
+    # A sync lists the cluster whole again, as a safety net, when its last full list is this old.
+    CAPACITY_RELIST_SECONDS=Setting.int(3600, minimum=1),
     # A sync that finds nothing new writes nothing, except "last seen" times at most this often.
     SYNC_HEARTBEAT_SECONDS=Setting.int(600, minimum=0),
     # A failing cluster is retried after CAPACITY_SYNC_SECONDS × 2^failures, capped here.
@@ -33,6 +44,11 @@ settings = AppSettings(
     POOL_REDRIVE_SECONDS=Setting.int(lambda s: s.MIG_PENDING_TIMEOUT_SECONDS + 300, minimum=0),
     POOL_STUCK_SECONDS=Setting.int(lambda s: 2 * s.POOL_REDRIVE_SECONDS, minimum=0),
     POOL_SWEEP_SECONDS=Setting.int(60, minimum=1),
+    # Provisioning, and the rest of what drives pools (queue runs, moves, releases, reclaims, the sweeper),
+    # waits on a queue of its own, never behind syncs, metering, monitoring, what-if runs or e-mail; the
+    # workers of deploy/kubernetes/provisioning-worker-deployment.yaml and ./scripts/run consume it, the
+    # others not. The pools' e-mails go to the default queue (CELERY_QUEUE).
+    PROVISIONING_QUEUE=Setting.str("provisioning"),
     # The simulated GPU Operator's delay between a layout or sharing change and its success.
     SIMULATED_MIG_APPLY_SECONDS=Setting.float(8.0, minimum=0),
     # --- Quotas (pools/models/quotas.py) ------------------------------------------------------------------

@@ -25,16 +25,19 @@ from pools.whatif.runs import execute_whatif_run as execute_run
 
 @shared_task
 def sync_all_clusters() -> int:
-    """Beat: queue a sync of every cluster whose back-off has run out."""
+    """Beat: queue a sync of every cluster whose back-off has run out, each watching for a while."""
     return sync_due_clusters()
 
 
 @shared_task
-def sync_cluster_now(cluster_id: int) -> str:
+def sync_cluster_now(cluster_id: int, watch_seconds: float = 0) -> str:
+    """Catch up with the cluster, then go on watching it for `watch_seconds`: bounded, never for ever."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return "cluster removed"
-    report = sync_inventory(cluster=cluster)
+    report = sync_inventory(
+        cluster=cluster, watch_seconds=min(watch_seconds, settings.CAPACITY_WATCH_SECONDS)
+    )
     return report.summary() if report else "another sync of this cluster is running"
 
 

@@ -4,13 +4,23 @@ Drivers are the only way out to a cluster. Two implement this protocol:
 `KubernetesDriver` (the official client, GPU Operator) and `SimulatedDriver` (an
 embedded fleet for the demo and the tests). `driver_for(cluster)` picks one from
 the registry by the cluster's `driver` field.
+
+A cluster is followed as Kubernetes controllers follow it, by list and watch. Words used here:
+- stream: what a watch follows: NODES, PODS, CLAIMS, and SLICES (the GPU driver's ResourceSlices, whose
+  changes are changes of their nodes' devices) where a driver has them;
+- version: where a stream stands, an opaque string the driver gave (a list's or an event's
+  resourceVersion); `Versions` maps each stream a driver follows to one;
+- page: a slice of a list in list-key order (`list_key`), with the range of keys it covers, so that what
+  is not on it within that range is known to be gone, and the versions to watch from once listed;
+- change: one node, pod or claim added, changed or removed (None), with its stream's version after it;
+- expired: a version older than the cluster keeps changes for (410 Gone): that stream is listed again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from django.utils.translation import gettext as _
 
@@ -157,6 +167,89 @@ class Binding:
     why: str = ""
 
 
+# --- following a cluster: list, then watch -----------------------------------------------------------
+
+NODES, PODS, CLAIMS, SLICES = "nodes", "pods", "claims", "slices"
+Versions = Mapping[str, str]
+Item = TypeVar("Item", NodeInfo, PodInfo, ClaimInfo)
+
+
+class Expired(DriverError):
+    """The cluster no longer keeps the changes of `stream` since the version asked (410 Gone)."""
+
+    def __init__(self, stream: str, why: str = "") -> None:
+        super().__init__(f"{stream}: {why or 'the version to watch from has expired'}")
+        self.stream = stream
+
+
+def list_key(namespace: str, name: str) -> str:
+    """An object's place in a list, as a Kubernetes API server orders lists (by etcd key, byte by byte):
+    `<namespace>/<name>`, or the name of a cluster-wide object."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+@dataclass(frozen=True)
+class Page(Generic[Item]):
+    """One page of a list. It covers the list keys after `after` up to `upto` (None: from the start, to the
+    end), whether or not each object there is on it (a driver leaves out what the portal does not follow,
+    such as pods that hold no GPU); `versions` are where to watch its streams from once the list is read."""
+
+    items: tuple[Item, ...]
+    after: str | None
+    upto: str | None
+    versions: Versions
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    stream: str
+    version: str
+    name: str
+    node: NodeInfo | None  # None: it left the cluster, or is no GPU node any more
+
+
+@dataclass(frozen=True)
+class PodChange:
+    stream: str
+    version: str
+    namespace: str
+    name: str
+    pod: PodInfo | None  # None: it is gone, has finished, or holds no GPU
+
+
+@dataclass(frozen=True)
+class ClaimChange:
+    """A ResourceClaim changed; claims are read whole again when next needed (there are few), and the pods
+    that use it come as changes of their own."""
+
+    stream: str
+    version: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Every change of `stream` up to `version` has come (a bookmark)."""
+
+    stream: str
+    version: str
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """Every stream has brought what was waiting when the watch began."""
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """Nothing has come for a moment: a good time to write what did."""
+
+
+Change = NodeChange | PodChange | ClaimChange
+WatchItem = NodeChange | PodChange | ClaimChange | Progress | CaughtUp | Quiet
+
+
 @dataclass(frozen=True)
 class MigStatus:
     config: str  # the config the node was last asked to apply
@@ -174,11 +267,29 @@ class SharingStatus:
 
 
 class ClusterDriver(Protocol):
+    def list_nodes(self) -> Iterator[Page[NodeInfo]]:
+        """Every GPU node, with its GPUs, MIG layouts and nvidia.com/* resources, page by page."""
+
+    def list_pods(self) -> Iterator[Page[PodInfo]]:
+        """Pods that request nvidia.com/* resources or use claims and have not finished, page by page."""
+
+    def list_claims(self) -> Iterator[Page[ClaimInfo]]:
+        """Every ResourceClaim of the GPU driver's devices, the portal's and others' (none without DRA)."""
+
+    def watch(self, since: Versions, *, seconds: float) -> Iterator[WatchItem]:
+        """The changes of each stream after its version in `since`, as they come, for at most `seconds`.
+
+        Yields CaughtUp once every stream has brought what was waiting, Progress as streams advance with
+        nothing to tell, and Quiet when nothing has come for a moment; the caller may stop at any of them
+        (closing the iterator ends the watch). A stream that breaks is resumed from the last version seen;
+        one whose version has expired raises Expired, and the caller lists it again. Each item's stream is
+        one of `since`'s; a watch of no stream ends at once."""
+
     def inventory(self) -> list[NodeInfo]:
-        """Every node, with its GPUs, MIG layouts and nvidia.com/* resources."""
+        """Every node, with its GPUs, MIG layouts and nvidia.com/* resources (`list_nodes`, whole)."""
 
     def workloads(self) -> list[PodInfo]:
-        """Pods that request nvidia.com/* resources and have not finished."""
+        """Pods that request nvidia.com/* resources and have not finished (`list_pods`, whole)."""
 
     def apply_mig_layout(self, node: str, layout: Sequence[GpuLayout]) -> str:
         """Ask the GPU Operator to re-partition the listed GPUs of a node (others are left as they are).
@@ -207,7 +318,7 @@ class ClusterDriver(Protocol):
         the pool's others. Repeating the call is harmless."""
 
     def claims(self) -> list[ClaimInfo]:
-        """Every ResourceClaim of the GPU driver's devices in the cluster, the portal's and others'."""
+        """Every ResourceClaim of the GPU driver's devices in the cluster (`list_claims`, whole)."""
 
     def apply_sharing(self, node: str, profile: str) -> str:
         """Put the node's MIG-off GPUs in a share mode: a share profile (`ts-4`, `mps-2`), or "" for none.
@@ -243,6 +354,11 @@ def portal_manages(labels: Mapping[str, str] | None) -> bool:
     """Whether a namespace with these labels was created by the portal (and so may be re-labelled)."""
     found = labels or {}
     return all(found.get(key) == value for key, value in NAMESPACE_LABELS.items())
+
+
+def whole(pages: Iterator[Page[Item]]) -> list[Item]:
+    """A paged list's objects, all of them: for a small cluster, a check or a test."""
+    return [item for page in pages for item in page.items]
 
 
 _REGISTRY: dict[str, Callable[[Cluster], ClusterDriver]] = {}

@@ -8,6 +8,11 @@ fails and advertises none of them, or stalls and never applies). Quotas make pod
 appear in their namespace. The state lives in one database row per
 cluster, so the web, worker and beat processes all see the same fleet; time moves
 on whenever the state is read.
+
+It is followed as a Kubernetes cluster is, by list and watch (base.py): each time the state is read or
+written, what changed of each node, pod and claim since the last time (the operator's doing, time moving
+on, or a test editing the state) is logged under a new version, and a watch tells what the log holds after
+the version it is given (pools/drivers/simulated_log.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -27,11 +32,16 @@ from django.utils.translation import gettext as _
 
 from pools import kinds, mig
 from pools.conf import settings
-from pools.drivers import admission, device_plugin
+from pools.drivers import admission, device_plugin, simulated_log
 from pools.drivers.base import (
+    CLAIMS,
     DEVICE_PLUGIN,
     DRA,
+    NODES,
+    PODS,
     Binding,
+    CaughtUp,
+    ClaimChange,
     ClaimInfo,
     ClusterUnreachable,
     DeviceClaim,
@@ -41,10 +51,17 @@ from pools.drivers.base import (
     MigInstanceInfo,
     MigStatus,
     NamespaceNotManaged,
+    NodeChange,
     NodeInfo,
+    Page,
+    PodChange,
     PodInfo,
+    Progress,
     ResourceCount,
     SharingStatus,
+    Versions,
+    WatchItem,
+    list_key,
     portal_manages,
     register,
 )
@@ -149,11 +166,17 @@ class SimulatedDriver:
 
     # --- reading -------------------------------------------------------------
 
-    def inventory(self) -> list[NodeInfo]:
+    def inventory(self, names: Collection[str] | None = None) -> list[NodeInfo]:
+        """Every node, or those named (that the cluster has)."""
         with self._state() as state:
-            return [self._node_info(name, node) for name, node in sorted(state["nodes"].items())]
+            return [
+                self._node_info(name, node)
+                for name, node in sorted(state["nodes"].items())
+                if names is None or name in names
+            ]
 
-    def workloads(self) -> list[PodInfo]:
+    def workloads(self, keys: Collection[str] | None = None) -> list[PodInfo]:
+        """The GPU pods, or those of these list keys."""
         with self._state() as state:
             return [
                 PodInfo(
@@ -165,8 +188,52 @@ class SimulatedDriver:
                     tuple(p.get("claims", ())),
                 )
                 for p in state["pods"]
-                if p.get("claims") or any(name.startswith("nvidia.com/") for name in p["resources"])
+                if simulated_log.holds_gpu(p) and (keys is None or simulated_log.pod_key(p) in keys)
             ]
+
+    def list_nodes(self) -> Iterator[Page[NodeInfo]]:
+        version = self._version()
+        yield from simulated_log.paged(self.inventory(), lambda node: node.name, {NODES: version})
+
+    def list_pods(self) -> Iterator[Page[PodInfo]]:
+        version = self._version()
+        yield from simulated_log.paged(
+            self.workloads(), lambda pod: list_key(pod.namespace, pod.name), {PODS: version}
+        )
+
+    def list_claims(self) -> Iterator[Page[ClaimInfo]]:
+        version = self._version()
+        yield Page(tuple(self.claims()), None, None, {CLAIMS: version})
+
+    def watch(self, since: Versions, *, seconds: float) -> Iterator[WatchItem]:
+        """What the log holds after each stream's version. The simulated cluster changes only as it is read
+        or written, so the watch ends once caught up, well within `seconds`."""
+        since = {stream: version for stream, version in since.items() if stream in (NODES, PODS, CLAIMS)}
+        if not since:
+            return
+        with self._state() as state:
+            changed, version = simulated_log.logged(state["watch"], since)
+        nodes = {node.name: node for node in self.inventory(changed[NODES])} if changed[NODES] else {}
+        pods = (
+            {list_key(pod.namespace, pod.name): pod for pod in self.workloads(changed[PODS])}
+            if changed[PODS]
+            else {}
+        )
+        for name in changed[NODES]:
+            yield NodeChange(NODES, version, name, nodes.get(name))
+        for key in changed[PODS]:
+            namespace, _slash, name = key.partition("/")
+            yield PodChange(PODS, version, namespace, name, pods.get(key))
+        for key in changed[CLAIMS]:
+            namespace, _slash, name = key.partition("/")
+            yield ClaimChange(CLAIMS, version, namespace, name)
+        for stream in since:
+            yield Progress(stream, version)
+        yield CaughtUp()
+
+    def _version(self) -> str:
+        with self._state() as state:
+            return simulated_log.version_of(state["watch"])
 
     def binding(self) -> Binding:
         with self._state() as state:
@@ -360,6 +427,11 @@ class SimulatedDriver:
         with self._state(write=True) as state:
             state["nodes"].pop(name)
 
+    def compact(self) -> None:
+        """Forget the watch log: a watch from any version before now is Expired."""
+        with self._state(write=True) as state:
+            simulated_log.compact(state["watch"])
+
     # --- inside ------------------------------------------------------------------------
 
     @contextmanager
@@ -375,7 +447,11 @@ class SimulatedDriver:
             if state.get("latency_seconds"):  # a slow API server
                 time.sleep(state["latency_seconds"])
             moved = self._advance(state, timezone.now())
+            # Logged before it is read too: time moved on, or a test edited the state.
+            moved = simulated_log.log_changes(state, self._device_nodes(state)) or moved
             yield state
+            if write:
+                simulated_log.log_changes(state, self._device_nodes(state))
             if write or moved:
                 row.save(update_fields=["state", "updated_at"])
 

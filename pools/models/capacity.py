@@ -105,6 +105,11 @@ class Cluster(models.Model):
     last_error = models.TextField(_("last error"), blank=True)
     failures = models.PositiveIntegerField(_("failed syncs in a row"), default=0)
     next_sync_at = models.DateTimeField(_("next sync"), null=True, blank=True)
+    # Where the sync follows each of the cluster's streams from (pools/drivers/base.py: Versions), as the
+    # driver gave them: written with what a sync changes, and at least every SYNC_HEARTBEAT_SECONDS.
+    watch_versions = models.JSONField(_("watched from"), default=dict, blank=True, editable=False)
+    # When the sync last listed the cluster whole; it does again after CAPACITY_RELIST_SECONDS.
+    listed_at = models.DateTimeField(_("last listed"), null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
     class Meta:

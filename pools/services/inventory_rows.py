@@ -3,20 +3,25 @@ GPUs, the resources each node advertises (SpecAndCount; shared GPUs under the no
 GPU pods running (WorkloadProfile), with the devices each uses through its claims.
 
 Only the inventory service (pools/services/inventory.py) calls `write_inventory`, under the cluster's sync
-lock and inside its transaction; the cluster's own state (status, failures, back-off) is the service's to
-write. What did not change is not written, in a number of queries that does not depend on the size of the
-fleet; rows that left the cluster are marked absent, never deleted.
+lock and inside a transaction of its own, once per page of a list or batch of watched changes; the
+cluster's own state (status, failures, back-off) is the service's to write. A write covers a scope of rows:
+those a watch named, or those whose list keys fall in a page's range; a row in scope that the write does not
+bring has left the cluster and is marked absent, never deleted. What did not change is not written, in a
+number of queries that does not depend on the size of the fleet or the scope.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db.models import QuerySet, Value
+from django.db.models.functions import Collate, Concat
+
 from pools.conf import settings
-from pools.drivers.base import ClaimInfo, NodeInfo, PodInfo
+from pools.drivers.base import ClaimInfo, NodeInfo, Page, PodInfo, list_key
 from pools.kinds import SHARED_RESOURCE, profile_of_resource
 from pools.models import Cluster, GpuCapacity, Health, NodeCapacity, SpecAndCount, WorkloadProfile
 from portal.models import Project
@@ -40,21 +45,35 @@ CLAIMS_ROW = ""  # the resource name of a pod's row for the devices of its claim
 BATCH = 500
 
 
+def _counts(*kinds: str) -> dict[str, int]:
+    return dict.fromkeys(kinds, 0)
+
+
 @dataclass
 class SyncReport:
     """What one sync found: whether the cluster could be read (else why not), and how many rows of each kind
-    were new, changed or gone."""
+    were new, changed or gone; whether it listed the cluster (whole, or a stream whose version expired), and
+    how many changes its watch brought."""
 
     cluster: str
     ok: bool = True
     error: str = ""
-    created: dict[str, int] = field(default_factory=dict)
-    updated: dict[str, int] = field(default_factory=dict)
-    vanished: dict[str, int] = field(default_factory=dict)
+    created: dict[str, int] = field(default_factory=lambda: _counts("nodes", "gpus", "specs", "workloads"))
+    updated: dict[str, int] = field(default_factory=lambda: _counts("nodes", "gpus", "specs", "workloads"))
+    vanished: dict[str, int] = field(default_factory=lambda: _counts("nodes", "gpus", "workloads"))
+    listed: bool = False
+    watched: int = 0
+    # (node, namespace) of each GPU pod row written: where the pods' trespasses may have changed.
+    pods_at: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def rows(self) -> int:
+        """How many rows were new, changed or gone."""
+        return sum(self.created.values()) + sum(self.updated.values()) + sum(self.vanished.values())
 
     @property
     def changed(self) -> bool:
-        return any(self.created.values()) or any(self.updated.values()) or any(self.vanished.values())
+        return self.rows > 0
 
     def summary(self) -> str:
         if not self.ok:
@@ -68,18 +87,61 @@ class SyncReport:
         return f"{self.cluster}: " + (", ".join(parts) if parts else "no change")
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The rows a write covers: those of the list keys a watch brought (`keys`), or those whose list keys
+    fall after `after` up to `upto` (a page of a list; None: from the start, to the end)."""
+
+    keys: frozenset[str] | None = None
+    after: str | None = None
+    upto: str | None = None
+
+    @classmethod
+    def of_page(cls, page: Page) -> Scope:
+        return cls(after=page.after, upto=page.upto)
+
+    @classmethod
+    def of_keys(cls, keys: Collection[str]) -> Scope:
+        return cls(keys=frozenset(keys))
+
+    def _in_range(self, rows: QuerySet, key) -> QuerySet:
+        # Compared byte by byte, as the API server orders its lists.
+        rows = rows.annotate(list_key=Collate(key, "C"))
+        if self.after is not None:
+            rows = rows.filter(list_key__gt=self.after)
+        if self.upto is not None:
+            rows = rows.filter(list_key__lte=self.upto)
+        return rows
+
+    def nodes(self, cluster: Cluster) -> QuerySet[NodeCapacity]:
+        rows = NodeCapacity.objects.filter(cluster=cluster)
+        return rows.filter(name__in=self.keys) if self.keys is not None else self._in_range(rows, "name")
+
+    def workloads(self, cluster: Cluster) -> list[WorkloadProfile]:
+        rows = WorkloadProfile.objects.filter(cluster=cluster)
+        if self.keys is None:
+            return list(self._in_range(rows, Concat("namespace", Value("/"), "pod_name")))
+        names = {key.rpartition("/")[2] for key in self.keys}
+        return [w for w in rows.filter(pod_name__in=names) if list_key(w.namespace, w.pod_name) in self.keys]
+
+
 def write_inventory(
     *,
     cluster: Cluster,
-    nodes: list[NodeInfo],
-    pods: list[PodInfo],
-    claims: list[ClaimInfo],
     now: datetime,
     report: SyncReport,
+    nodes: Iterable[NodeInfo] = (),
+    node_scope: Scope | None = None,
+    pods: Iterable[PodInfo] = (),
+    pod_scope: Scope | None = None,
+    claims: Iterable[ClaimInfo] = (),
 ) -> None:
-    """Write what changed of the cluster's nodes, GPUs, specs and GPU pods, counting it in `report`."""
-    _sync_nodes(cluster, nodes, now, report)
-    _sync_workloads(cluster, pods, claims, now, report)
+    """Write what changed of the nodes (with their GPUs and specs) in `node_scope` and the GPU pods in
+    `pod_scope` (`claims`: the cluster's, for the devices of the pods' claims), counting it in `report`."""
+    if node_scope is not None:
+        _sync_nodes(cluster, list(nodes), node_scope, now, report)
+    if pod_scope is not None:
+        _sync_workloads(cluster, list(pods), pod_scope, list(claims), now, report)
 
 
 def pod_uses(
@@ -119,18 +181,18 @@ def _apply(
     With `unique_fields`, a row that another transaction inserted meanwhile (it committed after
     this sync read the table) is updated instead of failing on the unique constraint.
     """
-    to_create, to_update = {}, []
+    to_create, to_update = {}, defaultdict(list)
     for key, values in wanted.items():
         row = rows.get(key)
         if row is None:
             row = make(key, values)
             to_create[key] = row
             rows[key] = row
-        elif any(getattr(row, name) != value for name, value in values.items()):
-            for name, value in values.items():
-                setattr(row, name, value)
+        elif changed := tuple(name for name, value in values.items() if getattr(row, name) != value):
+            for name in changed:
+                setattr(row, name, values[name])
             row.last_change_at = now
-            to_update.append(row)
+            to_update[changed].append(row)
     if unique_fields and to_create:
         # INSERT … ON CONFLICT DO UPDATE of the synced fields only: what the other writer owns
         # (the allocated count, recounted under the capacity lock) stays as it wrote it. Rows go
@@ -144,9 +206,10 @@ def _apply(
         )
     else:
         model.objects.bulk_create(to_create.values(), batch_size=BATCH)
-    if to_update:
-        model.objects.bulk_update(to_update, [*fields, "last_change_at"], batch_size=BATCH)
-    return len(to_create), len(to_update)
+    # One statement per set of fields that changed: a statement's size grows with rows × fields.
+    for changed, updated in to_update.items():
+        model.objects.bulk_update(updated, [*changed, "last_change_at"], batch_size=BATCH)
+    return len(to_create), sum(len(updated) for updated in to_update.values())
 
 
 def _mark_absent(model, rows: Iterable, now: datetime) -> int:
@@ -212,8 +275,10 @@ def _spec_profile(resource: str, info: NodeInfo) -> str:
     return profile_of_resource(resource) or resource
 
 
-def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: SyncReport) -> None:
-    nodes = {n.name: n for n in NodeCapacity.objects.filter(cluster=cluster)}
+def _sync_nodes(
+    cluster: Cluster, infos: list[NodeInfo], scope: Scope, now: datetime, report: SyncReport
+) -> None:
+    nodes = {n.name: n for n in scope.nodes(cluster)}
     wanted = {info.name: _node_values(info, nodes.get(info.name), now) for info in infos}
     created, updated = _apply(
         NodeCapacity,
@@ -223,12 +288,14 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
         now,
         lambda name, values: NodeCapacity(cluster=cluster, name=name, **values),
     )
-    report.created["nodes"], report.updated["nodes"] = created, updated
+    report.created["nodes"] += created
+    report.updated["nodes"] += updated
     gone = [node for name, node in nodes.items() if name not in wanted]
-    report.vanished["nodes"] = _mark_absent(NodeCapacity, gone, now)
+    report.vanished["nodes"] += _mark_absent(NodeCapacity, gone, now)
 
-    gpus = {(g.node_id, g.index): g for g in GpuCapacity.objects.filter(node__cluster=cluster)}
-    specs = {(s.node_id, s.resource_name): s for s in SpecAndCount.objects.filter(node__cluster=cluster)}
+    ids = [node.pk for node in nodes.values()]
+    gpus = {(g.node_id, g.index): g for g in GpuCapacity.objects.filter(node_id__in=ids)}
+    specs = {(s.node_id, s.resource_name): s for s in SpecAndCount.objects.filter(node_id__in=ids)}
     specs_by_node = defaultdict(list)
     for key, spec in specs.items():
         specs_by_node[key[0]].append((key, spec))
@@ -270,9 +337,10 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
         now,
         lambda key, values: GpuCapacity(node_id=key[0], index=key[1], **values),
     )
-    report.created["gpus"], report.updated["gpus"] = created, updated
+    report.created["gpus"] += created
+    report.updated["gpus"] += updated
     gone_nodes = {node.pk for node in gone}
-    report.vanished["gpus"] = _mark_absent(
+    report.vanished["gpus"] += _mark_absent(
         GpuCapacity,
         (
             g
@@ -291,18 +359,22 @@ def _sync_nodes(cluster: Cluster, infos: list[NodeInfo], now: datetime, report: 
         # Provisioning syncs too, and admission may insert a row for a profile not advertised yet.
         unique_fields=("node", "resource_name"),
     )
-    report.created["specs"], report.updated["specs"] = created, updated
+    report.created["specs"] += created
+    report.updated["specs"] += updated
 
 
 # --- workloads -------------------------------------------------------------------------------
 
 
 def _sync_workloads(
-    cluster: Cluster, pods: list[PodInfo], claims: list[ClaimInfo], now: datetime, report: SyncReport
+    cluster: Cluster,
+    pods: list[PodInfo],
+    scope: Scope,
+    claims: list[ClaimInfo],
+    now: datetime,
+    report: SyncReport,
 ) -> None:
-    rows = {
-        (w.namespace, w.pod_name, w.resource_name): w for w in WorkloadProfile.objects.filter(cluster=cluster)
-    }
+    rows = {(w.namespace, w.pod_name, w.resource_name): w for w in scope.workloads(cluster)}
     namespaces = {pod.namespace for pod in pods}
     projects = dict(Project.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
     uses = pod_uses(pods, claims)
@@ -318,7 +390,7 @@ def _sync_workloads(
         for pod in pods
         for resource, used in uses[(pod.namespace, pod.name)].items()
     }
-    to_create, to_update = [], []
+    to_create, to_update = [], defaultdict(list)
     for key, values in wanted.items():
         row = rows.get(key)
         if row is None:
@@ -333,23 +405,24 @@ def _sync_workloads(
                     **values,
                 )
             )
-        elif any(getattr(row, name) != value for name, value in values.items()) or heartbeat_due(
-            row.last_seen_at, now
-        ):
-            for name, value in values.items():
-                setattr(row, name, value)
+            report.pods_at.add((values["node_name"], namespace))
+            continue
+        changed = tuple(name for name, value in values.items() if getattr(row, name) != value)
+        if changed or heartbeat_due(row.last_seen_at, now):
+            report.pods_at.update({(row.node_name, row.namespace), (values["node_name"], row.namespace)})
+            for name in changed:
+                setattr(row, name, values[name])
             row.last_seen_at = now
-            to_update.append(row)
+            to_update[changed].append(row)
     WorkloadProfile.objects.bulk_create(to_create, batch_size=BATCH)
-    if to_update:
-        WorkloadProfile.objects.bulk_update(to_update, [*WORKLOAD_FIELDS, "last_seen_at"], batch_size=BATCH)
+    for changed, updated in to_update.items():
+        WorkloadProfile.objects.bulk_update(updated, [*changed, "last_seen_at"], batch_size=BATCH)
     gone = [row for key, row in rows.items() if key not in wanted and row.present]
     for row in gone:
         row.present = False
+        report.pods_at.add((row.node_name, row.namespace))
     if gone:
         WorkloadProfile.objects.bulk_update(gone, ["present"], batch_size=BATCH)
-    report.created["workloads"], report.updated["workloads"], report.vanished["workloads"] = (
-        len(to_create),
-        len(to_update),
-        len(gone),
-    )
+    report.created["workloads"] += len(to_create)
+    report.updated["workloads"] += sum(len(updated) for updated in to_update.values())
+    report.vanished["workloads"] += len(gone)

@@ -4,8 +4,8 @@ that holds no allocation on them; and, under DRA, devices of pools that the GPU 
 Words used here:
 - held: what the live allocations of a namespace's pools hold, per node and device-plugin resource (a
   count), and per device UUID;
-- in use: what the cluster's pods ask of a node (scheduled pods, Pending or Running), per resource, and the
-  devices allocated to claims, per UUID;
+- in use: what the cluster's pods ask of a node (scheduled pods, Pending or Running, as the inventory's
+  WorkloadProfile rows hold them), per resource, and the devices allocated to claims, per UUID;
 - trespass: in use beyond held: a namespace's pods asking a node for more of a resource than its pools hold
   there (the count beyond), or a claim allocated a device that no live allocation of its namespace holds
   (then the pool that holds it, if any, is the one trespassed on);
@@ -15,19 +15,37 @@ Words used here:
 
 A claim the portal made for a pool being released is not counted: its release deletes it next. Each open
 trespass is one row (Trespass) from the sync that first saw it to the one that no longer does; monitoring
-raises an alert for each (monitoring/alerts/rules.py: trespass).
+raises an alert for each (monitoring/alerts/rules.py: trespass). Both are read from the inventory's rows, so
+a sync that follows the cluster by watch records them again only when what they depend on changed: the
+pods, the claims, the nodes' devices, or what the live allocations hold (`held_digest`).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from pools.drivers.base import DRA, ClaimInfo, NodeInfo, PodInfo
+from django.contrib.postgres.aggregates import ArrayAgg, StringAgg
+from django.db.models import CharField, Count, Func, Sum, Value
+from django.db.models.functions import Cast, Coalesce, Concat
+
+from pools.drivers.base import DRA, ClaimInfo
 from pools.kinds import kind_of
-from pools.models import Allocation, Cluster, NodeCapacity, Pool, PoolState, Trespass
+from pools.mig import MigState
+from pools.models import (
+    Allocation,
+    Cluster,
+    GpuCapacity,
+    NodeCapacity,
+    Pool,
+    PoolState,
+    Trespass,
+    WorkloadProfile,
+)
 from pools.services.binding import BOUND_STATES
+from pools.services.inventory_rows import CLAIMS_ROW
 
 USES = ("Pending", "Running")
 USERS_LENGTH = 500
@@ -49,6 +67,17 @@ class Found:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """What a namespace's scheduled pods ask of one resource on one node, and which pods they are."""
+
+    node: str
+    namespace: str
+    resource_name: str
+    count: int
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Held:
     """What a live allocation holds, as the comparison needs it."""
 
@@ -64,22 +93,19 @@ def _users(kind: str, names: list[str]) -> str:
     return text if len(text) <= USERS_LENGTH else text[: USERS_LENGTH - 1] + "…"
 
 
-def find_trespasses(pods: list[PodInfo], claims: list[ClaimInfo], held: list[Held]) -> list[Found]:
+def find_trespasses(asked: Iterable[Asked], claims: list[ClaimInfo], held: list[Held]) -> list[Found]:
     """What is in use beyond what is held (see the module's words)."""
     holds = Counter((h.node, h.namespace, h.resource_name) for h in held)
-    asked: Counter = Counter()
-    askers: dict[tuple[str, str, str], list[str]] = defaultdict(list)
-    for pod in pods:
-        if not pod.node or pod.phase not in USES:
-            continue
-        for resource, count in pod.resources.items():
-            asked[(pod.node, pod.namespace, resource)] += count
-            askers[(pod.node, pod.namespace, resource)].append(pod.name)
     found = [
-        Found(namespace, node, _users("pod", askers[key]), resource_name=resource, count=count - holds[key])
-        for key, count in sorted(asked.items())
-        if count > holds[key]
-        for node, namespace, resource in [key]
+        Found(
+            a.namespace,
+            a.node,
+            _users("pod", list(a.pods)),
+            resource_name=a.resource_name,
+            count=a.count - left,
+        )
+        for a in asked
+        if a.count > (left := holds[(a.node, a.namespace, a.resource_name)])
     ]
     owners: dict[str, dict[str, int]] = defaultdict(dict)  # UUID: {namespace: pool}
     for h in held:
@@ -101,11 +127,53 @@ def find_trespasses(pods: list[PodInfo], claims: list[ClaimInfo], held: list[Hel
     return found
 
 
-def _held(cluster: Cluster) -> list[Held]:
-    rows = Allocation.objects.filter(
+def _live(cluster: Cluster):
+    return Allocation.objects.filter(
         released_at__isnull=True, pool__cluster=cluster, pool__state__in=BOUND_STATES
-    ).values_list("pool__project__namespace", "gpu__node__name", "resource_name", "instance_uuid", "pool_id")
+    )
+
+
+def _held(cluster: Cluster, nodes: Collection[str] | None = None) -> list[Held]:
+    live = _live(cluster) if nodes is None else _live(cluster).filter(gpu__node__name__in=nodes)
+    rows = live.values_list(
+        "pool__project__namespace", "gpu__node__name", "resource_name", "instance_uuid", "pool_id"
+    )
     return [Held(*row) for row in rows]
+
+
+def held_digest(cluster: Cluster) -> str:
+    """A digest of what the cluster's live allocations hold (one query): it changes when an allocation is
+    made or released, its pool leaves or enters the states that bind it, or it gets a device's UUID."""
+    text = StringAgg(
+        Concat(Cast("pk", CharField()), Value(":"), "instance_uuid", output_field=CharField()),
+        delimiter=",",
+        order_by="pk",
+    )
+    found = _live(cluster).aggregate(
+        count=Count("pk"), digest=Func(Coalesce(text, Value("")), function="MD5", output_field=CharField())
+    )
+    return f"{found['count']}:{found['digest']}"
+
+
+def _asked(cluster: Cluster, at: Collection[tuple[str, str]] | None = None) -> Iterable[Asked]:
+    """What the cluster's scheduled GPU pods ask, per node, namespace and resource, summed in SQL; with `at`,
+    on those (node, namespace) only."""
+    rows = WorkloadProfile.objects.filter(cluster=cluster, present=True, phase__in=USES)
+    if at is not None:
+        rows = rows.filter(node_name__in={node for node, _ in at}, namespace__in={ns for _, ns in at})
+    rows = (
+        rows.exclude(node_name="")
+        .exclude(resource_name=CLAIMS_ROW)
+        .values("node_name", "namespace", "resource_name")
+        .annotate(total=Sum("count"), pods=ArrayAgg("pod_name", order_by="pod_name"))
+        .order_by("node_name", "namespace", "resource_name")
+    )
+    for row in rows.iterator(chunk_size=2000):
+        if at is not None and (row["node_name"], row["namespace"]) not in at:
+            continue
+        yield Asked(
+            row["node_name"], row["namespace"], row["resource_name"], row["total"], tuple(row["pods"])
+        )
 
 
 def _releasing(claims: list[ClaimInfo], cluster: Cluster) -> set[str]:
@@ -118,16 +186,29 @@ def _releasing(claims: list[ClaimInfo], cluster: Cluster) -> set[str]:
 
 
 def record_trespasses(
-    *, cluster: Cluster, pods: list[PodInfo], claims: list[ClaimInfo], now: datetime
+    *,
+    cluster: Cluster,
+    claims: list[ClaimInfo],
+    now: datetime,
+    pods_at: Collection[tuple[str, str]] | None = None,
 ) -> int:
     """Open a row for each trespass first seen, refresh the ones still there, end the ones gone; returns how
-    many are open. Runs in the sync's transaction, under the cluster's sync lock."""
-    releasing = _releasing(claims, cluster)
-    counted = [claim for claim in claims if claim.pool not in releasing]
-    found = {f.key: f for f in find_trespasses(pods, counted, _held(cluster))}
+    many are open (of those looked at). Runs in the sync's transaction, under the cluster's sync lock, after
+    the pods' rows. With `pods_at`, the (node, namespace) pairs where pods changed, only the pods' trespasses
+    there are looked at; the claims' stay as they are."""
+    open_rows = Trespass.objects.filter(cluster=cluster, ended_at__isnull=True).select_related("node")
+    if pods_at is None:
+        releasing = _releasing(claims, cluster)
+        counted = [claim for claim in claims if claim.pool not in releasing]
+        found = {f.key: f for f in find_trespasses(_asked(cluster), counted, _held(cluster))}
+    else:
+        nodes = {node for node, _namespace in pods_at}
+        found = {f.key: f for f in find_trespasses(_asked(cluster, pods_at), [], _held(cluster, nodes))}
+        open_rows = open_rows.filter(device_uuid="", node__name__in=nodes)
     open_rows = {
         (row.namespace, row.node.name if row.node else "", row.resource_name, row.device_uuid): row
-        for row in Trespass.objects.filter(cluster=cluster, ended_at__isnull=True).select_related("node")
+        for row in open_rows
+        if pods_at is None or (row.node.name, row.namespace) in pods_at
     }
     ended = [row.pk for key, row in open_rows.items() if key not in found]
     if ended:
@@ -165,33 +246,38 @@ def record_trespasses(
     return len(found)
 
 
-def _published(nodes: list[NodeInfo]) -> tuple[set[str], set[str]]:
-    """The nodes whose devices a sync could read, and the UUIDs of their devices."""
-    read = [node for node in nodes if node.gpus_known and not node.error]
-    uuids = {gpu.uuid for node in read for gpu in node.gpus if not gpu.mig_enabled}
-    uuids |= {i.uuid for node in read for gpu in node.gpus for i in gpu.instances}
-    return {node.name for node in read}, uuids - {""}
+def _published(node_ids: set[int]) -> tuple[set[int], set[str]]:
+    """Of these nodes, those whose devices the last sync could read (present, no error, no MIG change under
+    way), and the UUIDs of their devices as their GPU rows keep them."""
+    read = set(
+        NodeCapacity.objects.filter(
+            pk__in=node_ids, present=True, error="", mig_state=MigState.SUCCESS
+        ).values_list("pk", flat=True)
+    )
+    uuids: set[str] = set()
+    for uuid, mig_enabled, layout in GpuCapacity.objects.filter(node_id__in=read, present=True).values_list(
+        "uuid", "mig_enabled", "layout"
+    ):
+        if mig_enabled:
+            uuids.update(i.get("uuid", "") for i in layout)
+        else:
+            uuids.add(uuid)
+    return read, uuids - {""}
 
 
-def record_vanished(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -> int:
+def record_vanished(*, cluster: Cluster, now: datetime) -> int:
     """Under DRA, mark the live claimed allocations whose device the driver no longer publishes, and unmark
-    those whose device is back; returns how many are marked. Runs in the sync's transaction."""
-    live = Allocation.objects.filter(
-        released_at__isnull=True, pool__cluster=cluster, pool__state__in=BOUND_STATES
-    ).exclude(instance_uuid="")
+    those whose device is back; returns how many are marked. Runs in the sync's transaction, once the nodes
+    are written."""
+    live = _live(cluster).exclude(instance_uuid="")
     if cluster.binding != DRA:  # nothing is claimed: no device can have vanished
         marked = list(live.filter(device_vanished_at__isnull=False).values_list("pk", flat=True))
         if marked:
             Allocation.objects.filter(pk__in=marked).update(device_vanished_at=None)
         return 0
-    read, uuids = _published(nodes)
-    rows = [
-        (pk, profile, uuid, at)
-        for pk, node, profile, uuid, at in live.values_list(
-            "pk", "gpu__node__name", "profile", "instance_uuid", "device_vanished_at"
-        )
-        if node in read
-    ]
+    found = list(live.values_list("pk", "gpu__node_id", "profile", "instance_uuid", "device_vanished_at"))
+    read, uuids = _published({node for _pk, node, *_rest in found})
+    rows = [(pk, profile, uuid, at) for pk, node, profile, uuid, at in found if node in read]
     gone = {pk for pk, profile, uuid, _at in rows if kind_of(profile).own_device and uuid not in uuids}
     back = [pk for pk, _profile, _uuid, at in rows if at is not None and pk not in gone]
     newly = [pk for pk, _profile, _uuid, at in rows if at is None and pk in gone]

@@ -24,13 +24,19 @@ from kubernetes.config import new_client_from_config
 
 from pools import mig
 from pools.drivers.base import (
+    CLAIMS,
     DEVICE_PLUGIN,
     DRA,
     NAMESPACE_LABELS,
+    NODES,
+    PODS,
+    SLICES,
+    CaughtUp,
     ClusterUnauthorised,
     DeviceClaim,
     GpuLayout,
     MigInstanceInfo,
+    NodeChange,
     driver_for,
 )
 from pools.mig import MigState
@@ -218,6 +224,20 @@ def drive_the_whole_protocol(cluster: Cluster, server: KubeApiServer) -> None:
         ("acme-vision", "gpu-portal-7-1", (whole.uuid,))
     ]
     driver.apply_claims("acme-vision", "7", [])  # deletes it
+    versions = {}  # lists each stream, then watches it from there
+    for pages in (driver.list_nodes(), driver.list_pods(), driver.list_claims()):
+        for page in pages:
+            versions.update(page.versions)
+    assert set(versions) == {NODES, SLICES, PODS, CLAIMS}
+    server.publish_gpu_slices("gpu-a")
+    seen = []
+    for item in driver.watch(versions, seconds=10):
+        seen.append(item)
+        if isinstance(item, CaughtUp):
+            break
+    assert {item.name for item in seen if isinstance(item, NodeChange)} == {
+        "gpu-a"
+    }  # its devices, read again
     assert sync_inventory(cluster=cluster).ok
 
 

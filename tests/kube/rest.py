@@ -1,7 +1,8 @@
-"""REST verbs of the test API server: core v1 and API-group paths routed to list, get, create, update,
-patch and delete on the object store, with a real server's answers (paging, 404/409/422, status left to
-subresources, per-kind defaults and validation in kinds.py, validating admission policies in admission.py
-judging every write before it is stored), the SelfSubjectReview, and its discovery documents."""
+"""REST verbs of the test API server: core v1 and API-group paths routed to list, watch, get, create,
+update, patch and delete on the object store, with a real server's answers (paging, a continue token that
+expires with the history it was made in, 404/409/422, status left to subresources, per-kind defaults and
+validation in kinds.py, validating admission policies in admission.py judging every write before it is
+stored), the SelfSubjectReview, and its discovery documents. Watches themselves are watch.py's."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from tests.kube import kinds, objects
 from tests.kube.admission import Review
 from tests.kube.rbac import RequestInfo
 from tests.kube.semantics import ApiError, apply_patch, field_matcher, label_matcher, not_found, status_body
-from tests.kube.store import RESOURCES, ClusterStore, Key, Resource, group_versions
+from tests.kube.store import RESOURCES, ClusterStore, Key, Resource, etcd_path, group_versions
+from tests.kube.watch import Watch, Watches
 
-Reply = tuple[int, dict[str, Any], list[tuple[str, str]]]
+# The body is a JSON document, or a watch whose events the HTTP layer streams.
+Reply = tuple[int, dict[str, Any] | Watch, list[tuple[str, str]]]
 
 # Every field a real server reports: the client's VersionInfo requires them all.
 _VERSION = {
@@ -69,12 +72,25 @@ def _encode_continue(key: Key, resource_version: int) -> str:
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _decode_continue(token: str) -> Key:
+def _decode_continue(token: str) -> tuple[Key, int]:
+    """The key a continued list starts after, and the resourceVersion of the list it continues."""
     try:
-        start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
-        return (str(start[0]), str(start[1]))
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        start = decoded["start"]
+        return (str(start[0]), str(start[1])), int(decoded["rv"])
     except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as error:
         raise ApiError(400, "continue key is not valid") from error
+
+
+def _expired_continue(start: Key, resource_version: int) -> ApiError:
+    """A real server's 410 for a continue token older than what it keeps: start the list again, or take the
+    fresh token it offers and accept a list that is no longer one consistent snapshot."""
+    return ApiError(
+        410,
+        "The continue token is too old to page one consistent list: list again without it, or continue "
+        "with the token in this answer's metadata, accepting changes made since the list began.",
+        metadata={"continue": _encode_continue(start, resource_version)},
+    )
 
 
 class RestApi:
@@ -82,8 +98,11 @@ class RestApi:
     is stored, so the MIG manager and the device plugin can react to their config labels and change the node
     being written."""
 
-    def __init__(self, store: ClusterStore, *, on_node_write: Callable[[dict, dict], None]) -> None:
+    def __init__(
+        self, store: ClusterStore, watches: Watches, *, on_node_write: Callable[[dict, dict], None]
+    ) -> None:
         self.store = store
+        self.watches = watches
         self.address = ""  # host:port, for the `/api` discovery document; set when the server starts
         self.lock = store.lock
         self.on_node_write = on_node_write
@@ -97,6 +116,8 @@ class RestApi:
                 raise ApiError(405, "the server does not allow this method on the requested resource")
             return 200, self._discovery(info.path), []
         resource, namespace, name, verb = self._target(info)
+        if verb == "watch":
+            return 200, self.watches.open(resource, namespace, query), []
         if verb == "list":
             return 200, self._list(resource, namespace, query), []
         if verb == "get":
@@ -126,7 +147,7 @@ class RestApi:
         namespace = info.namespace if info.scoped else None
         if resource.namespaced and namespace is None and info.name:
             raise ApiError(404, _NOT_FOUND)
-        verb = "list" if info.verb == "watch" else info.verb  # _list refuses watches with a 400
+        verb = info.verb
         if verb == "create" and resource.namespaced and namespace is None:
             verb = ""
         if verb not in resource.verbs:
@@ -202,8 +223,6 @@ class RestApi:
         return stored
 
     def _list(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> dict:
-        if query.get("watch") in ("true", "1"):
-            raise ApiError(400, "watch is not supported by the test API server")
         selectors = query.get("labelSelector") or query.get("fieldSelector")
         labels_match = label_matcher(query.get("labelSelector"))
         fields_match = field_matcher(resource.kind, query.get("fieldSelector"))
@@ -211,14 +230,17 @@ class RestApi:
             limit = int(query.get("limit") or 0)
         except ValueError as error:
             raise ApiError(400, "limit must be an integer") from error
-        start = _decode_continue(query["continue"]) if query.get("continue") else None
+        start, listed_at = _decode_continue(query["continue"]) if query.get("continue") else (None, 0)
         items: list[dict] = []
         remaining = 0
         last: Key | None = None
         with self.lock:
+            if start is not None and listed_at < self.store.compacted[resource.kind]:
+                raise _expired_continue(start, self.store.resource_version)
             keys = self.store.keys(resource.kind)
             store = self.store.by_key(resource.kind)
-            for key in keys[bisect.bisect_right(keys, start) if start else 0 :]:
+            first = bisect.bisect_right(keys, etcd_path(start), key=etcd_path) if start else 0
+            for key in keys[first:]:
                 if namespace is not None and key[0] != namespace:
                     continue
                 obj = store[key]
@@ -231,7 +253,8 @@ class RestApi:
                     continue
                 items.append(obj)
                 last = key
-            resource_version = self.store.resource_version
+            # Every page of a list carries the version of its first, as a real server's snapshot does.
+            resource_version = listed_at or self.store.resource_version
         metadata: dict[str, Any] = {"resourceVersion": str(resource_version)}
         if remaining and last is not None:
             metadata["continue"] = _encode_continue(last, resource_version)

@@ -45,6 +45,7 @@ class ApiError(Exception):
         kind: str = "",
         group: str = "",
         causes: list[dict[str, str]] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -54,6 +55,7 @@ class ApiError(Exception):
         self.kind = kind
         self.group = group
         self.causes = causes or []
+        self.metadata = metadata or {}
 
     def status(self) -> dict[str, Any]:
         details: dict[str, Any] = {}
@@ -65,14 +67,23 @@ class ApiError(Exception):
             details["kind"] = self.kind
         if self.causes:
             details["causes"] = self.causes
-        return status_body(code=self.code, message=self.message, reason=self.reason, details=details)
+        return status_body(
+            code=self.code, message=self.message, reason=self.reason, details=details, metadata=self.metadata
+        )
 
 
-def status_body(*, code: int, message: str, reason: str, details: dict[str, Any] | None = None) -> dict:
+def status_body(
+    *,
+    code: int,
+    message: str,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict:
     return {
         "kind": "Status",
         "apiVersion": "v1",
-        "metadata": {},
+        "metadata": metadata or {},
         "status": "Success" if code < 400 else "Failure",
         "message": message,
         "reason": reason,

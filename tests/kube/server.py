@@ -13,13 +13,18 @@ MIG reconfiguration follows the GPU Operator's MIG manager (mig_manager.py) and 
 plugin (device_plugin.py), agreeing on a node's resources through gpu_resources.py; NVIDIA's DRA driver
 publishes a node's GPUs and MIG devices as ResourceSlices (dra_driver.py) and claims are allocated as the
 scheduler would (dra_allocation.py); the REST verbs are in rest.py, per-kind rules in kinds.py, RBAC in
-rbac.py, the store in store.py.
+rbac.py, the store and its history of changes in store.py. List paths answer `watch=true` with a stream of
+events, as a real server does (watch.py); tests may `compact` the history, so that older versions and
+continue tokens are answered 410 Expired, and `drop_watches` to cut every open stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import select
+import socket
 import threading
 import traceback
 from copy import deepcopy
@@ -49,7 +54,8 @@ from tests.kube.rbac import (
 )
 from tests.kube.rest import Reply, RestApi
 from tests.kube.semantics import ApiError, status_body
-from tests.kube.store import ClusterStore, resource_for
+from tests.kube.store import HISTORY_LIMIT, ClusterStore, resource_for
+from tests.kube.watch import BOOKMARK_SECONDS, Dropped, Watch, Watches
 
 
 class KubeApiServer:
@@ -63,13 +69,15 @@ class KubeApiServer:
         device_plugin_config_map: str = "gpu-operator/gpu-portal-device-plugin",
         mig_apply_seconds: float = 0.05,
         stale_success_seconds: float = 0.0,
+        watch_history: int = HISTORY_LIMIT,
+        bookmark_seconds: float = BOOKMARK_SECONDS,
     ) -> None:
         self.token = token
         self.mig_config_map = mig_config_map
         self.device_plugin_config_map = device_plugin_config_map
         self.mig_apply_seconds = mig_apply_seconds
         self.stale_success_seconds = stale_success_seconds
-        self.store = ClusterStore()
+        self.store = ClusterStore(history_limit=watch_history)
         self.lock = self.store.lock  # reentrant: a bulk loader may hold it around many control calls
         self.requests: list[tuple[str, str]] = []
         self.errors: list[str] = []  # tracebacks of requests that ended in an unexpected 500
@@ -80,7 +88,8 @@ class KubeApiServer:
         self._device_plugin = DevicePlugin(self)
         self._dra_driver = GpuDraDriver(self.store)
         self._claims = ClaimAllocator(self.store)
-        self._rest = RestApi(self.store, on_node_write=self._node_written)
+        self.watches = Watches(self.store, bookmark_seconds=bookmark_seconds)
+        self._rest = RestApi(self.store, self.watches, on_node_write=self._node_written)
         self.patch_content_types = self._rest.patch_content_types  # what clients really send on PATCH
         self._authorizer = Authorizer(self.store)
         self._admission = Admission(self.store)
@@ -111,6 +120,7 @@ class KubeApiServer:
     def stop(self) -> None:
         self._mig.stop()
         self._device_plugin.stop()
+        self.watches.drop_all(wait=2.0)
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -286,6 +296,21 @@ class KubeApiServer:
         with self.lock:
             self._failures.extend([status] * count)
 
+    def compact(self, kind: str | None = None) -> None:
+        """Forget the history of changes of one kind (`Node`, `pods`, ...) or of all, as etcd's compaction
+        does: a watch from an older version, or a list continued with an older token, is answered 410."""
+        with self.lock:
+            self.store.compact(resource_for(kind).kind if kind else None)
+
+    def drop_watches(self) -> int:
+        """Cut every open watch stream, as a broken connection or a restarted server would; returns how many
+        there were, once they are closed."""
+        return self.watches.drop_all()
+
+    @property
+    def open_watches(self) -> int:
+        return self.watches.count
+
     # --- HTTP ----------------------------------------------------------------------------------------------
 
     def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> Reply:
@@ -350,6 +375,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         api: KubeApiServer = self.server.api  # type: ignore[attr-defined]
         code, payload, extra_headers = api.handle(self.command, self.path, self.headers, body)
+        if isinstance(payload, Watch):
+            self._stream(api, payload, extra_headers)
+            return
         data = json.dumps(payload, separators=(",", ":")).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -358,6 +386,39 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(header, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, api: KubeApiServer, watch: Watch, extra_headers: list[tuple[str, str]]) -> None:
+        """A watch's events as HTTP chunks, one line each, as a real server streams them."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        for header, value in extra_headers:
+            self.send_header(header, value)
+        self.end_headers()
+        try:
+            for line in watch.lines(self._client_gone):
+                self.wfile.write(b"%X\r\n%s\r\n" % (len(line), line))
+            api.watches.close(watch)  # closed before its client reads the end of it
+            self.wfile.write(b"0\r\n\r\n")
+        except Dropped:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:  # the client went away
+            self.close_connection = True
+        except Exception:
+            api.errors.append(traceback.format_exc())
+            self.close_connection = True
+        finally:
+            api.watches.close(watch)
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end of a watch's connection."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _serve
 

@@ -1,16 +1,25 @@
 """The test API server's object store: the kinds it serves (core v1, the API groups the portal's own
 manifests use, resource.k8s.io for Dynamic Resource Allocation, admissionregistration.k8s.io's validating
 admission policies and authentication.k8s.io's SelfSubjectReview), objects by key, one resourceVersion,
-and the emulated controllers that observe every write.
+each kind's recent history of changes for watches, and the emulated controllers that observe every write.
 
 Stored objects are never changed in place: every write stores a new dict. That lets a LIST take
 references to stored objects under the lock and serialise them after releasing it, with no copy of the
-store per request. Callers hold `lock` around every method here.
+store per request, and lets the history keep each change's object before and after it. Callers hold `lock`
+around every method here.
+
+Words used here:
+- history: per kind, the last `history_limit` changes (as a real server's watch cache keeps them); a watch
+  from a resourceVersion is served from it;
+- compacted: per kind, the newest resourceVersion whose change is no longer in the history; a watch from an
+  older version, or a list continued with a token made before it, is answered 410 Expired, as a real
+  server answers once etcd has compacted what it would need.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +27,22 @@ from tests.kube import objects
 
 Key = tuple[str, str]  # (namespace, or "" for cluster-scoped kinds; name)
 Observer = Callable[[str, dict], None]
+HISTORY_LIMIT = 10_000  # changes kept per kind
+
+
+def etcd_path(key: Key) -> str:
+    """Where etcd keeps an object, less its kind's prefix: a real server lists in the order of these."""
+    namespace, name = key
+    return f"{namespace}/{name}" if namespace else name
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of one object: `old` None when it was created, `new` None when it was removed."""
+
+    resource_version: int
+    old: dict | None
+    new: dict | None
 
 
 @dataclass(frozen=True)
@@ -38,7 +63,7 @@ class Resource:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-_ALL_VERBS = frozenset({"list", "get", "create", "update", "patch", "delete"})
+_ALL_VERBS = frozenset({"list", "watch", "get", "create", "update", "patch", "delete"})
 _APPS, _BATCH, _NETWORKING, _POLICY, _RBAC, _RESOURCE, _ADMISSION, _AUTHENTICATION = (
     "apps",
     "batch",
@@ -53,7 +78,7 @@ _APPS, _BATCH, _NETWORKING, _POLICY, _RBAC, _RESOURCE, _ADMISSION, _AUTHENTICATI
 RESOURCES: dict[tuple[str, str], Resource] = {
     (resource.group, resource.plural): resource
     for resource in (
-        Resource("nodes", "Node", False, frozenset({"list", "get", "patch"}), True),
+        Resource("nodes", "Node", False, frozenset({"list", "watch", "get", "patch"}), True),
         Resource("pods", "Pod", True, _ALL_VERBS, True),
         Resource("namespaces", "Namespace", False, _ALL_VERBS - {"update"}, True),
         Resource("resourcequotas", "ResourceQuota", True, _ALL_VERBS, True),
@@ -120,12 +145,17 @@ def group_versions() -> dict[str, list[Resource]]:
 class ClusterStore:
     """Every object of the emulated cluster, keyed per kind, with the cluster-wide resourceVersion."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, history_limit: int = HISTORY_LIMIT) -> None:
         # Reentrant so a test may hold it around several control calls (e.g. a bulk load) without deadlock.
         self.lock = threading.RLock()
+        # Notified after every change: open watches wait on it.
+        self.changed = threading.Condition(self.lock)
         self.resource_version = 0
         self._objects: dict[str, dict[Key, dict]] = {resource.kind: {} for resource in RESOURCES.values()}
         self._sorted: dict[str, list[Key] | None] = {kind: None for kind in self._objects}
+        self._history: dict[str, deque[Change]] = {kind: deque() for kind in self._objects}
+        self.history_limit = history_limit
+        self.compacted: dict[str, int] = dict.fromkeys(self._objects, 0)
         # Emulated controllers that follow stored objects: called (lock held) with the kind and the object
         # after each write or removal, whoever made it (REST, a test's control call, another controller).
         self.observers: list[Observer] = []
@@ -135,10 +165,11 @@ class ClusterStore:
         return self._objects[resource_for(kind).kind].get((namespace or "", name))
 
     def keys(self, kind: str) -> list[Key]:
-        """Sorted, as a real server pages: by namespace, then name. Cached until the next insert or remove."""
+        """Sorted as a real server pages, in the order of their etcd keys (`<namespace>/<name>`, or the name).
+        Cached until the next insert or remove."""
         keys = self._sorted[kind]
         if keys is None:
-            keys = self._sorted[kind] = sorted(self._objects[kind])
+            keys = self._sorted[kind] = sorted(self._objects[kind], key=etcd_path)
         return keys
 
     def by_key(self, kind: str) -> dict[Key, dict]:
@@ -163,24 +194,57 @@ class ClusterStore:
                 **(metadata.get("labels") or {}),
                 "kubernetes.io/metadata.name": metadata["name"],
             }
-        self._sorted[kind] = None
-        self._objects[kind][key] = obj
-        return self.update(obj)
+        return self._store(kind, key, None, obj)
 
     def update(self, obj: dict) -> dict:
         """Store a new version of an object under a fresh resourceVersion."""
-        self.resource_version += 1
-        obj["metadata"]["resourceVersion"] = str(self.resource_version)
-        self._objects[obj["kind"]][(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
-        self._notify(obj["kind"], obj)
-        return obj
+        kind, key = obj["kind"], (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        return self._store(kind, key, self._objects[kind].get(key), obj)
 
     def remove(self, kind: str, key: Key) -> dict:
         self._sorted[kind] = None
         self.resource_version += 1
         removed = self._objects[kind].pop(key)
+        self._record(kind, Change(self.resource_version, removed, None))
         self._notify(kind, removed)
         return removed
+
+    def _store(self, kind: str, key: Key, old: dict | None, obj: dict) -> dict:
+        if old is None:
+            self._sorted[kind] = None
+        self.resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+        self._objects[kind][key] = obj
+        self._record(kind, Change(self.resource_version, old, obj))
+        self._notify(kind, obj)
+        return obj
+
+    def _record(self, kind: str, change: Change) -> None:
+        history = self._history[kind]
+        history.append(change)
+        while len(history) > self.history_limit:
+            self.compacted[kind] = history.popleft().resource_version
+        with self.changed:  # reentrant: most writers hold the lock already
+            self.changed.notify_all()
+
+    def changes_since(self, kind: str, resource_version: int) -> list[Change] | None:
+        """The kind's changes after `resource_version`, oldest first; None when some of them are no longer
+        kept (the version is older than the kind's compacted one)."""
+        if resource_version < self.compacted[kind]:
+            return None
+        found: list[Change] = []
+        for change in reversed(self._history[kind]):
+            if change.resource_version <= resource_version:
+                break
+            found.append(change)
+        found.reverse()
+        return found
+
+    def compact(self, kind: str | None = None) -> None:
+        """Forget the history of one kind, or of all: every version up to now is compacted."""
+        for each in [kind] if kind else list(self._history):
+            self._history[each].clear()
+            self.compacted[each] = self.resource_version
 
     def _notify(self, kind: str, obj: dict) -> None:
         for observer in self.observers:

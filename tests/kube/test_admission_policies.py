@@ -223,7 +223,7 @@ def test_discovery_lists_both_resources_cluster_scoped_with_every_verb(kube, adm
     )
 
     assert [(r["name"], r["kind"], r["namespaced"], r["verbs"]) for r in found["resources"]] == [
-        (plural, kind, False, ["create", "delete", "get", "list", "patch", "update"])
+        (plural, kind, False, ["create", "delete", "get", "list", "patch", "update", "watch"])
         for plural, kind in [
             ("validatingadmissionpolicies", "ValidatingAdmissionPolicy"),
             ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding"),

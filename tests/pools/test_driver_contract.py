@@ -11,19 +11,27 @@ from copy import deepcopy
 
 import pytest
 
+from pools.drivers import kubernetes as kubernetes_driver
+from pools.drivers import simulated_log
 from pools.drivers.admission import BINDING_ANNOTATION, NODES_ANNOTATION
 from pools.drivers.base import (
     DEVICE_PLUGIN,
     DRA,
     NAMESPACE_LABELS,
+    NODES,
+    PODS,
+    CaughtUp,
     ClusterUnauthorised,
     ClusterUnreachable,
     DeviceClaim,
     DriverError,
+    Expired,
     GpuLayout,
     MigInstanceInfo,
     MigStatus,
     NamespaceNotManaged,
+    NodeChange,
+    PodChange,
     SharingStatus,
     driver_for,
 )
@@ -98,6 +106,12 @@ class SimulatedWorld:
         change(self.cluster.simulation.state)
         self.cluster.simulation.save()
 
+    def remove_node(self, name):
+        self.control.remove_node(name)
+
+    def compact(self):
+        self.control.compact()
+
     def close(self):
         pass
 
@@ -159,6 +173,13 @@ class KubeWorld:
             policy = deepcopy(self.server.store.get("ValidatingAdmissionPolicy", "gpu-portal-binding"))
             policy["spec"]["validations"] = [{"expression": "true"}]
             self.server.store.update(policy)
+
+    def remove_node(self, name):
+        with self.server.lock:
+            self.server.store.remove("Node", ("", name))
+
+    def compact(self):
+        self.server.compact()
 
     def close(self):
         self.server.stop()
@@ -600,3 +621,90 @@ def test_the_admission_policy_is_applied_once_and_put_back_when_changed(world):
         "ValidatingAdmissionPolicy gpu-portal-binding had been changed in the cluster and has been put back."
     )
     assert d.ensure_admission_policy() == ""
+
+
+# --- following: lists in pages, then a watch from their versions ------------------------------------------
+
+
+def listed(d):
+    """The versions to watch from, and the nodes and pods, of a list of each."""
+    versions, nodes, pods = {}, [], []
+    for page in d.list_nodes():
+        nodes.extend(page.items)
+        versions.update(page.versions)
+    for page in d.list_pods():
+        pods.extend(page.items)
+        versions.update(page.versions)
+    return versions, nodes, pods
+
+
+def caught_up(d, versions) -> list:
+    """What a watch from `versions` brings until it has caught up."""
+    found = []
+    for item in d.watch(versions, seconds=10):
+        if isinstance(item, CaughtUp):
+            return found
+        found.append(item)
+    raise AssertionError(f"the watch ended without catching up: {found}")
+
+
+def test_a_watch_from_a_lists_versions_brings_each_change_after_it(world):
+    world.add_gpu_node("gpu-a")
+    world.add_pod("acme-vision", "early", "gpu-a", {"nvidia.com/gpu": 1})
+    d = driver(world)
+    versions, nodes, pods = listed(d)
+    assert {NODES, PODS} <= set(versions)
+    assert [n.name for n in nodes] == ["gpu-a"] and [p.name for p in pods] == ["early"]
+
+    world.add_gpu_node("gpu-b")
+    world.add_pod("acme-vision", "trainer", "gpu-b", {"nvidia.com/gpu": 2})
+    world.add_pod("acme-vision", "web", "gpu-b", {})
+    world.remove_node("gpu-a")
+    items = caught_up(d, versions)
+
+    nodes = {c.name: c.node for c in items if isinstance(c, NodeChange)}
+    assert set(nodes) == {"gpu-a", "gpu-b"}
+    assert nodes["gpu-a"] is None and len(nodes["gpu-b"].gpus) == 8
+    pods = {c.name: c.pod for c in items if isinstance(c, PodChange)}
+    assert pods.get("web") is None  # a pod that holds no GPU is none of the portal's
+    assert (pods["trainer"].namespace, pods["trainer"].node, dict(pods["trainer"].resources)) == (
+        "acme-vision",
+        "gpu-b",
+        {"nvidia.com/gpu": 2},
+    )
+    # Each item says where its stream stands after it: a watch from there has nothing new.
+    after = {**versions, **{item.stream: item.version for item in items if hasattr(item, "stream")}}
+    assert [item for item in caught_up(d, after) if isinstance(item, (NodeChange, PodChange))] == []
+
+
+def test_a_version_the_cluster_no_longer_keeps_is_expired_and_a_new_list_goes_on(world):
+    world.add_gpu_node("gpu-a")
+    d = driver(world)
+    versions, _nodes, _pods = listed(d)
+    world.add_gpu_node("gpu-b")
+    world.compact()
+    with pytest.raises(Expired) as expired:
+        caught_up(d, versions)
+    assert isinstance(expired.value, DriverError) and expired.value.stream in versions
+    fresh, nodes, _pods = listed(d)
+    assert sorted(n.name for n in nodes) == ["gpu-a", "gpu-b"]
+    assert [item for item in caught_up(d, fresh) if isinstance(item, NodeChange)] == []
+
+
+def test_a_list_comes_in_pages_that_cover_its_keys_once_in_order(world, monkeypatch):
+    monkeypatch.setattr(kubernetes_driver, "PAGE", 2)
+    monkeypatch.setattr(simulated_log, "PAGE", 2)
+    for n in range(5):
+        world.add_gpu_node(f"gpu-{n}")
+    pages = list(driver(world).list_nodes())
+    assert [[node.name for node in page.items] for page in pages] == [
+        ["gpu-0", "gpu-1"],
+        ["gpu-2", "gpu-3"],
+        ["gpu-4"],
+    ]
+    assert [(page.after, page.upto) for page in pages] == [
+        (None, "gpu-1"),
+        ("gpu-1", "gpu-3"),
+        ("gpu-3", None),
+    ]
+    assert len({tuple(sorted(page.versions.items())) for page in pages}) == 1  # one list, one version

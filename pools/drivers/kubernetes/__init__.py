@@ -1,17 +1,16 @@
 """KubernetesDriver: a real cluster through the official client and the NVIDIA GPU Operator.
 
-Inventory comes from the labels and resources that GPU feature discovery and the
-device plugin put on nodes (mixed MIG strategy). Per-GPU layouts come from the
-mig-parted config the node's `nvidia.com/mig.config` label names: the portal
-writes one config per node and change, with one entry per device, so GPUs it does
-not touch keep their layout (mig-parted skips them). Starts are not visible
-through the Kubernetes API; they are derived the way mig-parted places profiles.
-Shares of MIG-off GPUs (time-sliced, MPS) follow the device plugin config the node's
-`nvidia.com/device-plugin.config` label names: the portal adds its configs, one per
-share mode (pools/drivers/device_plugin.py), to the ConfigMap the plugin is told of.
-Under Dynamic Resource Allocation, devices' UUIDs and the claims are read and written in `dra.py`; the
-admission policy is applied in `policy.py`. A request an admission policy refuses is a DriverError in
-Kubernetes' words, not a credentials problem.
+Nodes and pods are listed in pages and then followed by watch, as Kubernetes controllers follow them: what
+is read of each is in `reading.py` (inventory from the labels and resources that GPU feature discovery and
+the device plugin put on nodes, per-GPU layouts from the mig-parted config a node's `nvidia.com/mig.config`
+label names), and the watches' threads are in `watching.py`. The portal writes one mig-parted config per
+node and change, with one entry per device, so GPUs it does not touch keep their layout (mig-parted skips
+them). Shares of MIG-off GPUs (time-sliced, MPS) follow the device plugin config the node's
+`nvidia.com/device-plugin.config` label names: the portal adds its configs, one per share mode
+(pools/drivers/device_plugin.py), to the ConfigMap the plugin is told of. Under Dynamic Resource
+Allocation, devices' UUIDs and the claims are read and written in `dra.py`; the admission policy is applied
+in `policy.py`. A request an admission policy refuses is a DriverError in Kubernetes' words, not a
+credentials problem.
 """
 
 from __future__ import annotations
@@ -32,30 +31,49 @@ from kubernetes.config.config_exception import ConfigException
 from pools import mig
 from pools.drivers import admission, device_plugin
 from pools.drivers.base import (
+    CLAIMS,
     DEVICE_PLUGIN,
     DRA,
+    NODES,
+    PODS,
     QUOTA_NAME,
+    SLICES,
     Binding,
+    Change,
+    ClaimChange,
     ClaimInfo,
     ClusterUnauthorised,
     ClusterUnreachable,
     DeviceClaim,
     DriverError,
-    GpuInfo,
     GpuLayout,
-    MigInstanceInfo,
     MigStatus,
     NamespaceNotManaged,
+    NodeChange,
     NodeInfo,
+    Page,
+    PodChange,
     PodInfo,
-    ResourceCount,
+    Progress,
     SharingStatus,
+    Versions,
+    WatchItem,
+    list_key,
     portal_manages,
     register,
+    whole,
 )
-from pools.drivers.kubernetes import dra
+from pools.drivers.kubernetes import dra, reading, watching
 from pools.drivers.kubernetes.dra import GPU_DRA_DRIVER, DraApi
 from pools.drivers.kubernetes.policy import PolicyApi
+from pools.drivers.kubernetes.reading import (
+    ALL_DISABLED,
+    GPU_NODE_SELECTOR,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    RUNNING_PODS,
+    per_device,
+)
 from pools.gpu_models import model_from_node_labels, model_info
 from pools.kubeconfig import check_kubeconfig
 from pools.mig import MigState
@@ -64,12 +82,9 @@ from portal.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 CONFIG_KEY = "config.yaml"
-ALL_DISABLED = "all-disabled"
 PAGE = 500
+LIST_RESTARTS = 3  # a list whose continue token expires is started again at most this many times
 TIMEOUT = (5, 60)  # connect, read (seconds)
 # Dynamic Resource Allocation's API (NVIDIA's DRA driver for GPUs publishes its devices as GPU_DRA_DRIVER).
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
@@ -106,35 +121,6 @@ def _status_message(error: ApiException) -> str:
         return ""
 
 
-def _quantity(value: str) -> int:
-    return int(str(value))
-
-
-def _pod_claims(pod) -> tuple[str, ...]:
-    """The names of the ResourceClaims a pod uses: named in its spec, or made for it from a template."""
-    made = {
-        status.name: status.resource_claim_name
-        for status in (pod.status and pod.status.resource_claim_statuses) or []
-    }
-    names = (claim.resource_claim_name or made.get(claim.name) for claim in pod.spec.resource_claims or [])
-    return tuple(name for name in names if name)
-
-
-def _per_device(entries: list, count: int) -> list[tuple[bool, dict[str, int]] | None]:
-    """mig-parted entries → per device index: (MIG on, {profile: count}), or None where no entry covers it."""
-    layouts: list[tuple[bool, dict[str, int]] | None] = [None] * count
-    for entry in entries:
-        devices = entry.get("devices", "all")
-        indices = range(count) if devices == "all" else devices
-        for index in indices:
-            if (
-                isinstance(index, int) and 0 <= index < count
-            ):  # a later entry wins, as mig-parted applies them in order
-                enabled = bool(entry.get("mig-enabled", False))
-                layouts[index] = (enabled, dict(entry.get("mig-devices") or {}) if enabled else {})
-    return layouts
-
-
 @register("kubernetes")
 class KubernetesDriver:
     def __init__(self, cluster: Cluster):
@@ -144,6 +130,10 @@ class KubernetesDriver:
         self._core: client.CoreV1Api | None = None
         self._dra: DraApi | None = None
         self._policy: PolicyApi | None = None
+        self._binding: str | None = None  # as `binding` last found it
+        self._sliced = False  # whether a watched node's change reads its slices
+        self._configs: dict | None = None  # the mig-parted configs, read once per list or watch
+        self._configs_asked: set[str] = set()
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -184,16 +174,42 @@ class KubernetesDriver:
                 % {"why": refused.message}
             ) from None
 
-    # --- reading ---------------------------------------------------------------------
+    # --- reading: lists ---------------------------------------------------------------
 
-    def _pages(self, call, **kwargs) -> Iterator:
-        token = None
-        while True:
-            page = call(limit=PAGE, _continue=token, _request_timeout=TIMEOUT, **kwargs)
-            yield from page.items
-            token = page.metadata._continue
-            if not token:
-                return
+    def _pages(self, call, **kwargs) -> Iterator[tuple[list[dict], str | None, str | None, str]]:
+        """A list as JSON, page by page: (objects, the list key the page starts after, its last list key,
+        the list's version). Pages of one list keep the version of its first; a list whose continue token
+        expired mid-way (410) starts again (what it already gave is given again, harmlessly)."""
+        for _attempt in range(LIST_RESTARTS):
+            token, after, version = None, None, ""
+            try:
+                while True:
+                    response = call(
+                        limit=PAGE,
+                        _continue=token,
+                        _request_timeout=TIMEOUT,
+                        _preload_content=False,
+                        **kwargs,
+                    )
+                    page = json.loads(response.data)
+                    metadata = page.get("metadata") or {}
+                    items = page.get("items") or []
+                    version = version or metadata.get("resourceVersion") or ""
+                    token = metadata.get("continue")
+                    last = (items[-1].get("metadata") or {}) if items else None
+                    upto = (
+                        (list_key(last.get("namespace") or "", last["name"]) if last else after)
+                        if token
+                        else None
+                    )
+                    yield items, after, upto, version
+                    if not token:
+                        return
+                    after = upto
+            except ApiException as error:
+                if error.status != 410 or token is None:
+                    raise
+        raise DriverError(_("The cluster's list kept expiring while the portal read it; try again."))
 
     def _mig_configs(self) -> dict:
         try:
@@ -211,87 +227,106 @@ class KubernetesDriver:
         configs = document.get("mig-configs") if isinstance(document, dict) else None
         return configs if isinstance(configs, dict) else {}
 
-    def inventory(self) -> list[NodeInfo]:
-        with _translated_errors("list nodes"):
-            configs = self._mig_configs()
-            nodes = [
-                self._node_info(node, configs)
-                for node in self._pages(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
-            ]
+    def _read_node(self, node: dict, devices: dra.NodeDevices | None) -> NodeInfo:
+        """A node's JSON as the portal reads it, with its devices' UUIDs. The mig-parted configs are read
+        once per list or watch, and again when a node names one they lack (the portal adds one per change)."""
+        if self._configs is None:
+            self._configs = self._mig_configs()
+        if (name := reading.config_needed(node, self._configs)) and name not in self._configs_asked:
+            self._configs_asked.add(name)
+            self._configs = self._mig_configs()
+        return dra.with_uuids(reading.node_info(node, self._configs, self.cluster.mig_config_map), devices)
+
+    def list_nodes(self) -> Iterator[Page[NodeInfo]]:
+        self._configs, self._configs_asked = None, set()
         with _translated_errors("list ResourceSlices"):
-            devices = self.dra.published().nodes
-        return [dra.with_uuids(node, devices.get(node.name)) for node in nodes]
+            devices, slices = self.dra.published_listed()
+        with _translated_errors("list nodes"):
+            for items, after, upto, version in self._pages(
+                self.core.list_node, label_selector=GPU_NODE_SELECTOR
+            ):
+                infos = tuple(
+                    self._read_node(node, devices.nodes.get(node["metadata"]["name"])) for node in items
+                )
+                yield Page(infos, after, upto, {NODES: version, **({SLICES: slices} if slices else {})})
 
-    def _node_info(self, node, configs: dict) -> NodeInfo:
-        labels = node.metadata.labels or {}
-        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-        capacity = node.status.capacity or {}
-        allocatable = node.status.allocatable or {}
-        base = {
-            "name": node.metadata.name,
-            "ready": ready,
-            "mig_strategy": labels.get("nvidia.com/mig.strategy", ""),
-            "mig_config": labels.get(MIG_CONFIG_LABEL, ""),
-            "mig_state": labels.get(MIG_STATE_LABEL, MigState.UNKNOWN.value),
-            "sharing_config": labels.get(device_plugin.CONFIG_LABEL, ""),
+    def list_pods(self) -> Iterator[Page[PodInfo]]:
+        with _translated_errors("list pods"):
+            for items, after, upto, version in self._pages(
+                self.core.list_pod_for_all_namespaces, field_selector=RUNNING_PODS
+            ):
+                infos = tuple(info for info in map(reading.pod_info, items) if info is not None)
+                yield Page(infos, after, upto, {PODS: version})
+
+    def list_claims(self) -> Iterator[Page[ClaimInfo]]:
+        with _translated_errors("list ResourceClaims"):
+            found, version = self.dra.claims_listed()
+        yield Page(tuple(found), None, None, {CLAIMS: version} if version else {})
+
+    def inventory(self) -> list[NodeInfo]:
+        return whole(self.list_nodes())
+
+    def workloads(self) -> list[PodInfo]:
+        return whole(self.list_pods())
+
+    def claims(self) -> list[ClaimInfo]:
+        return whole(self.list_claims())
+
+    # --- reading: watches ------------------------------------------------------------
+
+    def watch(self, since: Versions, *, seconds: float) -> Iterator[WatchItem]:
+        """Follow the streams (`watching.py`); node and pod events are read here, a slice's as its node's
+        (read again with its devices), a claim's with the pods of its namespace that use it."""
+        resource = self.dra.resource
+        calls = {
+            NODES: (self.core.list_node, {"label_selector": GPU_NODE_SELECTOR}),
+            PODS: (self.core.list_pod_for_all_namespaces, {"field_selector": RUNNING_PODS}),
+            SLICES: (resource.list_resource_slice, {"field_selector": f"spec.driver={GPU_DRA_DRIVER}"}),
+            CLAIMS: (resource.list_resource_claim_for_all_namespaces, {}),
         }
-        try:
-            base["sharing"] = device_plugin.profile_of_labels(labels)
-            resources = {
-                name: ResourceCount(_quantity(value), _quantity(allocatable.get(name, "0")))
-                for name, value in capacity.items()
-                if name.startswith("nvidia.com/")
-            }
-            count = int(labels.get("nvidia.com/gpu.count", "0"))
-            memory_mib = int(labels.get("nvidia.com/gpu.memory", "0")) or None
-            model = model_from_node_labels(labels.get("nvidia.com/gpu.product", ""), memory_mib)
-            if base["mig_state"] == MigState.FAILED:
-                return NodeInfo(
-                    **base,
-                    gpu_model=model,
-                    resources=resources,
-                    gpus_known=False,
-                    error=f"the GPU Operator failed to apply MIG config {base['mig_config']}",
-                )
-            if base["mig_state"] != MigState.SUCCESS:  # the label names a config not reached yet
-                return NodeInfo(**base, gpu_model=model, resources=resources, gpus_known=False)
-            gpus = self._gpus(base["mig_config"], configs, model, count, memory_mib or 0, labels, ready)
-        except (ValueError, TypeError) as error:
-            return NodeInfo(**base, error=f"cannot read the node's GPUs: {error}")
-        return NodeInfo(**base, gpu_model=model, gpus=gpus, resources=resources)
+        streams = {stream: (*calls[stream], version) for stream, version in since.items() if stream in calls}
+        self._configs, self._configs_asked = None, set()
+        self._sliced = SLICES in streams and self._binding in (None, DRA)
+        if not streams:
+            return
+        with _translated_errors("watch the cluster"):
+            for item in watching.follow(streams, seconds):
+                if isinstance(item, watching.Event):
+                    yield from self._changes(item) or [Progress(item.stream, item.version)]
+                else:
+                    yield item
 
-    def _gpus(
-        self, config_name, configs, model_name, count, memory_mib, labels, ready
-    ) -> tuple[GpuInfo, ...]:
-        if config_name in ("", ALL_DISABLED) and config_name not in configs:
-            per_device = [(False, {})] * count
-        elif config_name in configs:
-            per_device = _per_device(configs[config_name], count)
-        else:
-            raise ValueError(f"MIG config {config_name!r} is not in {self.cluster.mig_config_map}")
-        model = model_info(model_name)
-        mig_capable = labels.get("nvidia.com/mig.capable", "false") == "true"
-        gpus = []
-        for index, layout in enumerate(per_device):
-            enabled, counts = layout if layout is not None else (False, {})
-            instances: tuple[MigInstanceInfo, ...] = ()
-            if enabled:
-                placed = mig.place_profiles(model.geometry(), counts)
-                if placed is None:
-                    raise ValueError(f"GPU {index}: {counts} does not fit on a {model_name}")
-                instances = tuple(MigInstanceInfo(i.profile, i.start) for i in placed)
-            gpus.append(
-                GpuInfo(
-                    index=index,
-                    model=model_name,
-                    memory_mib=memory_mib,
-                    mig_capable=mig_capable,
-                    mig_enabled=enabled,
-                    instances=instances,
-                    health="ok" if ready else "unknown",
+    def _changes(self, event: watching.Event) -> list[Change]:
+        stream, version, obj = event.stream, event.version, event.obj
+        metadata = obj.get("metadata") or {}
+        if stream == NODES:
+            if event.type == "DELETED" or not reading.is_gpu_node(obj):
+                return [NodeChange(stream, version, metadata["name"], None)]
+            devices = self.dra.node_devices(metadata["name"]) if self._sliced else None
+            return [NodeChange(stream, version, metadata["name"], self._read_node(obj, devices))]
+        if stream == PODS:
+            pod = None if event.type == "DELETED" else reading.pod_info(obj)
+            return [PodChange(stream, version, metadata.get("namespace") or "", metadata["name"], pod)]
+        if stream == SLICES:
+            name = (obj.get("spec") or {}).get("nodeName") or ""
+            try:
+                node = json.loads(
+                    self.core.read_node(name, _request_timeout=TIMEOUT, _preload_content=False).data
                 )
-            )
-        return tuple(gpus)
+            except ApiException as error:
+                if error.status == 404:
+                    return []  # the node's own stream says it is gone
+                raise
+            if not reading.is_gpu_node(node):
+                return []
+            return [NodeChange(stream, version, name, self._read_node(node, self.dra.node_devices(name)))]
+        namespace, name = metadata.get("namespace") or "", metadata["name"]
+        users = [
+            PodChange(stream, version, namespace, pod["metadata"]["name"], reading.pod_info(pod))
+            for pod in self.dra.listed(self.core.list_namespaced_pod, namespace=namespace)[0]
+            if name in reading.pod_claims(pod)
+        ]
+        return [ClaimChange(stream, version, namespace, name), *users]
 
     def binding(self) -> Binding:
         with _translated_errors("read the API groups"):
@@ -301,55 +336,21 @@ class KubernetesDriver:
             for group in groups or []
         )
         if not served:
-            return Binding(
-                DEVICE_PLUGIN,
-                _("The cluster does not serve %(api)s: Dynamic Resource Allocation needs Kubernetes 1.34.")
-                % {"api": f"{DRA_GROUP}/{DRA_VERSION}"},
-            )
+            why = _("The cluster does not serve %(api)s: Dynamic Resource Allocation needs Kubernetes 1.34.")
+            return self._bound(Binding(DEVICE_PLUGIN, why % {"api": f"{DRA_GROUP}/{DRA_VERSION}"}))
         with _translated_errors("list ResourceSlices"):
             found = client.ResourceV1Api(self.core.api_client).list_resource_slice(
                 field_selector=f"spec.driver={GPU_DRA_DRIVER}", limit=1, _request_timeout=TIMEOUT
             )
         if not found.items:
-            return Binding(
-                DEVICE_PLUGIN,
-                _("The cluster serves DRA, but no GPU driver (%(driver)s) publishes ResourceSlices.")
-                % {"driver": GPU_DRA_DRIVER},
-            )
-        return Binding(DRA)
+            why = _("The cluster serves DRA, but no GPU driver (%(driver)s) publishes ResourceSlices.")
+            return self._bound(Binding(DEVICE_PLUGIN, why % {"driver": GPU_DRA_DRIVER}))
+        return self._bound(Binding(DRA))
 
-    def workloads(self) -> list[PodInfo]:
-        pods = []
-        with _translated_errors("list pods"):
-            for pod in self._pages(
-                self.core.list_pod_for_all_namespaces,
-                field_selector="status.phase!=Succeeded,status.phase!=Failed",
-            ):
-                wanted: dict[str, int] = {}
-                for container in pod.spec.containers or []:
-                    resources = container.resources
-                    asked = (resources.limits or {}) if resources else {}
-                    asked = {**asked, **((resources.requests or {}) if resources else {})}
-                    for name, value in asked.items():
-                        if name.startswith("nvidia.com/"):
-                            wanted[name] = wanted.get(name, 0) + _quantity(value)
-                claims = _pod_claims(pod)
-                if wanted or claims:
-                    pods.append(
-                        PodInfo(
-                            namespace=pod.metadata.namespace,
-                            name=pod.metadata.name,
-                            node=pod.spec.node_name or "",
-                            phase=pod.status.phase if pod.status else "",
-                            resources=wanted,
-                            claims=claims,
-                        )
-                    )
-        return pods
-
-    def claims(self) -> list[ClaimInfo]:
-        with _translated_errors("list ResourceClaims"):
-            return self.dra.claims(self.dra.published())
+    def _bound(self, binding: Binding) -> Binding:
+        """Kept for the watch: only under DRA does a node's change need its slices read."""
+        self._binding = binding.mode
+        return binding
 
     def ensure_admission_policy(self) -> str:
         with _translated_errors("apply the admission policy"):
@@ -479,7 +480,7 @@ class KubernetesDriver:
             )
             configs = document.setdefault("mig-configs", {})
             document.setdefault("version", "v1")
-            before = _per_device(configs[current], count) if current in configs else [(False, {})] * count
+            before = per_device(configs[current], count) if current in configs else [(False, {})] * count
             entries = []
             for index in range(count):
                 if index in wanted:

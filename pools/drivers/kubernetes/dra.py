@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from kubernetes import client
@@ -57,8 +57,9 @@ def _string(device: Mapping, name: str) -> str:
     return str(((device.get("attributes") or {}).get(name) or {}).get("string") or "")
 
 
-def published(slices: Sequence[Mapping]) -> Published:
-    """What the GPU driver's slices say of each device."""
+def published(slices: Iterable[Mapping], wanted: Collection[DeviceKey] | None = None) -> Published:
+    """What the GPU driver's slices say of each device; with `wanted`, of those devices only (by UUID and
+    node, without each node's devices)."""
     found = Published()
     for slice_ in slices:
         spec = slice_.get("spec") or {}
@@ -68,6 +69,10 @@ def published(slices: Sequence[Mapping]) -> Published:
         for device in spec.get("devices") or []:
             name, uuid = device.get("name") or "", _string(device, "uuid")
             key = (GPU_DRA_DRIVER, pool, name)
+            if wanted is not None:
+                if key in wanted:
+                    found.uuids[key], found.node_of[key] = uuid, node
+                continue
             found.uuids[key], found.node_of[key] = uuid, node
             if (whole := _GPU_DEVICE.fullmatch(name)) and _string(device, "type") == "gpu":
                 found.nodes[node].gpus[int(whole["minor"])] = uuid
@@ -145,16 +150,21 @@ def _asks_gpu(claim: Mapping) -> bool:
     )
 
 
-def claim_info(claim: Mapping, devices: Published) -> ClaimInfo | None:
-    """The claim as the portal reads it, when it asks for or holds a GPU driver's device; None otherwise."""
+def allocated(claim: Mapping) -> list[DeviceKey]:
+    """The GPU driver's devices allocated to a claim."""
     results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
         "results"
     ) or []
-    keys = [
+    return [
         (result.get("driver"), result.get("pool"), result.get("device"))
         for result in results
         if result.get("driver") == GPU_DRA_DRIVER
     ]
+
+
+def claim_info(claim: Mapping, devices: Published) -> ClaimInfo | None:
+    """The claim as the portal reads it, when it asks for or holds a GPU driver's device; None otherwise."""
+    keys = allocated(claim)
     if not keys and not _asks_gpu(claim):
         return None
     metadata = claim.get("metadata") or {}
@@ -175,38 +185,66 @@ class DraApi:
         self.timeout = timeout
 
     def _pages(self, call, **kwargs) -> Iterator[dict]:
-        token = None
+        yield from self.listed(call, **kwargs)[0]
+
+    def listed(self, call, **kwargs) -> tuple[list[dict], str]:
+        """Every object of a list, page by page, with the list's resourceVersion (its first page's)."""
+        token, found, version = None, [], ""
         while True:
             response = call(
                 limit=PAGE, _continue=token, _request_timeout=self.timeout, _preload_content=False, **kwargs
             )
             page = json.loads(response.data)
-            yield from page.get("items") or []
+            found.extend(page.get("items") or [])
+            version = version or (page.get("metadata") or {}).get("resourceVersion") or ""
             token = (page.get("metadata") or {}).get("continue")
             if not token:
-                return
+                return found, version
 
     def published(self) -> Published:
         """The GPU driver's devices; none where the cluster does not serve DRA."""
+        return self.published_listed()[0]
+
+    def published_listed(self) -> tuple[Published, str]:
+        """The GPU driver's devices and the version to watch its slices from; none, and "", where the
+        cluster does not serve DRA."""
         try:
-            return published(
-                list(
-                    self._pages(
-                        self.resource.list_resource_slice, field_selector=f"spec.driver={GPU_DRA_DRIVER}"
-                    )
-                )
+            slices, version = self.listed(
+                self.resource.list_resource_slice, field_selector=f"spec.driver={GPU_DRA_DRIVER}"
             )
         except ApiException as error:
             if error.status == 404:
-                return Published()
+                return Published(), ""
             raise
+        return published(slices), version
 
-    def claims(self, devices: Published) -> list[ClaimInfo]:
-        found = (
-            claim_info(claim, devices)
-            for claim in self._pages(self.resource.list_resource_claim_for_all_namespaces)
+    def node_devices(self, node: str) -> NodeDevices | None:
+        """What the GPU driver publishes of one node's devices (None: nothing)."""
+        selector = f"spec.driver={GPU_DRA_DRIVER},spec.nodeName={node}"
+        return published(self._pages(self.resource.list_resource_slice, field_selector=selector)).nodes.get(
+            node
         )
-        return [claim for claim in found if claim is not None]
+
+    def claims(self, devices: Published | None = None) -> list[ClaimInfo]:
+        return self.claims_listed(devices)[0]
+
+    def claims_listed(self, devices: Published | None = None) -> tuple[list[ClaimInfo], str]:
+        """Every claim of the GPU driver's devices with the version to watch claims from; the devices
+        allocated are looked up in the slices (only those, when `devices` is not given)."""
+        try:
+            raw, version = self.listed(self.resource.list_resource_claim_for_all_namespaces)
+        except ApiException as error:
+            if error.status == 404:
+                return [], ""
+            raise
+        if devices is None:
+            wanted = {key for claim in raw for key in allocated(claim)}
+            slices = self._pages(
+                self.resource.list_resource_slice, field_selector=f"spec.driver={GPU_DRA_DRIVER}"
+            )
+            devices = published(slices, wanted) if wanted else Published()
+        found = (claim_info(claim, devices) for claim in raw)
+        return [claim for claim in found if claim is not None], version
 
     def apply_claims(self, namespace: str, pool: str, claims: Sequence[DeviceClaim]) -> None:
         wanted = {claim.name: claim for claim in claims}
