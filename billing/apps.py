@@ -6,13 +6,23 @@ from django.db.models.signals import post_delete, post_save
 from django.utils.translation import gettext_lazy as _
 
 from billing import conf
-from portal.shell import AppPlugin, EmailTopic, Link, Periodic
+from portal.shell import AppPlugin, EmailTopic, Link, Periodic, Route, check_queue_settings
 
 # The e-mails of issued invoices and credit notes to a tenant's admins (billing/mail.py), which they may
 # turn off; a tenant's billing contact gets them regardless.
 EMAIL_TOPIC = "invoices"
 # The warnings to a tenant's admins as a budget's projection reaches 80 % and 100 % (billing/budgets/).
 BUDGET_EMAIL_TOPIC = "budgets"
+
+
+# Billing's tasks, every one on METERING_QUEUE: metering (a catch-up may take minutes), budget warnings, and
+# the e-mails of invoices and credit notes, each rendering its PDF (a month's close sends one per tenant).
+METERING_TASKS = (
+    "billing.tasks.meter_usage",
+    "billing.tasks.warn_budgets",
+    "billing.tasks.email_invoice",
+    "billing.tasks.email_credit_note",
+)
 
 
 # The shortest metering period. Shorter ones would multiply the rows metering writes (a period mark
@@ -63,6 +73,7 @@ class BillingConfig(AppConfig):
                 "warn-budgets", "billing.tasks.warn_budgets", lambda: conf.settings.BUDGET_CHECK_SECONDS
             ),
         ),
+        task_queues=tuple(Route(task, lambda: conf.settings.METERING_QUEUE) for task in METERING_TASKS),
         email_topics=(
             EmailTopic(
                 EMAIL_TOPIC,
@@ -83,6 +94,7 @@ class BillingConfig(AppConfig):
         from pools import budgets, pricing
 
         conf.settings.check()
+        check_queue_settings(conf.settings, "METERING_QUEUE")
         check_metering(conf.settings.METERING_PERIOD_SECONDS, conf.settings.METERING_DELAY_SECONDS)
         pricing.register_billing(
             price=prices.hourly_price,

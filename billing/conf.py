@@ -25,6 +25,11 @@ settings = AppSettings(
     METERING_DELAY_SECONDS=Setting.int(60),
     # How often beat meters every ended period not metered yet.
     METERING_RUN_SECONDS=Setting.int(300, minimum=1),
+    # Metering, budget warnings and the e-mails of invoices and credit notes (each renders its PDF) wait on a
+    # queue of their own, so that a long catch-up or a month's invoices never delay provisioning, monitoring
+    # or the portal's other e-mail; the workers of deploy/kubernetes/metering-worker-deployment.yaml and
+    # ./scripts/run consume it, the others not.
+    METERING_QUEUE=Setting.str("metering"),
     # How often beat weighs each budget against the month's projection and warns at 80 % and 100 %.
     BUDGET_CHECK_SECONDS=Setting.int(900, minimum=1),
 )

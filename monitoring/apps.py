@@ -5,7 +5,7 @@ from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
 from monitoring import conf
-from portal.shell import AppPlugin, EmailTopic, Link, Periodic
+from portal.shell import AppPlugin, EmailTopic, Link, Periodic, Route, check_queue_settings
 
 # The e-mails of alerts firing and resolving (monitoring/notifications/), to operators who keep it on.
 EMAIL_TOPIC = "alerts"
@@ -13,6 +13,21 @@ EMAIL_TOPIC = "alerts"
 FAULT_EMAIL_TOPIC = "gpu-faults"
 # The e-mail of a billed pool gone idle (monitoring/notifications/idle.py), to who asked and the admins.
 IDLE_EMAIL_TOPIC = "idle-pools"
+
+PERIODIC_TASKS = (
+    # The simulated fleet and the clusters with a Prometheus URL.
+    Periodic(
+        "collect-gpu-figures",
+        "monitoring.tasks.collect",
+        lambda: conf.settings.MONITORING_COLLECT_SECONDS,
+    ),
+    Periodic("roll-up-gpu-samples", "monitoring.tasks.roll_up_samples", 60),
+    # Drops the days past MONITORING_RAW_DAYS, makes the next days' partitions.
+    Periodic("prune-gpu-samples", "monitoring.tasks.prune_samples", crontab(minute=7)),
+    Periodic("evaluate-alerts", "monitoring.tasks.evaluate_alerts", 60),
+    # Retries fall due between runs.
+    Periodic("deliver-alert-notifications", "monitoring.tasks.deliver_alert_notifications", 30),
+)
 
 
 class MonitoringConfig(AppConfig):
@@ -34,19 +49,12 @@ class MonitoringConfig(AppConfig):
         capacity_sections=("monitoring.pages.capacity.section",),
         tenant_sections=("monitoring.pages.tenant.tenant_section",),
         metrics=("monitoring.metrics.collect",),
-        periodic_tasks=(
-            # The simulated fleet and the clusters with a Prometheus URL.
-            Periodic(
-                "collect-gpu-figures",
-                "monitoring.tasks.collect",
-                lambda: conf.settings.MONITORING_COLLECT_SECONDS,
-            ),
-            Periodic("roll-up-gpu-samples", "monitoring.tasks.roll_up_samples", 60),
-            # Drops the days past MONITORING_RAW_DAYS, makes the next days' partitions.
-            Periodic("prune-gpu-samples", "monitoring.tasks.prune_samples", crontab(minute=7)),
-            Periodic("evaluate-alerts", "monitoring.tasks.evaluate_alerts", 60),
-            # Retries fall due between runs.
-            Periodic("deliver-alert-notifications", "monitoring.tasks.deliver_alert_notifications", 30),
+        periodic_tasks=PERIODIC_TASKS,
+        # Every monitoring task is one of beat's (a fault sends an evaluation early, an evaluation a
+        # delivery): all on MONITORING_QUEUE, so that collection and alerts wait behind no provisioning,
+        # metering or other e-mail.
+        task_queues=tuple(
+            Route(periodic.task, lambda: conf.settings.MONITORING_QUEUE) for periodic in PERIODIC_TASKS
         ),
         email_topics=(
             EmailTopic(
@@ -72,3 +80,4 @@ class MonitoringConfig(AppConfig):
 
     def ready(self) -> None:
         conf.settings.check()
+        check_queue_settings(conf.settings, "MONITORING_QUEUE")

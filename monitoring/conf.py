@@ -18,7 +18,16 @@ settings = AppSettings(
     MONITORING_BATCH_MAX_GPUS=Setting.int(20000, minimum=1),
     # How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
     MONITORING_COLLECT_SECONDS=Setting.int(30, minimum=1),
+    # Collection, roll-ups, pruning, alert evaluation and the notifications of alerts, GPU faults and idle
+    # pools wait on a queue of their own, never behind provisioning, metering, what-if runs or the portal's
+    # other e-mail; the workers of deploy/kubernetes/monitoring-worker-deployment.yaml and ./scripts/run
+    # consume it, the others not.
+    MONITORING_QUEUE=Setting.str("monitoring"),
     MONITORING_PROMETHEUS_TIMEOUT_SECONDS=Setting.float(5.0, minimum=0.1),
+    # How long the figures of the whole fleet (or of a cluster, GPU group or node) that the fleet page and the
+    # capacity pages show are kept once worked out, for every process (monitoring/selectors/kept.py); 0 works
+    # them out on every view.
+    MONITORING_FIGURES_SECONDS=Setting.int(15, minimum=0),
     # The simulated fleet has an uncorrected ECC error on a GPU with a chance of one in this many per
     # minute (about one a day on the demo's fleet), which drains that GPU as a real one would be.
     MONITORING_SIMULATED_ECC_ONE_IN=Setting.int(150000, minimum=1),

@@ -17,11 +17,13 @@ app joins the site without editing the shell's templates, URLs or models.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 from django.utils.module_loading import import_string
 
@@ -88,6 +90,22 @@ class Route:
 
     def queue_name(self) -> str:
         return self.queue() if callable(self.queue) else self.queue
+
+
+# A queue's name as a worker is told to take it (`--queues`, which splits on commas): no space, no comma.
+QUEUE_NAME = re.compile(r"[\w.:@-]+")
+
+
+def check_queue_settings(settings: Any, *names: str) -> None:
+    """Refuse an app's setting that names a Celery queue (`<app>/conf.py`: `*_QUEUE`) when it names none a
+    worker could be given, naming the setting: the app's `ready` calls it, so the process stops at start."""
+    for name in names:
+        value = getattr(settings, name)
+        if not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
+            raise ImproperlyConfigured(
+                f"{name} must name a Celery queue (letters, digits, '.', ':', '@', '-' or '_'), "
+                f"not {value!r}."
+            )
 
 
 @dataclass(frozen=True)

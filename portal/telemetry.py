@@ -165,9 +165,12 @@ def task_failed(sender=None, exception: BaseException | None = None, **kwargs) -
 
 
 def queue_lengths() -> dict[str, int]:
-    """Messages waiting in each queue the portal's tasks go to, prioritised ones included; raises
-    redis.RedisError when the broker does not answer."""
-    queues = {current_app.conf.task_default_queue}
+    """Messages waiting in each queue the portal's tasks go to (the default queue and those the apps' plugins
+    route tasks to), prioritised ones included; raises redis.RedisError when the broker does not answer."""
+    from portal import shell
+
+    routed = {route["queue"] for route in shell.task_routes().values()}
+    queues = {current_app.conf.task_default_queue, *routed}
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
         with client.pipeline(transaction=False) as pipe:

@@ -27,6 +27,9 @@ from django.test.signals import setting_changed
 from django.utils import translation
 from rest_framework.test import APIClient
 
+from billing import conf as billing_conf
+from monitoring import conf as monitoring_conf
+from pools import conf as pools_conf
 from portal.models import Membership, Project, Role, Tenant
 from tests.factories import ProjectFactory, UserFactory
 from tests.factories.tenancy import PASSWORD
@@ -38,6 +41,15 @@ pytest_plugins = ["tests.oidc.plugin"]
 ROOT = Path(__file__).resolve().parents[1]
 TASK_QUEUE = f"test-{uuid.uuid4().hex[:10]}"
 HELD_QUEUE = f"{TASK_QUEUE}-held"  # what a test sends that does not use the worker: see _sends_held_back
+# Each app's settings that name a Celery queue of its own (`<app>/conf.py`). A test's worker is given its one
+# queue under every one of them, so that what it sends comes back to it wherever its app routes it
+# (tests/portal/test_periodic_tasks.py checks that they cover every route).
+QUEUE_SETTINGS = tuple(
+    name
+    for conf in (pools_conf, billing_conf, monitoring_conf)
+    for name in conf.settings.names()
+    if name.endswith("_QUEUE")
+)
 # Redis databases 0 and 1 are left to a portal running beside the tests; xdist worker N takes two of the rest.
 FIRST_TEST_REDIS_DATABASE = 2
 REDIS_DATABASES = 16
@@ -116,17 +128,16 @@ def session_lock(shared: Path):
 
 @pytest.fixture(scope="session", autouse=True)
 def _test_settings(tmp_path_factory, django_test_environment):
-    """Fast password hashing; TOTP codes valid across a period boundary; tasks sent to a queue of this
-    session only, those routed to a queue of their own too (what-if runs); static files collected once, as
-    production does, so that templates resolve them through the manifest, and looked up as each is asked
-    for."""
+    """Fast password hashing; TOTP codes valid across a period boundary; every task sent to the process's
+    default queue, a queue of this session only, those that the apps route to a queue of their own too
+    (provisioning, monitoring, metering, what-if runs), so that one worker takes them all (and a test's own
+    workers, while `default_queue` names theirs); static files collected once, as production does, so that
+    templates resolve them through the manifest, and looked up as each is asked for."""
     from django.conf import settings
 
-    from portal import shell
     from portal.celery import app
 
-    app.conf.task_default_queue = TASK_QUEUE
-    app.conf.task_routes = ({task: {"queue": TASK_QUEUE} for task in shell.task_routes()},)
+    app.conf.update(task_default_queue=TASK_QUEUE, task_routes=())  # update, not set: the router is made anew
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # A code computed by a test just before a 30-second period ends still counts after it.
@@ -134,6 +145,7 @@ def _test_settings(tmp_path_factory, django_test_environment):
     # Tests change capacity behind the services' backs; each read sees the database as it is
     # (tests/pools/test_capacity_picture.py turns the reuse on and checks what bumps it).
     settings.CAPACITY_PICTURE_SECONDS = 0
+    settings.MONITORING_FIGURES_SECONDS = 0  # the fleet figures too (tests/monitoring/test_kept_figures.py)
     # A folder of the session's, which the first process to get here fills, never the repository's
     # staticfiles/: the static files storage, set up already if collecting the tests touched it, is set up
     # again on it (as override_settings would).
@@ -329,7 +341,7 @@ def running_worker(
         **os.environ,
         "DATABASE_URL": database_url,
         "CELERY_QUEUE": queue,
-        "WHATIF_QUEUE": queue,  # what it sends of what-if runs comes back to it, as everything else
+        **dict.fromkeys(QUEUE_SETTINGS, queue),  # what it sends comes back to it, whatever its route
         "EMAIL_URL": f"filemail:///{worker.mail_dir}",  # django-environ drops one leading slash
         "SIMULATED_MIG_APPLY_SECONDS": "0.3",
         "PROVISION_POLL_SECONDS": "0.2",

@@ -2,12 +2,15 @@
 kustomization, and holding the invariants a safe rollout of web, workers, beat and migrations needs."""
 
 import importlib.util
+import re
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 from django.conf import settings
 
+from billing.conf import settings as billing_settings
+from monitoring.conf import settings as monitoring_settings
 from pools import task_names
 from pools.conf import settings as pools_settings
 from pools.models import Cluster
@@ -30,10 +33,25 @@ CLUSTER_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 WORKLOADS = {
     "web": "gpu-portal-web",
     "worker": "gpu-portal-worker",
+    "provisioning-worker": "gpu-portal-provisioning-worker",
+    "sync-worker": "gpu-portal-sync-worker",
+    "monitoring-worker": "gpu-portal-monitoring-worker",
+    "metering-worker": "gpu-portal-metering-worker",
     "whatif-worker": "gpu-portal-whatif-worker",
     "beat": "gpu-portal-beat",
 }
-WORKERS = ("worker", "whatif-worker")
+WORKERS = (
+    "worker",
+    "provisioning-worker",
+    "sync-worker",
+    "monitoring-worker",
+    "metering-worker",
+    "whatif-worker",
+)
+# The processes whose work reaches clusters, through the service account's token where the cluster is the one
+# the portal runs in: the web, provisioning's and syncs' workers, and the default queue's for what was queued
+# there before (its header).
+TALK_TO_CLUSTERS = ("web", "worker", "provisioning-worker", "sync-worker")
 SECRET_KEYS = {"SECRET_KEY", "CLUSTER_SECRETS_KEY", "DATABASE_URL", "REDIS_URL", "EMAIL_URL", "METRICS_TOKEN"}
 CONFIG_KEYS = {
     "DEBUG",
@@ -124,7 +142,7 @@ def test_every_image_is_the_pinned_portal_image():
 
     assert image["newTag"] not in ("", "latest")
     found = list(containers())
-    assert len(found) == 5  # web, worker, what-if worker, beat, migrate
+    assert len(found) == 9  # web, six workers, beat, migrate
     for owner, _, container in found:
         assert container["image"] == expected, owner
         assert container["imagePullPolicy"] == "IfNotPresent", owner
@@ -153,7 +171,9 @@ def is_pinned(image: str) -> bool:
 
 def test_replicas_web_two_workers_two_beat_exactly_one_and_never_two_during_a_rollout():
     assert deployment("web")["spec"]["replicas"] == 2
-    assert deployment("worker")["spec"]["replicas"] == 2
+    for component in ("worker", "provisioning-worker", "sync-worker", "monitoring-worker"):
+        assert deployment(component)["spec"]["replicas"] == 2, component
+    assert deployment("metering-worker")["spec"]["replicas"] == 1  # its runs go one at a time anyway
     beat = deployment("beat")["spec"]
     assert beat["replicas"] == 1
     assert beat["strategy"] == {"type": "Recreate"}
@@ -199,11 +219,15 @@ def test_celery_processes_serve_their_figures_where_the_liveness_probe_asks(comp
 
 
 def test_the_worker_and_beat_commands():
-    worker = container_of("worker")["command"]
     beat = container_of("beat")["command"]
 
-    assert worker[:3] == ["celery", "--app=portal", "worker"]
-    assert "--without-mingle" in worker
+    for component in WORKERS:
+        worker = container_of(component)["command"]
+        assert worker[:3] == ["celery", "--app=portal", "worker"], component
+        assert {"--without-mingle", "--without-gossip"} <= set(worker), component
+        # Each names the one queue it takes: none takes whatever it was not told to exclude.
+        assert [word for word in worker if word.startswith("--queues=")], component
+        assert not [word for word in worker if word.startswith("--exclude-queues")], component
     assert beat[:3] == ["celery", "--app=portal", "beat"]
     written = [word.partition("=")[2] for word in beat if word.startswith(("--schedule=", "--pidfile="))]
     assert written[0] == "/tmp/celerybeat-schedule"
@@ -220,16 +244,24 @@ def consumed_queues(command: list[str]) -> set[str]:
     return queues - set(given.get("--exclude-queues", "").split(","))
 
 
-def test_some_worker_consumes_every_queue_the_portal_sends_to_and_what_if_runs_have_their_own():
+def test_each_queue_the_portal_sends_to_has_workers_of_its_own():
     consumed = {component: consumed_queues(container_of(component)["command"]) for component in WORKERS}
     routes = shell.task_routes()
     routed = {route["queue"] for route in routes.values()}
     default = settings.CELERY_TASK_DEFAULT_QUEUE
 
-    assert container_of("whatif-worker")["command"][:3] == ["celery", "--app=portal", "worker"]
     assert set().union(*consumed.values()) == {default, *routed}
+    assert consumed == {
+        "worker": {default},
+        "provisioning-worker": {pools_settings.PROVISIONING_QUEUE},
+        "sync-worker": {pools_settings.SYNC_QUEUE},
+        "monitoring-worker": {monitoring_settings.MONITORING_QUEUE},
+        "metering-worker": {billing_settings.METERING_QUEUE},
+        "whatif-worker": {pools_settings.WHATIF_QUEUE},
+    }
     assert routes[task_names.WHATIF_RUN] == {"queue": pools_settings.WHATIF_QUEUE}
-    assert consumed == {"worker": {default}, "whatif-worker": {pools_settings.WHATIF_QUEUE}}
+    assert routes[task_names.PROVISION] == {"queue": pools_settings.PROVISIONING_QUEUE}
+    assert routes[task_names.SYNC] == {"queue": pools_settings.SYNC_QUEUE}
 
 
 def test_the_what_if_workers_run_as_many_runs_at_once_as_the_portal_lets_go():
@@ -258,10 +290,13 @@ def test_the_web_stops_routing_before_gunicorn_drains_and_drains_within_the_grac
 
 
 def test_workers_have_time_to_finish_their_tasks():
-    grace = deployment("worker")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    whatif_grace = deployment("whatif-worker")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    grace = {
+        component: deployment(component)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        for component in WORKERS
+    }
+    whatif_grace = grace.pop("whatif-worker")
 
-    assert grace >= 120
+    assert min(grace.values()) >= 120
     # A rollout lets a what-if run finish: the grace outlasts the task's hard time limit.
     assert whatif_grace > execute_whatif_run.time_limit > pools_settings.WHATIF_RUN_SECONDS
     assert (
@@ -288,17 +323,22 @@ def test_every_pod_runs_as_non_root_with_a_read_only_root_and_no_privileges():
 def test_only_the_processes_that_talk_to_clusters_carry_the_service_account_token():
     for owner, pod, _ in containers():
         assert pod["serviceAccountName"] == "gpu-portal", owner
-        talks_to_clusters = owner in ("Deployment/gpu-portal-web", "Deployment/gpu-portal-worker")
+        talks_to_clusters = owner in {f"Deployment/{WORKLOADS[component]}" for component in TALK_TO_CLUSTERS}
         assert pod.get("automountServiceAccountToken", True) is talks_to_clusters, owner
 
 
-def test_web_and_worker_pods_prefer_different_nodes():
-    for component in ("web", "worker"):
+def test_pods_of_each_deployment_of_several_replicas_prefer_different_nodes():
+    several = [component for component in WORKLOADS if deployment(component)["spec"]["replicas"] > 1]
+
+    assert set(several) == {"web", "worker", "provisioning-worker", "sync-worker", "monitoring-worker"}
+    for component in several:
         affinity = deployment(component)["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
         (preferred,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
         term = preferred["podAffinityTerm"]
         assert term["topologyKey"] == "kubernetes.io/hostname"
-        assert term["labelSelector"]["matchLabels"] == pod_labels(component)
+        assert (
+            term["labelSelector"]["matchLabels"] == deployment(component)["spec"]["selector"]["matchLabels"]
+        )
 
 
 def test_each_deployment_selects_its_own_pods_only():
@@ -317,6 +357,30 @@ def test_every_container_gets_the_settings_and_the_secrets():
             ("secretRef", {"name": "gpu-portal-secrets"}),
         ], owner
     assert names == {("ConfigMap", "gpu-portal-config"), ("Secret", "gpu-portal-secrets")}
+
+
+def first_apply_selector() -> str:
+    """The label selector of the first `kubectl apply` that migrate-job.yaml's header gives."""
+    header = (KUBERNETES / "migrate-job.yaml").read_text().split("apiVersion:")[0]
+    text = " ".join(line.lstrip("#").strip() for line in header.splitlines()).replace("\\ ", "")
+    (selector,) = re.findall(r"kubectl apply -k deploy/kubernetes\s+-l '([^']+)'", text)
+    return selector
+
+
+def test_the_first_apply_of_an_upgrade_starts_the_migrations_and_no_process_of_the_new_code():
+    """What the header's first apply selects: the Job and what it needs, and none of the Deployments, which
+    must not meet the old schema (a new worker Deployment missing from the selector would)."""
+    matches = label_matcher(first_apply_selector())
+    applied = {(m.kind, m.name) for m in manifests() if matches(m.obj["metadata"].get("labels", {}))}
+
+    assert not {(kind, name) for kind, name in applied if kind == "Deployment"}
+    assert {
+        ("Namespace", NAMESPACE),
+        ("ServiceAccount", "gpu-portal"),
+        ("ConfigMap", "gpu-portal-config"),
+        ("Secret", "gpu-portal-secrets"),
+        ("Job", "gpu-portal-migrate"),
+    } <= applied
 
 
 def test_the_migrate_job_runs_once_to_completion_before_the_deployments():
@@ -398,11 +462,13 @@ def test_the_service_and_ingress_lead_to_the_webs_named_port():
     assert named.get(backend["port"].get("name")) == 80 or backend["port"].get("number") == 80
 
 
-def test_the_worker_metrics_service_is_headless_on_the_metrics_port():
+def test_the_worker_metrics_service_is_headless_on_the_metrics_port_of_every_worker():
     service = the("Service", "gpu-portal-worker-metrics")["spec"]
 
     assert service["clusterIP"] == "None"
-    assert selects(service["selector"], pod_labels("worker"))
+    assert [
+        component for component in WORKLOADS if selects(service["selector"], pod_labels(component))
+    ] == list(WORKERS)
     assert service["ports"] == [{"name": "metrics", "port": 9540, "targetPort": "metrics"}]
 
 

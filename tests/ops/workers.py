@@ -1,5 +1,6 @@
-"""Real Celery workers as the operations tests drive them: several prefork workers on one queue, a
-condition waited for, and what the workers did read back from their logs."""
+"""Real Celery workers as the operations tests drive them: several prefork workers on one queue, tasks sent
+where production's router sends them, a condition waited for, and what the workers did read back from their
+logs."""
 
 import re
 import subprocess
@@ -33,6 +34,20 @@ def default_queue(name: str):
         yield
     finally:
         app.conf.task_default_queue = before
+
+
+@contextmanager
+def routed(default: str):
+    """Tasks the test sends go where production's router sends them (each app's plugin, with its queue
+    settings as the test sets them), the others to `default`, instead of all to the session's queue."""
+    from portal.celery import app, route_to_own_queue
+
+    before = {"task_default_queue": app.conf.task_default_queue, "task_routes": app.conf.task_routes}
+    app.conf.update(task_default_queue=default, task_routes=(route_to_own_queue,))  # update: a new router
+    try:
+        yield
+    finally:
+        app.conf.update(before)
 
 
 @contextmanager

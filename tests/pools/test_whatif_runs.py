@@ -365,18 +365,15 @@ def test_approvers_read_runs_but_may_not_start_one(march, approver):
 
 
 def test_what_if_runs_go_to_a_queue_of_their_own(settings):
-    """The app's plugin routes the task to WHATIF_QUEUE, through the real broker, and the rest to the default
-    queue; the tests send every task, what-if runs too, to this session's queue."""
+    """The app's plugin routes the task to WHATIF_QUEUE, through the real broker, provisioning and syncs to
+    queues of their own and the rest to the default queue; the tests send every task, what-if runs too, to
+    this session's queue."""
     assert conf.settings.WHATIF_QUEUE == "whatif"
     assert route_to_own_queue(task_names.WHATIF_RUN, (), {}, {}) == {"queue": "whatif"}
-    others = (
-        task_names.PROVISION,
-        task_names.ADMIT,
-        task_names.SYNC,
-        task_names.EVENT_EMAIL,
-        "pools.tasks.x",
-    )
-    for other in others:
+    for other in (task_names.PROVISION, task_names.ADMIT):
+        assert route_to_own_queue(other, (), {}, {}) == {"queue": conf.settings.PROVISIONING_QUEUE}
+    assert route_to_own_queue(task_names.SYNC, (), {}, {}) == {"queue": conf.settings.SYNC_QUEUE}
+    for other in (task_names.EVENT_EMAIL, "pools.tasks.x"):
         assert route_to_own_queue(other, (), {}, {}) is None
 
     # Through Redis: the route puts the task on its queue's list, and on no other. The queue is one of this

@@ -12,6 +12,7 @@ import requests
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from portal import shell
 from tests.monitoring.dcgm_exporter import free_port
 from tests.ops.workers import default_queue
 from tests.pools.conftest import SMALL_FLEET
@@ -71,8 +72,12 @@ def test_metrics_show_the_web_figures_and_the_task_queue(client):
             redis.delete(queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9)))
     assert response.status_code == 200
     families = {family.name: family for family in text_string_to_metric_families(response.content.decode())}
-    (length,) = families["gpu_portal_task_queue_length"].samples
-    assert length.labels == {"queue": queue} and length.value == 4
+    lengths = {
+        sample.labels["queue"]: sample.value for sample in families["gpu_portal_task_queue_length"].samples
+    }
+    assert lengths[queue] == 4
+    # Every queue the apps route tasks to is counted beside the default one (provisioning, metering, ...).
+    assert set(lengths) == {queue, *(route["queue"] for route in shell.task_routes().values())}
     routes = {
         sample.labels["route"] for sample in families["gpu_portal_http_request_duration_seconds"].samples
     }
