@@ -1,53 +1,72 @@
 """The fleet's figures on /metrics (`collect`, served by portal/metrics.py through monitoring's plugin), for
 a Prometheus that scrapes the portal (monitoring/grafana/gpu-portal.json draws them).
 
-Families (gauges):
-- per GPU and per MIG instance, from the newest figures (monitoring.models.Latest), labelled cluster, node,
-  gpu (index), uuid (the GPU's), model, profile ("full" for the whole GPU, else the MIG profile),
-  mig_start (the instance's first memory slice; empty for the whole GPU), tenant, project and pool (empty
-  when unallocated): gpu_portal_gpu_power_watts, _temperature_celsius, _utilisation_ratio,
-  _sm_active_ratio, _memory_used_bytes, _memory_total_bytes, _ecc_errors{type=corrected|uncorrected}
-  (volatile counts, since the driver loaded). Figures older than monitoring.selectors.FRESH are left out
-  (a silent GPU must not look steady); gpu_portal_gpu_last_seen_timestamp_seconds is always there.
-- gpu_portal_gpu_events_24h{…, kind}: XID, uncorrected ECC, lost and layout events per GPU, last 24 hours.
-- gpu_portal_cluster_gpus{cluster, kind=present|reporting}, gpu_portal_cluster_compute_slices{cluster,
-  kind=total|allocated|measured|used}: allocated against used, as the fleet page says it.
+The portal says what only it knows: who holds what and how busy it is, per cluster, tenant and pool. Every
+GPU's own series belong to dcgm-exporter's scrape, which Prometheus reads apart; the portal exports a GPU
+one by one only while it is in trouble (an open fault or a firing alert), so that a scrape stays small and
+quick whatever the fleet's size. The words are monitoring.selectors' (fresh, allocated, measured, used);
+figures older than FRESH are left out, so that a silent GPU never looks steady.
 
-Each family is one query whatever the fleet's size; where the GPUs are and who holds them come from pools'
-own relations (pools/selectors/monitoring.py).
+Families (gauges):
+- per cluster, the fleet page's own figures (monitoring/selectors/fleet.py: fleet_usage, which the page's
+  cluster_usage reads): gpu_portal_cluster_gpus{cluster, kind=present|reporting},
+  gpu_portal_cluster_compute_slices{cluster, kind=total|allocated|measured|used}, _power_watts,
+  _memory_used_bytes, _memory_total_bytes, _utilisation_ratio (averaged over its GPUs that give it),
+  _temperature_max_celsius; and gpu_portal_cluster_gpu_faults_open and
+  gpu_portal_cluster_gpu_events_24h{cluster, kind=xid|ecc|lost|layout}.
+- gpu_portal_alerts_firing{severity}: open alerts of any subject.
+- per tenant holding live allocations, its pools' figures added up: gpu_portal_tenant_pools,
+  gpu_portal_tenant_units{tenant, kind=held|reporting} (GPUs and instances),
+  gpu_portal_tenant_compute_slices{tenant, kind=allocated|measured|used}, _memory_used_bytes,
+  _memory_total_bytes.
+- per pool holding live allocations (fleet_usage's part of its cluster), labelled pool (its id) alone, so
+  that a pool costs four short lines: gpu_portal_pool_info{pool, cluster, tenant, project} (always 1: join
+  on pool for its names), gpu_portal_pool_compute_slices (allocated), gpu_portal_pool_sm_active_ratio
+  (averaged over its GPUs and instances, as its chart is), gpu_portal_pool_memory_used_bytes.
+- per GPU in trouble and each of its MIG instances, labelled cluster, node, gpu (index), uuid (the GPU's,
+  as dcgm-exporter's UUID), profile ("full" for the whole GPU, else the MIG profile), mig_start (the
+  instance's first memory slice; empty for the whole GPU) and pool (empty when unallocated):
+  gpu_portal_gpu_power_watts, _temperature_celsius, _utilisation_ratio, _sm_active_ratio,
+  _memory_used_bytes, _memory_total_bytes, _ecc_errors{type=corrected|uncorrected} (volatile counts, since
+  the driver loaded), and gpu_portal_gpu_last_seen_timestamp_seconds (there even when stale); why it is in
+  trouble, with its model: gpu_portal_gpu_fault_open{cluster, node, gpu, uuid, model, kind} and
+  gpu_portal_gpu_alerts_firing{cluster, node, gpu, uuid, model, severity}.
+
+Six queries in all, whatever the fleet's size: one pass over the newest figures (fleet_usage), the rest
+read by ids or over what is in trouble; where the GPUs are and who holds them come from pools' own relations
+(pools/selectors/monitoring.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.db import connection
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from monitoring import selectors
+from monitoring.models import GpuEvent
+from monitoring.models.alerts import Severity
 from monitoring.models.samples import WHOLE_GPU
+from monitoring.selectors import metrics as figures
+from monitoring.selectors.fleet import ClusterUsage, PoolUsage, fleet_usage
 from pools.kinds import WHOLE
-from pools.selectors import monitoring as pools
 
 PREFIX = "gpu_portal_"
-GPU_LABELS = ("cluster", "node", "gpu", "uuid", "model", "profile", "mig_start", "tenant", "project", "pool")
-# (family, help, column of the query, factor to the family's unit)
+GPU_LABELS = ("cluster", "node", "gpu", "uuid", "profile", "mig_start", "pool")
+WHERE_LABELS = ("cluster", "node", "gpu", "uuid", "model")
+# (family, help, from a percentage: a ratio), in the order of troubled_figures' columns from power_w on
 GPU_FIGURES = (
-    ("gpu_power_watts", "Power drawn, in watts.", "power_w", 1.0),
-    ("gpu_temperature_celsius", "GPU temperature, in degrees Celsius.", "temperature_c", 1.0),
-    ("gpu_utilisation_ratio", "Share of time a kernel was running (0-1).", "utilisation_pct", 0.01),
-    (
-        "gpu_sm_active_ratio",
-        "Share of time the streaming multiprocessors had work (0-1).",
-        "sm_active_pct",
-        0.01,
-    ),
-    ("gpu_memory_used_bytes", "Memory in use, in bytes.", "memory_used_bytes", 1.0),
-    ("gpu_memory_total_bytes", "Memory in all, in bytes.", "memory_total_bytes", 1.0),
+    ("gpu_power_watts", "Power drawn, in watts.", False),
+    ("gpu_temperature_celsius", "GPU temperature, in degrees Celsius.", False),
+    ("gpu_utilisation_ratio", "Share of time a kernel was running (0-1).", True),
+    ("gpu_sm_active_ratio", "Share of time the streaming multiprocessors had work (0-1).", True),
+    ("gpu_memory_used_bytes", "Memory in use, in bytes.", False),
+    ("gpu_memory_total_bytes", "Memory in all, in bytes.", False),
 )
-WINDOW = timedelta(hours=24)
+IN_TROUBLE = " Only GPUs with an open fault or a firing alert: dcgm-exporter has every GPU's."
+COMPUTE_KINDS = ("allocated", "measured", "used")
 
 
 def collect() -> Iterator[Metric]:
@@ -55,43 +74,17 @@ def collect() -> Iterator[Metric]:
     return FleetCollector().collect()
 
 
-def _rows(sql: str, params: dict) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+def _gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, text, labels=labels)
 
 
-def _gpu_rows() -> list[tuple]:
-    inventory, held = pools.gpus(), pools.allocations(live=True)
-    return _rows(
-        f"""
-        SELECT g.cluster_name, g.node_name, g.index, g.uuid, g.model, l.slot, l.profile, l.at,
-               l.power_w, l.temperature_c, l.utilisation_pct, l.sm_active_pct,
-               l.memory_used_bytes, l.memory_total_bytes, l.ecc_corrected, l.ecc_uncorrected,
-               COALESCE(a.tenant_slug, ''), COALESCE(a.project_slug, ''), a.pool_id
-        FROM monitoring_latest l
-        JOIN ({inventory.sql}) g ON g.gpu_id = l.gpu_id
-        LEFT JOIN ({held.sql}) a ON a.gpu_id = l.gpu_id AND l.slot = COALESCE(a.start, {WHOLE_GPU})
-        WHERE g.present AND g.node_present
-        ORDER BY g.cluster_name, g.node_name, g.index, l.slot
-        """,
-        {**inventory.params, **held.params},
-    )
+def _ratio(pct: float) -> float:
+    """A percentage as a ratio, to four decimals: no more than the figures' own precision."""
+    return round(float(pct) / 100, 4)
 
 
-def _event_rows(since: datetime) -> list[tuple]:
-    inventory = pools.gpus()
-    return _rows(
-        f"""
-        SELECT g.cluster_name, g.node_name, g.index, g.uuid, g.model, e.kind, count(*)
-        FROM monitoring_gpuevent e
-        JOIN ({inventory.sql}) g ON g.gpu_id = e.gpu_id
-        WHERE e.at >= %(since)s
-        GROUP BY g.cluster_name, g.node_name, g.index, g.uuid, g.model, e.kind
-        ORDER BY g.cluster_name, g.node_name, g.index, e.kind
-        """,
-        {**inventory.params, "since": since},
-    )
+def _slices(value: float) -> float:
+    return round(float(value), 3)
 
 
 class FleetCollector:
@@ -101,76 +94,182 @@ class FleetCollector:
         self.now = now or timezone.now()
 
     def collect(self) -> Iterator[Metric]:
+        usage = fleet_usage(now=self.now)
+        yield from self._clusters(usage.clusters)
+        yield self._alerts()
+        names = figures.pool_names(pool.pool_id for pool in usage.pools)
+        yield from self._tenants(figures.tenant_figures(usage.pools, names))
+        yield from self._pools(usage.pools, names)
         yield from self._gpus()
-        yield self._events()
-        yield from self._clusters()
+        yield from self._troubles()
+
+    # --- per cluster -------------------------------------------------------------------------------
+
+    def _clusters(self, usage: list[ClusterUsage]) -> Iterator[Metric]:
+        label = ("cluster",)
+        gpus = _gauge("cluster_gpus", "Present GPUs, and those with fresh figures.", ("cluster", "kind"))
+        compute = _gauge(
+            "cluster_compute_slices",
+            "Compute slices: in all, allocated, allocated with SM activity known, and used (weighted by it).",
+            ("cluster", "kind"),
+        )
+        power = _gauge("cluster_power_watts", "Power drawn by the GPUs with fresh figures.", label)
+        used = _gauge("cluster_memory_used_bytes", "Memory in use on the GPUs with fresh figures.", label)
+        total = _gauge("cluster_memory_total_bytes", "Memory of the GPUs with fresh figures.", label)
+        utilisation = _gauge(
+            "cluster_utilisation_ratio",
+            "Share of time a kernel was running (0-1), averaged over the GPUs with fresh figures that give "
+            "it (a MIG-cut GPU gives none).",
+            label,
+        )
+        hottest = _gauge(
+            "cluster_temperature_max_celsius",
+            "The hottest GPU's temperature, of those with fresh figures.",
+            label,
+        )
+        for row in usage:
+            gpus.add_metric([row.name, "present"], row.gpus)
+            gpus.add_metric([row.name, "reporting"], row.reporting)
+            compute.add_metric([row.name, "total"], row.compute_total)
+            for kind in COMPUTE_KINDS:
+                compute.add_metric([row.name, kind], _slices(getattr(row, kind)))
+            power.add_metric([row.name], row.power_w)
+            used.add_metric([row.name], row.memory_used_bytes)
+            total.add_metric([row.name], row.memory_total_bytes)
+            if row.utilisation_pct is not None:
+                utilisation.add_metric([row.name], _ratio(row.utilisation_pct))
+            if row.temperature_max_c is not None:
+                hottest.add_metric([row.name], row.temperature_max_c)
+        yield from (gpus, compute, power, used, total, utilisation, hottest)
+        yield from self._cluster_troubles([row.name for row in usage])
+
+    def _cluster_troubles(self, clusters: list[str]) -> Iterator[Metric]:
+        faults = _gauge(
+            "cluster_gpu_faults_open", "GPUs with an open fault (drained until cleared).", ("cluster",)
+        )
+        events = _gauge(
+            "cluster_gpu_events_24h",
+            "GPU events (xid, ecc, lost, layout) in the last 24 hours.",
+            ("cluster", "kind"),
+        )
+        counted = {(cluster, what): n for cluster, what, n in figures.cluster_troubles(now=self.now)}
+        for cluster in clusters:
+            faults.add_metric([cluster], counted.get((cluster, "fault"), 0))
+            for kind in GpuEvent.Kind.values:
+                events.add_metric([cluster, kind], counted.get((cluster, kind), 0))
+        yield from (faults, events)
+
+    def _alerts(self) -> Metric:
+        family = _gauge("alerts_firing", "Open alerts (acknowledged or not), of any subject.", ("severity",))
+        counts = figures.firing_alerts()
+        for severity in Severity.values:
+            family.add_metric([severity], counts.get(severity, 0))
+        return family
+
+    # --- per tenant and per pool -------------------------------------------------------------------
+
+    def _tenants(self, found: list[figures.TenantFigures]) -> Iterator[Metric]:
+        label = ("tenant",)
+        pools = _gauge("tenant_pools", "Pools holding GPUs or instances now.", label)
+        units = _gauge(
+            "tenant_units",
+            "GPUs and instances held, and those of them with fresh figures.",
+            ("tenant", "kind"),
+        )
+        compute = _gauge(
+            "tenant_compute_slices",
+            "Compute slices held: allocated, with SM activity known, and used (weighted by it).",
+            ("tenant", "kind"),
+        )
+        used = _gauge("tenant_memory_used_bytes", "Memory in use on what the tenant holds.", label)
+        total = _gauge(
+            "tenant_memory_total_bytes", "Memory of what the tenant holds, with fresh figures.", label
+        )
+        for row in found:
+            pools.add_metric([row.tenant], row.pools)
+            units.add_metric([row.tenant, "held"], row.units)
+            units.add_metric([row.tenant, "reporting"], row.reporting)
+            for kind in COMPUTE_KINDS:
+                compute.add_metric([row.tenant, kind], _slices(getattr(row, kind)))
+            if row.memory_used_bytes is not None:
+                used.add_metric([row.tenant], row.memory_used_bytes)
+            if row.memory_total_bytes is not None:
+                total.add_metric([row.tenant], row.memory_total_bytes)
+        yield from (pools, units, compute, used, total)
+
+    def _pools(self, held: list[PoolUsage], names: dict[int, figures.PoolNames]) -> Iterator[Metric]:
+        label = ("pool",)
+        info = _gauge(
+            "pool_info",
+            "Where each pool is and whose it is (always 1: join on pool).",
+            ("pool", "cluster", "tenant", "project"),
+        )
+        compute = _gauge("pool_compute_slices", "Compute slices the pool holds.", label)
+        sm_active = _gauge(
+            "pool_sm_active_ratio",
+            "Share of time the streaming multiprocessors had work (0-1), averaged over the pool's GPUs and "
+            "instances with fresh figures.",
+            label,
+        )
+        used = _gauge("pool_memory_used_bytes", "Memory in use on the pool's GPUs and instances.", label)
+        for row in held:
+            pool, named = str(row.pool_id), names[row.pool_id]
+            info.add_metric([pool, named.cluster, named.tenant, named.project], 1)
+            compute.add_metric([pool], _slices(row.allocated))
+            if row.sm_active_pct is not None:
+                sm_active.add_metric([pool], _ratio(row.sm_active_pct))
+            if row.memory_used_bytes is not None:
+                used.add_metric([pool], row.memory_used_bytes)
+        yield from (info, compute, sm_active, used)
+
+    # --- the GPUs in trouble -----------------------------------------------------------------------
 
     def _gpus(self) -> Iterator[Metric]:
-        families = {
-            column: (GaugeMetricFamily(PREFIX + name, text, labels=GPU_LABELS), factor)
-            for name, text, column, factor in GPU_FIGURES
-        }
-        ecc = GaugeMetricFamily(
-            PREFIX + "gpu_ecc_errors",
-            "Volatile ECC error counts, since the driver loaded.",
-            labels=(*GPU_LABELS, "type"),
+        families = [(_gauge(name, text + IN_TROUBLE, GPU_LABELS), ratio) for name, text, ratio in GPU_FIGURES]
+        ecc = _gauge(
+            "gpu_ecc_errors",
+            "Volatile ECC error counts, since the driver loaded." + IN_TROUBLE,
+            (*GPU_LABELS, "type"),
         )
-        seen = GaugeMetricFamily(
-            PREFIX + "gpu_last_seen_timestamp_seconds", "When the figures were read.", labels=GPU_LABELS
+        seen = _gauge(
+            "gpu_last_seen_timestamp_seconds", "When the figures were read." + IN_TROUBLE, GPU_LABELS
         )
         fresh = selectors.fresh_since(self.now)
-        for row in _gpu_rows():
-            cluster, node, index, uuid, model, slot, profile, at, *figures = row
-            corrected, uncorrected, tenant, project, pool = figures[6:]
+        for row in figures.troubled_figures():
+            cluster, node, index, uuid, slot, profile, at, *measured, corrected, uncorrected, pool = row
             labels = [
                 cluster,
                 node,
                 str(index),
                 uuid,
-                model,
                 WHOLE.profile if slot == WHOLE_GPU else (profile or "unknown"),
                 "" if slot == WHOLE_GPU else str(slot),
-                tenant,
-                project,
                 "" if pool is None else str(pool),
             ]
             seen.add_metric(labels, at.timestamp())
             if at < fresh:
                 continue
-            for (family, factor), value in zip(families.values(), figures[:6], strict=True):
+            for (family, ratio), value in zip(families, measured, strict=True):
                 if value is not None:
-                    family.add_metric(labels, float(value) * factor)
+                    family.add_metric(labels, _ratio(value) if ratio else float(value))
             for kind, value in (("corrected", corrected), ("uncorrected", uncorrected)):
                 if value is not None:
                     ecc.add_metric([*labels, kind], float(value))
-        yield from (family for family, _factor in families.values())
+        yield from (family for family, _is_ratio in families)
         yield ecc
         yield seen
 
-    def _events(self) -> Metric:
-        family = GaugeMetricFamily(
-            PREFIX + "gpu_events_24h",
-            "GPU events (xid, ecc, lost, layout) in the last 24 hours.",
-            labels=("cluster", "node", "gpu", "uuid", "model", "kind"),
+    def _troubles(self) -> Iterator[Metric]:
+        faults = _gauge(
+            "gpu_fault_open",
+            "A GPU's open fault, by the kind of event that opened it (always 1).",
+            (*WHERE_LABELS, "kind"),
         )
-        for cluster, node, index, uuid, model, kind, count in _event_rows(self.now - WINDOW):
-            family.add_metric([cluster, node, str(index), uuid, model, kind], count)
-        return family
-
-    def _clusters(self) -> Iterator[Metric]:
-        gpus = GaugeMetricFamily(
-            PREFIX + "cluster_gpus", "Present GPUs, and those with fresh figures.", labels=("cluster", "kind")
+        alerts = _gauge(
+            "gpu_alerts_firing", "Open alerts about a GPU or its instances.", (*WHERE_LABELS, "severity")
         )
-        compute = GaugeMetricFamily(
-            PREFIX + "cluster_compute_slices",
-            "Compute slices: in all, allocated, allocated with SM activity known, and used (weighted by it).",
-            labels=("cluster", "kind"),
-        )
-        for usage in selectors.cluster_usage(now=self.now):
-            gpus.add_metric([usage.name, "present"], usage.gpus)
-            gpus.add_metric([usage.name, "reporting"], usage.reporting)
-            for kind in ("total", "allocated", "measured", "used"):
-                value = usage.compute_total if kind == "total" else getattr(usage, kind)
-                compute.add_metric([usage.name, kind], value)
-        yield gpus
-        yield compute
+        for cluster, node, index, uuid, model, why, what, count in figures.troubles():
+            family = faults if why == "fault" else alerts
+            family.add_metric([cluster, node, str(index), uuid, model, what], count)
+        yield faults
+        yield alerts

@@ -1,12 +1,13 @@
-"""The fleet as a whole: allocated against used per cluster, the hottest and idlest, recent events, and
-each tenant's efficiency over a range (the words are those of monitoring.selectors)."""
+"""The fleet as a whole: allocated against used per cluster and each pool's part of it, the hottest and
+idlest, recent events, and each tenant's efficiency over a range (the words are those of
+monitoring.selectors)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
@@ -14,7 +15,7 @@ from monitoring.models import GpuEvent, Latest
 from monitoring.models.samples import WHOLE_GPU
 from monitoring.storage import samples
 from pools import mig
-from pools.kinds import shown_slices
+from pools.kinds import SHARE_KINDS, shown_slices
 from pools.models import Cluster
 from pools.selectors import monitoring as pools
 
@@ -28,16 +29,28 @@ def fresh_since(now: datetime | None = None) -> datetime:
 
 def _held() -> tuple[str, dict]:
     """The CTEs `held`, every allocation, live or past, with its sample slot and compute slices (see the
-    module's words), and `inventory`, every GPU where it is: pools' own relations, and their parameters."""
+    module's words), and `inventory`, every GPU where it is: pools' own relations, and their parameters.
+    `inventory` is planned where it is used, never made once as a table: a query that keeps a cluster, a GPU
+    group or a node of it is then planned on the GPUs' own statistics (a made table has none, and a join on
+    a few of its rows was planned as a loop over every GPU: minutes at a hundred thousand GPUs)."""
     held, inventory = pools.allocations(), pools.gpus()
     sql = f"""
     held AS (SELECT a.*, COALESCE(a.start, {WHOLE_GPU}) AS slot FROM ({held.sql}) a),
-    inventory AS ({inventory.sql})"""
+    inventory AS NOT MATERIALIZED ({inventory.sql})"""
     return sql, {**held.params, **inventory.params}
 
 
 def _fetch(sql: str, params: dict) -> list[tuple]:
     with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _fetch_without_jit(sql: str, params: dict) -> list[tuple]:
+    """`_fetch` with PostgreSQL's JIT off: a pass over a large fleet is planned costly enough for it to
+    optimise and inline, which takes seconds where the query itself takes a fraction of one."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params)
         return cursor.fetchall()
 
@@ -83,6 +96,8 @@ class ClusterUsage(_Shares):
     power_w: float
     memory_used_bytes: int
     memory_total_bytes: int
+    utilisation_pct: float | None = None  # averaged over the GPUs with fresh figures that give it
+    temperature_max_c: float | None = None  # the hottest GPU's, of those with fresh figures
 
 
 def _node_scope(
@@ -106,6 +121,120 @@ def _node_scope(
     return "".join(f" AND {condition}" for condition in conditions), params
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """A pool's part of its cluster's compute slices (allocated, measured, used), and the newest figures of
+    what it holds: each GPU or instance once (a pool's shares of one GPU read the GPU's figures)."""
+
+    pool_id: int
+    cluster_id: int
+    units: int  # GPUs and instances held
+    reporting: int  # of them with fresh figures
+    allocated: int | float
+    measured: int | float
+    used: float
+    sm_active_pct: float | None  # averaged over the units that report it
+    memory_used_bytes: int | None  # added up over the units that report it
+    memory_total_bytes: int | None
+
+
+@dataclass(frozen=True)
+class FleetUsage:
+    clusters: list[ClusterUsage]
+    pools: list[PoolUsage]  # the pools holding live allocations, by cluster and id
+
+
+# The profiles whose units share a GPU and its figures (pools/kinds: the kinds not measured alone).
+_SHARES = [profile for kind in SHARE_KINDS for profile in kind.every_profile()]
+
+
+def fleet_usage(
+    *,
+    now: datetime | None = None,
+    cluster_id: int | None = None,
+    group_id: int | None = None,
+    ungrouped: bool = False,
+    node_id: int | None = None,
+) -> FleetUsage:
+    """Per cluster, in one query: present GPUs and their fresh figures (power and memory added up,
+    utilisation averaged, the hottest's temperature); compute slices in all, allocated, measured and used
+    (see the module's words), added up from each pool's part of them, which comes too (/metrics exports
+    both). With `cluster_id`, that cluster only, and within it one GPU group (`group_id`), its nodes in no
+    group (`ungrouped`) or one node (`node_id`) when given."""
+    nodes, scope = _node_scope(cluster_id=cluster_id, group_id=group_id, ungrouped=ungrouped, node_id=node_id)
+    held, params = _held()
+    clusters = pools.clusters()
+    # Live allocations never share a slice: only shares of a GPU can put two of a pool's on one GPU's
+    # figures, and those alone are grouped into units, so that the rest is read in one pass.
+    sql = f"""
+        WITH {held},
+        gpus AS (
+            SELECT g.cluster_id, count(*) AS gpus, count(l.id) AS reporting,
+                   COALESCE(sum(l.power_w), 0) AS power_w,
+                   COALESCE(sum(l.memory_used_bytes), 0) AS memory_used,
+                   COALESCE(sum(l.memory_total_bytes), 0) AS memory_total,
+                   avg(l.utilisation_pct) AS utilisation, max(l.temperature_c) AS temperature
+            FROM inventory g
+            LEFT JOIN monitoring_latest l
+                   ON l.gpu_id = g.gpu_id AND l.slot = {WHOLE_GPU} AND l.at >= %(fresh)s
+            WHERE g.present AND g.node_present{nodes}
+            GROUP BY g.cluster_id
+        ),
+        live AS MATERIALIZED (
+            SELECT h.pool_id, h.gpu_id, h.slot, h.compute, h.profile = ANY(%(shares)s) AS shared
+            FROM held h WHERE h.released_at IS NULL
+        ),
+        units AS (
+            SELECT pool_id, gpu_id, slot, compute FROM live WHERE NOT shared
+            UNION ALL
+            SELECT pool_id, gpu_id, slot, sum(compute) FROM live WHERE shared GROUP BY pool_id, gpu_id, slot
+        ),
+        busy AS (
+            SELECT g.cluster_id, u.pool_id, count(*) AS units, count(l.id) AS reporting,
+                   sum(u.compute) AS allocated,
+                   COALESCE(sum(u.compute) FILTER (WHERE l.sm_active_pct IS NOT NULL), 0) AS measured,
+                   COALESCE(sum(u.compute * l.sm_active_pct / 100.0), 0)::float8 AS used,
+                   avg(l.sm_active_pct) AS sm_active, sum(l.memory_used_bytes)::bigint AS memory_used,
+                   sum(l.memory_total_bytes)::bigint AS memory_total
+            FROM units u
+            JOIN inventory g ON g.gpu_id = u.gpu_id
+            LEFT JOIN monitoring_latest l ON l.gpu_id = u.gpu_id AND l.slot = u.slot AND l.at >= %(fresh)s
+            WHERE true{nodes}
+            GROUP BY g.cluster_id, u.pool_id
+        )
+        SELECT c.id, c.name, COALESCE(gpus.gpus, 0), COALESCE(gpus.reporting, 0),
+               COALESCE(gpus.power_w, 0)::float8, COALESCE(gpus.memory_used, 0)::bigint,
+               COALESCE(gpus.memory_total, 0)::bigint, gpus.utilisation, gpus.temperature,
+               busy.pool_id, busy.units, busy.reporting,
+               busy.allocated, busy.measured, busy.used, busy.sm_active, busy.memory_used, busy.memory_total
+        FROM ({clusters.sql}) c
+        LEFT JOIN gpus ON gpus.cluster_id = c.id
+        LEFT JOIN busy ON busy.cluster_id = c.id
+        {"WHERE c.id = %(scope_cluster)s" if cluster_id is not None else ""}
+        ORDER BY c.name, c.id, busy.pool_id
+    """
+    params = {**params, **clusters.params, "fresh": fresh_since(now), "shares": _SHARES, **scope}
+    found: dict[int, list[tuple]] = {}
+    for row in _fetch_without_jit(sql, params):
+        found.setdefault(row[0], []).append(row)
+    clusters_found, pools_found = [], []
+    for cluster, rows in found.items():
+        name, gpus, reporting, power, memory_used, memory_total, utilisation, hottest = rows[0][1:9]
+        parts = [row[9:] for row in rows if row[9] is not None]
+        pools_found += [
+            PoolUsage(pool, cluster, units, seen, shown_slices(allocated), shown_slices(measured), *figures)
+            for pool, units, seen, allocated, measured, *figures in parts
+        ]
+        allocated, measured = (shown_slices(sum(part[k] for part in parts)) for k in (3, 4))
+        clusters_found.append(
+            ClusterUsage(
+                cluster, name, gpus, reporting, gpus * mig.COMPUTE_SLICES, allocated, measured,
+                float(sum(part[5] for part in parts)), power, memory_used, memory_total, utilisation, hottest,
+            )
+        )  # fmt: skip
+    return FleetUsage(clusters_found, pools_found)
+
+
 def cluster_usage(
     *,
     now: datetime | None = None,
@@ -114,48 +243,9 @@ def cluster_usage(
     ungrouped: bool = False,
     node_id: int | None = None,
 ) -> list[ClusterUsage]:
-    """Per cluster, in one query: present GPUs and their fresh figures; compute slices in all, allocated,
-    measured and used (see the module's words). With `cluster_id`, that cluster only, and within it one GPU
-    group (`group_id`), its nodes in no group (`ungrouped`) or one node (`node_id`) when given."""
-    nodes, scope = _node_scope(cluster_id=cluster_id, group_id=group_id, ungrouped=ungrouped, node_id=node_id)
-    held, params = _held()
-    clusters = pools.clusters()
-    sql = f"""
-        WITH {held},
-        gpus AS (
-            SELECT g.cluster_id, count(*) AS gpus, count(l.id) AS reporting,
-                   COALESCE(sum(l.power_w), 0) AS power_w,
-                   COALESCE(sum(l.memory_used_bytes), 0) AS memory_used,
-                   COALESCE(sum(l.memory_total_bytes), 0) AS memory_total
-            FROM inventory g
-            LEFT JOIN monitoring_latest l
-                   ON l.gpu_id = g.gpu_id AND l.slot = {WHOLE_GPU} AND l.at >= %(fresh)s
-            WHERE g.present AND g.node_present{nodes}
-            GROUP BY g.cluster_id
-        ),
-        busy AS (
-            SELECT g.cluster_id, sum(h.compute) AS allocated,
-                   COALESCE(sum(h.compute) FILTER (WHERE l.sm_active_pct IS NOT NULL), 0) AS measured,
-                   COALESCE(sum(h.compute * l.sm_active_pct / 100.0), 0) AS used
-            FROM held h
-            JOIN inventory g ON g.gpu_id = h.gpu_id
-            LEFT JOIN monitoring_latest l ON l.gpu_id = h.gpu_id AND l.slot = h.slot AND l.at >= %(fresh)s
-            WHERE h.released_at IS NULL{nodes}
-            GROUP BY g.cluster_id
-        )
-        SELECT c.id, c.name, COALESCE(gpus.gpus, 0), COALESCE(gpus.reporting, 0),
-               COALESCE(gpus.gpus, 0) * {mig.COMPUTE_SLICES}, COALESCE(busy.allocated, 0),
-               COALESCE(busy.measured, 0), COALESCE(busy.used, 0)::float8,
-               COALESCE(gpus.power_w, 0)::float8, COALESCE(gpus.memory_used, 0)::bigint,
-               COALESCE(gpus.memory_total, 0)::bigint
-        FROM ({clusters.sql}) c
-        LEFT JOIN gpus ON gpus.cluster_id = c.id
-        LEFT JOIN busy ON busy.cluster_id = c.id
-        {"WHERE c.id = %(scope_cluster)s" if cluster_id is not None else ""}
-        ORDER BY c.name
-    """
-    rows = _fetch(sql, {**params, **clusters.params, "fresh": fresh_since(now), **scope})
-    return [ClusterUsage(*row[:5], shown_slices(row[5]), shown_slices(row[6]), *row[7:]) for row in rows]
+    """`fleet_usage`'s clusters."""
+    scope = {"cluster_id": cluster_id, "group_id": group_id, "ungrouped": ungrouped, "node_id": node_id}
+    return fleet_usage(now=now, **scope).clusters
 
 
 @dataclass(frozen=True)
@@ -224,8 +314,9 @@ def idlest(*, limit: int = TOP, now: datetime | None = None) -> list[Idle]:
 
 
 def recent_events() -> QuerySet[GpuEvent]:
-    """GPU events, newest first, with their GPU, node and cluster; the page pages through them."""
-    return GpuEvent.objects.select_related("gpu__node__cluster").order_by("-at", "-pk")
+    """GPU events, newest first, with their GPU, node and cluster (read for the page's events only, not
+    joined to every GPU first); the page pages through them."""
+    return GpuEvent.objects.prefetch_related("gpu__node__cluster").order_by("-at", "-pk")
 
 
 # --- per tenant: efficiency over a range -----------------------------------------------------------
