@@ -298,9 +298,11 @@ def test_a_failed_change_is_reported_and_the_known_picture_stays(world):
     assert not node.gpus.get(index=0).mig_enabled
 
 
-def test_the_portal_picture_follows_a_successful_change(world):
+def test_the_portal_picture_follows_a_successful_change(world, settings):
     world.add_gpu_node("gpu-a")
     sync_inventory(cluster=world.cluster)
+    # Slow enough that the sync below surely runs while the change is pending, however busy the machine.
+    world.slow_operator(settings, 2.0)
     d = driver(world)
     config = d.apply_mig_layout("gpu-a", [layout(2, **{"2g.35gb": 3, "1g.18gb": 1})])
     sync_inventory(cluster=world.cluster)  # while pending: GPUs as last known
