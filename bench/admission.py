@@ -11,8 +11,8 @@ layout). Each run is rolled back, so every repeat sees the same queue.
 
 Prints, per waiting-list length, for the first run after the requests were approved (each one then moves to
 `queued` with its reason) and for a later run (each already queued, nothing to write): the median time of
-one run, its time per waiting request, its queries, how many requests the engine placed and how many were
-admitted.
+one run, its time per waiting request, its queries (and per waiting request), how many requests the engine
+placed and how many were admitted.
 
 Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
 REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
@@ -131,8 +131,8 @@ def main() -> None:
     for waiting, name, seconds, queries, placed, admitted in figures:
         print(
             f"{waiting} waiting behind it, {name}: {seconds * 1000:.0f} ms, "
-            f"{seconds / waiting * 1000:.2f} ms a waiting request, {queries} queries, "
-            f"{placed} placed by the engine, {admitted} admitted"
+            f"{seconds / waiting * 1000:.2f} ms a waiting request, {queries} queries "
+            f"({queries / waiting:.2f} a waiting request), {placed} placed by the engine, {admitted} admitted"
         )
 
 

@@ -35,9 +35,10 @@ Pure: no Django, no I/O, no clock.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Protocol
 
 from pools.kinds import compute_slices, shown_slices
@@ -329,7 +330,14 @@ class Room(Protocol):
 def queue_order(waiting: Iterable[Waiting], ledger: Ledger) -> list[Waiting]:
     """Requests whose reclaimed pools were released first (the capacity is theirs); then priority; then,
     among equal priorities, the tenant with the lowest share; then arrival."""
-    return sorted(waiting, key=lambda w: (not w.reclaimed, -w.priority, ledger.share(w.tenant), w.arrival))
+    shares: dict[Hashable, float] = {}
+
+    def key(request: Waiting) -> tuple:
+        if request.tenant not in shares:
+            shares[request.tenant] = ledger.share(request.tenant)
+        return (not request.reclaimed, -request.priority, shares[request.tenant], request.arrival)
+
+    return sorted(waiting, key=key)
 
 
 def reclaim_candidates(request: Waiting, holdings: Iterable[Holding], ledger: Ledger) -> list[Holding]:
@@ -401,7 +409,7 @@ def run_queue(
     (pools/placement/holds.py), in queue order, so that nobody else takes it during the notice. A request
     that would borrow is placed as reclaimable work, which work within guarantees keeps off (plan.py).
     `owner(request, project)` names the request's tenant (or project) in a limit's reason."""
-    rest = queue_order(waiting, ledger)
+    rest = deque(queue_order(waiting, ledger))
     for request in rest:  # in queue order: the capacity freed for a request is its own before the next's
         if request.reclaiming or request.reclaimed:
             room.hold(request, request.reclaiming)
@@ -410,7 +418,7 @@ def run_queue(
     taken: set[Hashable] = set()
     ahead: dict[Hashable, Counter] = defaultdict(Counter)  # per tenant, what its requests so far wait for
     while rest:
-        request, rest = rest[0], rest[1:]
+        request = rest.popleft()
         verdict = ledger.verdict(request.tenant, request.project, request.asked, ahead[request.tenant])
         if verdict.kind == BEYOND_LIMIT:
             decisions.append(Waits(request, verdict.reason(owner(request, verdict.project))))
@@ -428,13 +436,14 @@ def run_queue(
             decisions.append(Waits(request, Reason(BEHIND_OLDER)))
             ahead[request.tenant].update(request.asked)
             continue
-        found = room.place(request, rest[:window], reclaimable=verdict.kind == BORROWED and ledger.guarantees)
+        upcoming = list(islice(rest, window))
+        found = room.place(request, upcoming, reclaimable=verdict.kind == BORROWED and ledger.guarantees)
         if found.placed and (not blockers or room.out_of_the_way(found, wanted)):
             room.admit(request, found)
             ledger.take(request.tenant, request.project, request.asked)
             decisions.append(Admitted(request, found, verdict))
             if ledger.guarantees:
-                rest = queue_order(rest, ledger)
+                rest = deque(queue_order(rest, ledger))
             continue
         ahead[request.tenant].update(request.asked)
         if blockers:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pools.gpu_models import model_info
 from pools.kinds import MIG, kind_of, profiles_of
 from pools.placement.index import Bucket, FleetIndex, has_allocation
+from pools.placement.ranks import Counts, ranks_of
 
 Key = tuple[str, "str | None", str, str]  # cluster, group (None: any), model, profile
 
@@ -79,32 +80,51 @@ def obtainable_in(index: FleetIndex, buckets: Iterable[Bucket], model: str, prof
 
 
 def tally_of_buckets(index: FleetIndex, buckets: Iterable[Bucket], model: str) -> Tally:
-    """The tally of the engine's index buckets of one model (a cluster's, in a group or all of it)."""
+    """The tally of the engine's index buckets of one model (a cluster's, in a group or all of it): from
+    the counts a large bucket keeps (pools/placement/ranks.py), else node by node. What a node's change of
+    share mode would give counts once per node."""
+    buckets = list(buckets)
     tally = Tally()
-    nodes: dict[str, None] = {}
+    nodes: dict[str, None] = {}  # nodes whose change of share mode is counted below
+    split = index.split_nodes(buckets)
     for bucket in buckets:
         tally.present += bucket.total
         tally.offers |= frozenset(bucket.offers)
-        for table in (bucket.off, bucket.shared, bucket.whole):
-            for node, gpus in table.items():
-                tally.blank += len(gpus)
-                nodes[node] = None
-        tally.whole += sum(len(gpus) for gpus in bucket.off.values())
-        for node, gpus in bucket.whole.items():
-            sharing = index.sharing(node)
-            tally.mig_whole[sharing] += len(gpus)
-            tally.whole += 0 if sharing else len(gpus)
-        for profile, by_gpu in bucket.partial.items():
-            tally.free[profile] += sum(by_gpu.values())
-        for profile, by_gpu in bucket.whole_slots.items():
+        for profile in bucket.partial.profiles():
+            tally.free[profile] += bucket.partial.free(profile)
+        for profile in bucket.whole_slots.profiles():
             if kind_of(profile) is not MIG:
-                tally.free[profile] += sum(by_gpu.values())
+                tally.free[profile] += bucket.whole_slots.free(profile)
+        ranks = ranks_of(index, bucket)
+        if ranks is not None:
+            _add_counts(tally, ranks.counts)
+            tables = (bucket.off, bucket.shared, bucket.whole)
+            nodes.update((node, None) for node in split if any(node in table for table in tables))
+            continue
+        for table in (bucket.off, bucket.shared, bucket.whole):
+            for node in table.nodes():
+                tally.blank += table.count(node)
+                nodes[node] = None
+        tally.whole += sum(bucket.off.count(node) for node in bucket.off.nodes())
+        for node in bucket.whole.nodes():
+            sharing, count = index.sharing(node), bucket.whole.count(node)
+            tally.mig_whole[sharing] += count
+            tally.whole += 0 if sharing else count
     for node in nodes:
         mig_off = index.free_mig_off(node, model)
         if mig_off is not None:
             sharing = index.sharing(node)
             tally.convertible[sharing] += len(mig_off) + len(index.wholly_free_mig(node, model))
     return tally
+
+
+def _add_counts(tally: Tally, counts: Counts) -> None:
+    tally.blank += counts.blank
+    tally.whole += counts.whole
+    for sharing, n in counts.mig_whole.items():
+        tally.mig_whole[sharing] += n
+    for sharing, n in counts.convertible.items():
+        tally.convertible[sharing] += n
 
 
 def availability(gpus) -> dict[Key, Availability]:

@@ -53,7 +53,7 @@ def room_out_of_the_way(fleet: Fleet, items: Iterable[Item]) -> bool:
         free = 0
         for models in index.layout.values():
             for key in models.get(model, {}).values():
-                free += sum(index.buckets[key].partial.get(profile, {}).values())
+                free += index.buckets[key].partial.free(profile)
         if free < count:
             return False
     return True

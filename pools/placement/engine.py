@@ -12,40 +12,64 @@ Words used here (MIG geometry words are pools/mig.py's):
 - placement: the answer for one request: its reconfigures and assignments, or the reason it was not placed.
 
 The engine is pure: no Django, no I/O, no clock. The planning itself is in pools/placement/plan.py, the
-choice of new layouts in pools/placement/layouts.py, the fleet index in pools/placement/index.py, the
-reasons in pools/placement/reasons.py, the JSON trace of `manage.py place` in pools/placement/trace.py,
+choice of new layouts in pools/placement/layouts.py, the fleet index in pools/placement/index.py (with
+its versions in journal.py, its ranks in ranks.py, read through choices.py), the reasons in
+pools/placement/reasons.py, the JSON trace of `manage.py place` in pools/placement/trace.py,
 and the plain data in pools/placement/types.py.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from itertools import islice
 
 from pools.gpu_models import UnknownGpuModel, model_info
 from pools.kinds import UnknownProfile, kind_of
 from pools.mig import Instance, gpu_model, validate_layout
 from pools.placement.index import FleetIndex, has_allocation
+from pools.placement.journal import Version
 from pools.placement.layouts import RECENT_WEIGHT, evidence_weight
 from pools.placement.plan import QUEUE_WINDOW, plan_request, share_slots, wanted_by_model
+from pools.placement.ranks import indexed
 from pools.placement.reasons import shortfall as cluster_shortfall
 from pools.placement.types import Assignment, Fleet, Gpu, Placement, Reconfigure, Request, Slot
 
-__all__ = ["apply", "fleet_index", "place", "place_all", "shortfall", "validate_request", "with_gpus"]
+__all__ = [
+    "Replaced",
+    "apply",
+    "fleet_index",
+    "place",
+    "place_all",
+    "shortfall",
+    "validate_request",
+    "with_gpus",
+]
 
 
 def fleet_index(fleet: Fleet) -> FleetIndex:
-    """The fleet's index, built on first use and kept on the immutable fleet; raises on duplicate GPU ids."""
-    index = fleet.__dict__.get("_index")
-    if index is None:
-        index = FleetIndex.build(fleet.gpus)
-        object.__setattr__(fleet, "_index", index)  # a cache, not state: equality ignores it
+    """The fleet's index, built on first use and kept with the immutable fleet (a cache, not state: equality
+    ignores it); shared with the fleets made from it, and brought to this fleet's version when it is read
+    (pools/placement/index.py). Raises on duplicate GPU ids."""
+    found = fleet.__dict__.get("_index")
+    if found is None:
+        index = indexed(fleet.gpus)
+        _keep(fleet, index, index.journal.current)
+        return index
+    index, version = found
+    index.checkout(version)
     return index
 
 
-def validate_request(request: Request, fleet: Fleet) -> list[str]:
+def _keep(fleet: Fleet, index: FleetIndex, version: Version) -> None:
+    version.owner = weakref.ref(fleet)
+    object.__setattr__(fleet, "_index", (index, version))
+
+
+def validate_request(request: Request, fleet: Fleet | None) -> list[str]:
     """What makes the request bad input, one sentence each; empty when it is well formed.
 
     The fleet is not consulted: a request that names a model or group the fleet lacks, or asks for more than
@@ -63,6 +87,16 @@ def validate_request(request: Request, fleet: Fleet) -> list[str]:
         except (UnknownGpuModel, UnknownProfile) as error:
             errors.append(f"{label}: {error}")
     return errors
+
+
+def _well_formed(request: Request) -> bool:
+    """Whether `validate_request` finds nothing wrong, kept with the immutable request (a cache: equality
+    ignores it), as the same waiting requests are read again as upcoming for each request before them."""
+    found = request.__dict__.get("_well_formed")
+    if found is None:
+        found = not validate_request(request, None)
+        object.__setattr__(request, "_well_formed", found)
+    return found
 
 
 def place(
@@ -91,7 +125,7 @@ def _place(
     if errors:
         return Placement(request.id, False, reason=" ".join(errors))
     index = fleet_index(fleet)
-    window = [r for r in islice(upcoming, QUEUE_WINDOW) if not validate_request(r, fleet)]
+    window = [r for r in islice(upcoming, QUEUE_WINDOW) if _well_formed(r)]
     plan = plan_request(index, request, window, demand, recent_weight)
     if isinstance(plan, str):
         return Placement(request.id, False, reason=plan)
@@ -130,7 +164,7 @@ def apply(fleet: Fleet, placement: Placement) -> Fleet:
     if not placement.placed:
         return fleet
     index = fleet_index(fleet)
-    gpus = list(fleet.gpus)
+    gpus = Replaced(index.gpus)
     changed: set[int] = set()
     nodes: set[str] = set()
     shared: dict[str, str] = {}  # node -> its new share mode
@@ -186,12 +220,35 @@ def _check_change(gpu: Gpu, change: Reconfigure) -> None:
         )
 
 
-def with_gpus(fleet: Fleet, gpus: Sequence[Gpu], changed: Iterable[int], reconfiguring=()) -> Fleet:
-    """The fleet of `gpus`, which differ from `fleet`'s only at the `changed` positions, with `fleet`'s index
-    carried forward to it (a cache on the immutable fleet): how apply, release and the like make a fleet."""
-    after = Fleet(tuple(gpus))
-    object.__setattr__(after, "_index", fleet_index(fleet).updated(after.gpus, changed, reconfiguring))
+class Replaced(dict):
+    """GPUs replaced, by position; reading a position not replaced reads the fleet's GPU there."""
+
+    def __init__(self, gpus: Sequence[Gpu]) -> None:
+        super().__init__()
+        self.gpus = gpus
+
+    def __missing__(self, position: int) -> Gpu:
+        return self.gpus[position]
+
+
+def with_gpus(
+    fleet: Fleet, replaced: Mapping[int, Gpu], changed: Iterable[int], reconfiguring: Iterable[str] = ()
+) -> Fleet:
+    """The fleet with the GPUs at the positions of `replaced` replaced, the `changed` ones among them in a
+    new state (the rest only marked reconfiguring), and the nodes `reconfiguring` marked as being
+    re-partitioned: how apply, release and the like make a fleet. It shares `fleet`'s index, changed to it
+    (pools/placement/index.py), and reads its GPUs from there when they are first asked for, so that making
+    it costs what changed."""
+    index = fleet_index(fleet)
+    version = index.updated(dict(replaced), changed, reconfiguring)
+    after = Fleet.made(partial(_gpus_of, index, version))
+    _keep(after, index, version)
     return after
+
+
+def _gpus_of(index: FleetIndex, version: Version) -> tuple[Gpu, ...]:
+    index.checkout(version)
+    return tuple(index.gpus)
 
 
 def _position(index: FleetIndex, gpu_id: str) -> int:

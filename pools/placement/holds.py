@@ -34,9 +34,7 @@ def fence(fleet: Fleet, gpus: Collection[str]) -> Fleet:
     positions = {index.position[gpu] for gpu in gpus if gpu in index.position}
     if not positions:
         return fleet
-    found = list(fleet.gpus)
-    for position in positions:
-        found[position] = replace(found[position], schedulable=False)
+    found = {position: replace(index.gpus[position], schedulable=False) for position in positions}
     return with_gpus(fleet, found, positions)
 
 

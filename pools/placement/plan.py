@@ -20,17 +20,31 @@ kind (pools/kinds: `offer_of`):
 Each cluster that holds the request's models is planned; the plan that changes least wins.
 
 Plain data in and out: positions in the fleet, (profile, start) pairs. pools/placement/engine.py wraps them.
+Where a step chooses among many nodes or GPUs, it reads them through pools/placement/choices.py, which gives
+what a read of every one gave, in the same order, without reading every one of a large fleet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pools.kinds import MIG, WHOLE, kind_of, share_kind
 from pools.mig import COMPUTE_SLICES
-from pools.placement.ends import Fit, fit
+from pools.placement.choices import (
+    Choice,
+    blank_entry,
+    blank_tiers,
+    convertible,
+    full_choice,
+    full_entry,
+    node_sharing,
+    partial_order,
+    usable_tiers,
+    whole_shared,
+    whole_slot_order,
+)
 from pools.placement.index import Bucket, FleetIndex
 from pools.placement.layouts import (
     Counts,
@@ -42,10 +56,11 @@ from pools.placement.layouts import (
     plan_layouts,
     recent_demand,
 )
+from pools.placement.ranks import BLANK_TABLES
 from pools.placement.reasons import unplaced_reason
 
 if TYPE_CHECKING:
-    from pools.placement.types import Gpu, Request
+    from pools.placement.types import Request
 
 # The queue is read this far ahead: more than enough demand to fill the few GPUs one request re-partitions.
 QUEUE_WINDOW = 64
@@ -226,35 +241,23 @@ def _restore(plan: Plan, saved: Plan) -> None:
         setattr(plan, name, getattr(saved, name))
 
 
-def _by_node(buckets: list[Bucket], table: str, taken: set[int]) -> dict[str, list[int]]:
-    merged: dict[str, list[int]] = {}
-    for bucket in buckets:
-        for node, gpus in getattr(bucket, table).items():
-            free = [gpu for gpu in gpus if gpu not in taken]
-            if free:
-                merged.setdefault(node, []).extend(free)
-    return merged
-
-
-def _preferred_tiers(index: FleetIndex, plan: Plan, nodes: Iterable[str]) -> list[list[str]]:
-    """Nodes this request re-partitions already, then nodes being re-partitioned, then the rest."""
-    mine = [node for node in plan.nodes if node in nodes]
-    busy = [node for node in nodes if node in index.reconfiguring and node not in plan.nodes]
-    rest = [node for node in nodes if node not in index.reconfiguring and node not in plan.nodes]
-    return [mine, busy, rest]
-
-
-def _pick_by_nodes(count: int, by_node: dict[str, list[int]], tiers: list[list[str]]) -> list[int]:
+def _pick_by_nodes(
+    count: int, tiers: list[Choice], size: Callable[[tuple], int], gpus_of: Callable[[str], list[int]]
+) -> list[int]:
     """Up to `count` GPUs: tier by tier; in a tier the smallest node that takes the rest whole (which keeps
-    larger nodes whole for multi-GPU work), else the largest node, and again."""
+    larger nodes whole for multi-GPU work), else the largest node, and again. A node's class gives its
+    `size`, `gpus_of` its GPUs."""
     chosen: list[int] = []
     for tier in tiers:
-        left = {node: by_node[node] for node in tier}
-        while left and len(chosen) < count:
+        while len(chosen) < count:
             remaining = count - len(chosen)
-            fits = [node for node, gpus in left.items() if len(gpus) >= remaining]
-            node = min(fits, key=lambda n: len(left[n])) if fits else max(left, key=lambda n: len(left[n]))
-            chosen.extend(left.pop(node)[:remaining])
+            node = tier.best(lambda cls, remaining=remaining: size(cls) if size(cls) >= remaining else None)
+            if node is None:
+                node = tier.best(lambda cls: -size(cls))
+                if node is None:
+                    break
+            tier.remove(node)
+            chosen.extend(gpus_of(node)[:remaining])
     return chosen
 
 
@@ -262,36 +265,28 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str
     """Whole GPUs: one node if any can hold them all, else the fewest nodes; MIG-disabled GPUs before
     switching wholly free MIG GPUs off or turning a node's sharing off (with its GPUs that it frees), and
     switching on nodes being re-partitioned already. A MIG GPU switched off on a shared node would be shared,
-    so on a shared node only a node turned to whole GPUs gives any."""
-    off = _by_node(buckets, "off", plan.taken)
-    whole: dict[str, list[int]] = {}
-    for node, gpus in _by_node(buckets, "whole", plan.taken).items():
-        if not node_sharing(index, node, plan):
-            whole[node] = gpus
-    for table in ("shared", "whole"):
-        for node in _by_node(buckets, table, plan.taken):
-            if node not in whole and (usable := convertible(index, plan, node, "", model)):
-                whole[node] = usable
-    nodes = list(dict.fromkeys([*off, *whole]))
-    size = {node: len(off.get(node, ())) + len(whole.get(node, ())) for node in nodes}
-    if sum(size.values()) < count:
+    so on a shared node only a node turned to whole GPUs gives any. A node's class is what
+    pools/placement/choices.py's `full_entry` reads: (MIG-disabled GPUs, GPUs a switch gives, quiet)."""
+    choice = full_choice(index, plan, buckets, model)
+    if choice.weight(lambda cls: cls[0] + cls[1]) < count:
         return False
     chosen: list[int] = []
-    quiet = set(index.reconfiguring) | set(plan.nodes)
 
-    def rank(node: str, need: int) -> tuple[int, int, int]:
-        switches = max(0, need - len(off.get(node, ())))
-        return (switches, int(switches > 0 and node not in quiet), size[node])
+    def rank(cls: tuple[int, int, bool], need: int) -> tuple[int, int, int] | None:
+        off, switched, quiet = cls
+        if off + switched < need:
+            return None
+        switches = max(0, need - off)
+        return (switches, int(switches > 0 and not quiet), off + switched)
 
     while len(chosen) < count:
         need = count - len(chosen)
-        fits = [node for node in nodes if size[node] >= need]
-        if fits:
-            node = min(fits, key=lambda n: rank(n, need))
-        else:
-            node = max(nodes, key=lambda n: (size[n], len(off.get(n, ()))))
-        nodes.remove(node)
-        chosen.extend((off.get(node, []) + whole.get(node, []))[:need])
+        node = choice.best(lambda cls, need=need: rank(cls, need))
+        if node is None:
+            node = choice.best(lambda cls: (-cls[0] - cls[1], -cls[0]))
+        choice.remove(node)
+        _cls, _order, off, whole = full_entry(index, buckets, node, plan, model)
+        chosen.extend((off + whole)[:need])
     for gpu in chosen:
         node = index.gpus[gpu].node
         if node_sharing(index, node, plan):
@@ -301,24 +296,6 @@ def _place_full(index: FleetIndex, plan: Plan, buckets: list[Bucket], model: str
         plan.taken.add(gpu)
         plan.assignments.append((gpu, WHOLE.profile, None))
     return True
-
-
-def node_sharing(index: FleetIndex, node: str, plan: Plan) -> str:
-    """The node's share mode: the one this plan puts it in, else the fleet's."""
-    return plan.sharing[node] if node in plan.sharing else index.sharing(node)
-
-
-def convertible(index: FleetIndex, plan: Plan, node: str, sharing: str, model: str) -> list[int]:
-    """The GPUs of `model` that putting a node in share mode `sharing` ("" for none) would give now: its
-    schedulable MIG-off GPUs, then its wholly free MIG GPUs (to be switched off). Empty where the node is in
-    that mode already, or may not change now (pools/placement/index.py: `free_mig_off`; or this plan changes
-    or takes its MIG-off GPUs)."""
-    if node in plan.nodes or node_sharing(index, node, plan) == sharing:
-        return []
-    mig_off = index.free_mig_off(node, model)
-    if mig_off is None or any(gpu in plan.taken for gpu in index.nodes[node] if not index.gpus[gpu].mig):
-        return []
-    return mig_off + [gpu for gpu in index.wholly_free_mig(node, model) if gpu not in plan.taken]
 
 
 def _share_node(index: FleetIndex, plan: Plan, node: str, sharing: str) -> None:
@@ -363,27 +340,31 @@ def _place_shares(
         plan.assignments.extend((gpu, profile, start) for start in range(taken))
         left -= taken
 
-    for bucket in buckets:
-        for gpu in bucket.whole_slots.get(profile, ()):
-            if left and gpu not in plan.taken:
-                plan.taken.add(gpu)
-                left -= _take_slots(index, plan, model, gpu, profile, left)
-    for bucket in buckets:
-        for node, gpus in bucket.whole.items():
-            if node_sharing(index, node, plan) == profile:
-                for gpu in gpus:
-                    if left and gpu not in plan.taken:
-                        _switch_off(index, plan, gpu, profile)
-                        take(gpu)
-    usable: dict[str, list[int]] = {}
-    tiers: list[list[str]] = [[], []]  # nodes shared another way, then nodes of whole GPUs
-    for bucket in buckets:
-        for table in (bucket.shared, bucket.off, bucket.whole):
-            for node in table:
-                if node not in usable and (gpus := convertible(index, plan, node, profile, model)):
-                    usable[node] = gpus
-                    tiers[0 if node_sharing(index, node, plan) else 1].append(node)
-    for gpu in _pick_by_nodes(-(-left // replicas), usable, tiers):
+    for gpu in whole_slot_order(index, buckets, profile):
+        if not left:
+            break
+        if gpu not in plan.taken:
+            plan.taken.add(gpu)
+            left -= _take_slots(index, plan, model, gpu, profile, left)
+    if left:
+        for bucket, node in whole_shared(index, plan, buckets, profile):
+            for gpu in bucket.whole.ordered(node):
+                if left and gpu not in plan.taken:
+                    _switch_off(index, plan, gpu, profile)
+                    take(gpu)
+            if not left:
+                break
+    if not left:
+        return True
+    # Nodes shared another way first, then nodes of whole GPUs; a node's class is (share mode, GPUs).
+    tiers = usable_tiers(index, plan, buckets, model, profile)
+    chosen = _pick_by_nodes(
+        -(-left // replicas),
+        tiers,
+        lambda cls: cls[1],
+        lambda node: convertible(index, plan, node, profile, model),
+    )
+    for gpu in chosen:
         node = index.gpus[gpu].node
         if node_sharing(index, node, plan) != profile:
             _share_node(index, plan, node, profile)
@@ -419,29 +400,11 @@ def _use_partial(
     index = context.index
     apart = not context.reclaimable
     for profile in list(need):
-        gpus = [gpu for bucket in buckets for gpu in bucket.partial.get(profile, ())]
-        gpus.sort(key=lambda gpu: _partial_rank(index.gpus[gpu], apart, context.ends))
-        for gpu in gpus:
+        for gpu in partial_order(index, buckets, profile, apart, context.ends):
             need[profile] -= _take_slots(index, plan, model, gpu, profile, need[profile])
             if not need[profile]:
                 del need[profile]
                 break
-
-
-def _partial_rank(gpu: Gpu, apart: bool, ends: int | None) -> tuple[bool, Fit, int]:
-    """The order of a GPU that holds work for `_use_partial`, lowest first: (with `apart`) whether all its
-    work may be reclaimed, how a pool ending at `ends` fits beside its work, fewer tenants. One pass over
-    its slots."""
-    tenants, reclaimable_only, far, latest = 0, True, False, None
-    for slot in gpu.instances:
-        if slot.allocated:
-            tenants += 1
-            reclaimable_only = reclaimable_only and slot.reclaimable
-            if slot.ends is None:
-                far = True
-            elif latest is None or slot.ends > latest:
-                latest = slot.ends
-    return (apart and reclaimable_only, fit(ends, None if far else latest), -tenants)
 
 
 def _use_whole_layouts(
@@ -451,12 +414,11 @@ def _use_whole_layouts(
     index, cat = context.index, catalogue(model)
     candidates: dict[int, None] = {}
     for profile in need:
-        for bucket in buckets:
-            for gpu in bucket.whole_slots.get(profile, ()):
-                if len(candidates) >= LAYOUT_CANDIDATES * len(need):
-                    break
-                if gpu not in plan.taken:
-                    candidates[gpu] = None
+        for gpu in whole_slot_order(index, buckets, profile):
+            if len(candidates) >= LAYOUT_CANDIDATES * len(need):
+                break
+            if gpu not in plan.taken:
+                candidates[gpu] = None
     if not candidates:
         return
     queue, recent = (
@@ -499,8 +461,9 @@ def _repartition(
     context: _Context, plan: Plan, buckets: list[Bucket], model: str, need: dict[str, int]
 ) -> bool:
     index, cat = context.index, catalogue(model)
-    blank = {table: _by_node(buckets, table, plan.taken) for table in ("whole", "off", "shared")}
-    available = sum(len(gpus) for by_node in blank.values() for gpus in by_node.values())
+    # Per table, nodes in tiers, classed by (wholly free GPUs there, being re-partitioned).
+    tiers = {table: blank_tiers(index, plan, buckets, table) for table in BLANK_TABLES}
+    available = sum(tier.weight(lambda cls: cls[0]) for found in tiers.values() for tier in found)
     wanted = cat.counts(need)
     # Bounds first, so that an absurd count fails fast instead of planning thousands of layouts.
     fewest = max(
@@ -516,9 +479,12 @@ def _repartition(
     layouts = plan_layouts(model, wanted, queue, recent)
     chosen: list[int] = []
     # MIG-disabled GPUs are what `full` work and shares want: switched on only when no MIG GPU is left.
-    for table in ("whole", "off", "shared"):
-        tiers = _preferred_tiers(index, plan, blank[table])
-        chosen += _pick_by_nodes(len(layouts) - len(chosen), blank[table], tiers)
+    for table in BLANK_TABLES:
+
+        def gpus_of(node: str, table: str = table) -> list[int]:
+            return blank_entry(index, buckets, table, node, plan)[2]
+
+        chosen += _pick_by_nodes(len(layouts) - len(chosen), tiers[table], lambda cls: cls[0], gpus_of)
         if len(chosen) == len(layouts):
             break
     else:

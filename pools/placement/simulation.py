@@ -58,7 +58,7 @@ from pools.placement.admission import (
 )
 from pools.placement.backfill import out_of_the_way, room_out_of_the_way
 from pools.placement.demand import DEMAND_WINDOW_SECONDS, recent_demand
-from pools.placement.engine import apply, fleet_index, place, with_gpus
+from pools.placement.engine import Replaced, apply, fleet_index, place, with_gpus
 from pools.placement.holds import Holds
 from pools.placement.plan import QUEUE_WINDOW
 from pools.placement.types import Assignment, Fleet, Gpu, Item, Placement, Request
@@ -222,7 +222,7 @@ def release(fleet: Fleet, placement: Placement) -> Fleet:
     if not placement.placed:
         return fleet
     index = fleet_index(fleet)
-    gpus = list(fleet.gpus)
+    gpus = Replaced(index.gpus)
     changed: set[int] = set()
     for assignment in placement.assignments:
         position = index.position.get(assignment.gpu)
@@ -236,7 +236,7 @@ def release(fleet: Fleet, placement: Placement) -> Fleet:
 def mark(fleet: Fleet, placement: Placement, *, reclaimable: bool) -> Fleet:
     """The fleet with the instances a placement holds marked reclaimable or not."""
     index = fleet_index(fleet)
-    gpus = list(fleet.gpus)
+    gpus = Replaced(index.gpus)
     changed: set[int] = set()
     for assignment in placement.assignments:
         if kind_of(assignment.profile).takes_whole_gpu:

@@ -1,12 +1,14 @@
 """The placement engine's plain data: GPUs and their slots, the fleet, requests and their items, and the
 answer for a request (its reconfigures and assignments). Words as in pools/placement/engine.py; no behaviour
-here, so every module of the engine can use these without importing the engine.
+here, so every module of the engine can use these without importing the engine. (A fleet the engine makes
+from another only reads its GPUs when they are first asked for: `Fleet.made`.)
 
 Ends (`ends`) are plain whole numbers in one clock that the caller chooses (the queue epoch seconds, the
 simulator its trace's seconds); None is no end known, which placement counts as far away."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pools.kinds import DEFAULT_OFFERS
@@ -42,6 +44,26 @@ class Gpu:
 @dataclass(frozen=True)
 class Fleet:
     gpus: tuple[Gpu, ...]
+
+    @classmethod
+    def made(cls, read: Callable[[], tuple[Gpu, ...]]) -> Fleet:
+        """A fleet whose GPUs `read` gives when they are first asked for: pools/placement/engine.py makes
+        the fleet after a change so, from the index it shares with the fleet before, copying nothing."""
+        fleet = cls.__new__(cls)
+        object.__setattr__(fleet, "_read_gpus", read)
+        return fleet
+
+    def __getattr__(self, name: str) -> tuple[Gpu, ...]:
+        read = self.__dict__.get("_read_gpus")
+        if name != "gpus" or read is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        gpus = read()
+        object.__setattr__(self, "gpus", gpus)
+        del self.__dict__["_read_gpus"]
+        return gpus
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.gpus,))  # its GPUs, not the index it may share
 
 
 @dataclass(frozen=True)

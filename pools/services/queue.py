@@ -16,7 +16,7 @@ request, without doing it, is its verdict (pools/services/verdicts.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -96,6 +96,15 @@ class _Clusters:
         self.where: dict[int, Cluster] = {}
         self.held: dict[int, tuple[int, tuple]] = {}  # pool -> (cluster, assignments): victims looked at
         self.holds = Holds()
+        self._behind: dict[tuple[int, bool], placement.Request] = {}
+
+    def _as_upcoming(self, request: PoolRequest, grouped: bool) -> placement.Request:
+        """A waiting request as the engine reads it behind the one it places, made once a run: there only
+        its items and group count, so it serves every request it waits behind."""
+        key = (request.pk, grouped)
+        if key not in self._behind:
+            self._behind[key] = engine_request(request, grouped)
+        return self._behind[key]
 
     def _views(self, request_id: int) -> dict[str, placement.Fleet]:
         return {name: self.holds.view(fleet, request_id) for name, fleet in self.fleets.items()}
@@ -112,6 +121,7 @@ class _Clusters:
             self._views(request.id),
             self.demand,
             reclaimable=reclaimable,
+            upcoming_as=self._as_upcoming,
         )
         if plan is None:
             return placement.Placement(str(request.id), False, reason=Reason(NO_CLUSTER))
@@ -300,11 +310,13 @@ def place_request(
     demand: dict[tuple[str, str], float],
     *,
     reclaimable: bool = False,
+    upcoming_as: Callable[[PoolRequest, bool], placement.Request] = engine_request,
 ) -> tuple[placement.Placement | None, Cluster | None]:
     """The first candidate cluster's plan that places the request; else the failed plan of the cluster
     that comes closest (fewest compute slices missing), its reason naming that cluster when there
     were several. `demand` (selectors.demand.queue_demand) guides the layouts of re-partitioned GPUs;
-    `reclaimable`: the pool would be borrowed."""
+    `reclaimable`: the pool would be borrowed; `upcoming_as` makes the requests behind it what the engine
+    reads (`engine_request`, or the same kept for a run)."""
     candidates = [c for c in clusters if request.cluster_id in (None, c.pk)]
     failures = []
     for cluster in candidates:
@@ -312,7 +324,7 @@ def place_request(
         if fleet is None:
             continue
         wanted = engine_request(request, grouped[cluster.pk], reclaimable)
-        later = [engine_request(r, grouped[cluster.pk]) for r in upcoming[:QUEUE_WINDOW]]
+        later = [upcoming_as(r, grouped[cluster.pk]) for r in upcoming[:QUEUE_WINDOW]]
         plan = placement.place(fleet, wanted, upcoming=later, demand=demand or None)
         if plan.placed:
             return plan, cluster

@@ -124,17 +124,25 @@ def placed(before: Fleet, request: Request, **options) -> Placement:
 
 
 def index_summary(index: FleetIndex) -> dict:
-    """An index's buckets as plain data, to compare two indexes."""
-    tables = ("partial", "whole_slots", "whole", "off")
+    """An index's buckets as plain data, to compare two indexes (the order they keep left aside)."""
+
+    def slots(table) -> dict:
+        return {p: {g: n for g, (n, _seq) in gpus.items()} for p, gpus in table.gpus.items() if gpus}
+
+    def nodes(table) -> dict:
+        return {node: set(table.gpus[node]) for node in table.nodes()}
+
     return {
         key: (
-            {t: {k: dict(v) for k, v in getattr(b, t).items()} for t in tables},
+            {t: slots(getattr(b, t)) for t in ("partial", "whole_slots")},
+            {t: nodes(getattr(b, t)) for t in ("whole", "off", "shared")},
             {p: n for p, n in b.free.items() if n},
+            {t: {p: n for p, n in getattr(b, t).totals.items() if n} for t in ("partial", "whole_slots")},
             b.total,
             b.drained,
         )
         for key, b in index.buckets.items()
-    } | {"reconfiguring": index.reconfiguring}
+    } | {"reconfiguring": set(index.reconfiguring), "gpus": list(index.gpus)}
 
 
 # --- rules and preferences, by example -----------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_place_all_assigns_no_instance_or_gpu_twice(f, requests):
     assert final == current
     assert index_summary(fleet_index(final)) == index_summary(
         FleetIndex.build(final.gpus)
-    )  # copy-on-write kept it right
+    )  # the changes made in place kept it right
 
 
 @PROPERTY
