@@ -24,6 +24,10 @@ settings = AppSettings(
     # consume it, the others not.
     MONITORING_QUEUE=Setting.str("monitoring"),
     MONITORING_PROMETHEUS_TIMEOUT_SECONDS=Setting.float(5.0, minimum=0.1),
+    # How long the figures of the whole fleet (or of a cluster, GPU group or node) that the fleet page and the
+    # capacity pages show are kept once worked out, for every process (monitoring/selectors/kept.py); 0 works
+    # them out on every view.
+    MONITORING_FIGURES_SECONDS=Setting.int(15, minimum=0),
     # The simulated fleet has an uncorrected ECC error on a GPU with a chance of one in this many per
     # minute (about one a day on the demo's fleet), which drains that GPU as a real one would be.
     MONITORING_SIMULATED_ECC_ONE_IN=Setting.int(150000, minimum=1),

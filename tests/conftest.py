@@ -145,6 +145,7 @@ def _test_settings(tmp_path_factory, django_test_environment):
     # Tests change capacity behind the services' backs; each read sees the database as it is
     # (tests/pools/test_capacity_picture.py turns the reuse on and checks what bumps it).
     settings.CAPACITY_PICTURE_SECONDS = 0
+    settings.MONITORING_FIGURES_SECONDS = 0  # the fleet figures too (tests/monitoring/test_kept_figures.py)
     # A folder of the session's, which the first process to get here fills, never the repository's
     # staticfiles/: the static files storage, set up already if collecting the tests touched it, is set up
     # again on it (as override_settings would).

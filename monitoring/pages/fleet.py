@@ -15,7 +15,9 @@ from django.views.decorators.http import require_GET
 
 from monitoring import selectors
 from monitoring.pages import charts
-from pools.models import Cluster, GpuCapacity
+from monitoring.selectors import kept
+from pools.models import Cluster
+from pools.selectors import fleet_figures
 from portal.charts import CHART_POLICY
 from portal.errors import InvalidInput, bad_input
 from portal.pagination import paged
@@ -57,10 +59,11 @@ class FleetForm(forms.Form):
     def __init__(self, data, **kwargs):
         super().__init__(data, **kwargs)
         clusters = Cluster.objects.order_by("name").values_list("name", flat=True)
-        models = GpuCapacity.objects.filter(present=True).order_by("model").values_list("model", flat=True)
+        # The models of the GPUs the table lists (present, on present nodes): the fleet's figures have them.
+        models = sorted(fleet_figures(by=lambda where: where.model))
         everything = ("", _("all"))
         self.fields["cluster"].choices = [everything, *((name, name) for name in clusters)]
-        self.fields["model"].choices = [everything, *((name, name) for name in models.distinct())]
+        self.fields["model"].choices = [everything, *((name, name) for name in models)]
         states = {
             "allocated": _("allocated"),
             "free": _("free"),
@@ -85,29 +88,28 @@ class FleetForm(forms.Form):
 @require_GET
 def fleet(request: HttpRequest) -> HttpResponse:
     """Allocated against used per cluster, the hottest and idlest, recent errors, each tenant's
-    efficiency, and every GPU (filtered, sorted, paged). Filters that do not hold answer 400 with the
-    form saying why, and no GPU table."""
+    efficiency (the fleet's figures, kept a few seconds: monitoring/selectors/kept.py), and every GPU
+    (filtered, sorted, paged). Filters that do not hold answer 400 with the form saying why, and no GPU
+    table."""
     require_staff(user=request.user, permission=PERMISSION)
     now = timezone.now()
     form = FleetForm(request.GET)
     valid = form.is_valid()
     chosen = form.cleaned_data if valid else {"range": charts.DEFAULT_RANGE}
-    clusters = selectors.cluster_usage(now=now)
-    start, end = charts.span(chosen["range"], now=now)
+    usage = kept.kept_cluster_usage()
+    tenants = kept.kept_tenant_efficiency(
+        range_name=chosen["range"], span=lambda at: charts.span(chosen["range"], now=at)
+    )
     context = {
         "form": form,
-        "clusters": clusters,
+        "clusters": usage.value,
+        "figures_at": usage.at,
         "collection": selectors.collection_status(),
-        "totals": selectors.fleet_totals(clusters),
-        "hottest": selectors.hottest(now=now),
-        "idlest": selectors.idlest(now=now),
+        "totals": selectors.fleet_totals(usage.value),
+        "hottest": kept.kept_hottest().value,
+        "idlest": kept.kept_idlest().value,
         "events": paged(request, selectors.recent_events(), EVENTS_PER_PAGE, EVENTS_PAGE),
-        "tenants": paged(
-            request,
-            selectors.tenant_efficiency(start=start, end=end, now=now),
-            TENANTS_PER_PAGE,
-            TENANTS_PAGE,
-        ),
+        "tenants": paged(request, tenants.value, TENANTS_PER_PAGE, TENANTS_PAGE),
         "range": chosen["range"],
         "fresh_minutes": int(selectors.FRESH.total_seconds() // 60),
         "gpus": None,

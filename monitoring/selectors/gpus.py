@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -9,11 +10,14 @@ from django.db.models import Avg, Exists, F, FilteredRelation, OuterRef, Q, Quer
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
+from monitoring.conf import settings
 from monitoring.models import Latest
 from monitoring.models.samples import WHOLE_GPU, figures_slot
 from monitoring.selectors.fleet import fresh_since
+from monitoring.selectors.kept import kept
 from pools.kinds import WHOLE, kind_of
 from pools.models import Allocation, GpuCapacity, Health
+from pools.selectors import fleet_figures
 
 # --- the GPU table ---------------------------------------------------------------------------------
 
@@ -28,6 +32,81 @@ GPU_SORTS = {
 }
 
 
+def _with_figures(rows: QuerySet[GpuCapacity], fresh: datetime) -> QuerySet[GpuCapacity]:
+    """GPUs with their newest whole-GPU figures (SM activity: the instances' fresh average where the GPU gives
+    none). The instances' average is read through the (GPU, slot) key, each GPU's own rows only, whatever
+    the planner believes of how many figures are fresh."""
+    instances_sm = (
+        Latest.objects.filter(gpu=OuterRef("pk"), slot__gte=0)
+        .values("gpu")
+        .annotate(sm=Avg("sm_active_pct", filter=Q(at__gte=fresh)))
+        .values("sm")
+    )
+    return rows.annotate(
+        whole=FilteredRelation("latest_figures", condition=Q(latest_figures__slot=WHOLE_GPU))
+    ).annotate(
+        seen_at=F("whole__at"),
+        temperature=F("whole__temperature_c"),
+        power=F("whole__power_w"),
+        utilisation=F("whole__utilisation_pct"),
+        sm=Coalesce(F("whole__sm_active_pct"), Subquery(instances_sm)),
+        memory_used=F("whole__memory_used_bytes"),
+        memory_total=F("whole__memory_total_bytes"),
+    )
+
+
+def _held() -> Exists:
+    return Exists(Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True))
+
+
+class GpuTable:
+    """The GPU table's rows, read a page (a slice) at a time: a narrow query picks the GPUs in order, reading
+    figures only where a filter or the order needs them; then only the page's GPUs are read with their node,
+    figures and whether a pool holds them. Where the fleet's figures are kept (MONITORING_FIGURES_SECONDS),
+    the order of the GPUs picked is kept with them (monitoring/selectors/kept.py), so that paging through
+    the table, or opening it again, reads only the page's GPUs."""
+
+    ordered = True  # for the paginator: in a stable order
+
+    def __init__(
+        self,
+        picked: QuerySet[GpuCapacity],
+        fresh: datetime,
+        key: tuple[str, ...],
+        counted: Callable[[], int] | None = None,
+    ) -> None:
+        self.picked, self.fresh, self.key, self.counted = picked, fresh, key, counted
+        self._order: list[int] | None = None
+
+    def _kept_order(self) -> list[int] | None:
+        """The ids of the GPUs picked, in order, as kept for a while; None where nothing is kept."""
+        if settings.MONITORING_FIGURES_SECONDS <= 0:
+            return None
+        if self._order is None:
+            found = kept("gpu-table", self.key, lambda now: list(self.picked.values_list("pk", flat=True)))
+            self._order = found.value
+        return self._order
+
+    def count(self) -> int:
+        order = self._kept_order()
+        if order is not None:
+            return len(order)
+        return self.counted() if self.counted is not None else self.picked.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, index: slice) -> list[GpuCapacity]:
+        order = self._kept_order()
+        ids = order[index] if order is not None else list(self.picked.values_list("pk", flat=True)[index])
+        rows = _with_figures(GpuCapacity.objects.select_related("node__cluster"), self.fresh)
+        found = {gpu.pk: gpu for gpu in rows.annotate(held=_held()).filter(pk__in=ids)}
+        return [found[pk] for pk in ids if pk in found]
+
+    def __iter__(self):
+        return iter(self[:])
+
+
 def gpu_table(
     *,
     cluster: str = "",
@@ -35,52 +114,62 @@ def gpu_table(
     state: str = "",
     sort: str = "gpu",
     now: datetime | None = None,
-) -> QuerySet[GpuCapacity]:
+) -> GpuTable:
     """Present GPUs with their newest whole-GPU figures (SM activity: the instances' average where the GPU
-    gives none), filtered by cluster name, model and state (GPU_STATES), sorted by a GPU_SORTS key, "-"
-    first for the highest first; figures that are missing sort last."""
+    gives none) and whether a pool holds them (`held`), filtered by cluster name, model and state
+    (GPU_STATES), sorted by a GPU_SORTS key, "-" first for the highest first; figures that are missing sort
+    last."""
     fresh = fresh_since(now)
-    instances_sm = (
-        Latest.objects.filter(gpu=OuterRef("pk"), slot__gte=0, at__gte=fresh)
-        .values("gpu")
-        .annotate(sm=Avg("sm_active_pct"))
-        .values("sm")
-    )
-    rows = (
-        GpuCapacity.objects.filter(present=True, node__present=True)
-        .select_related("node__cluster")
-        .annotate(whole=FilteredRelation("latest_figures", condition=Q(latest_figures__slot=WHOLE_GPU)))
-        .annotate(
-            seen_at=F("whole__at"),
-            temperature=F("whole__temperature_c"),
-            power=F("whole__power_w"),
-            utilisation=F("whole__utilisation_pct"),
-            sm=Coalesce(F("whole__sm_active_pct"), Subquery(instances_sm)),
-            memory_used=F("whole__memory_used_bytes"),
-            memory_total=F("whole__memory_total_bytes"),
-            held=Exists(Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True)),
-        )
-    )
+    descending = sort.startswith("-")
+    fields = GPU_SORTS.get(sort.lstrip("-"), GPU_SORTS["gpu"])
+    picked = GpuCapacity.objects.filter(present=True, node__present=True)
+    if state == "silent" or fields != GPU_SORTS["gpu"]:
+        picked = _with_figures(picked, fresh)
     if cluster:
-        rows = rows.filter(node__cluster__name=cluster)
+        picked = picked.filter(node__cluster__name=cluster)
     if model:
-        rows = rows.filter(model=model)
+        picked = picked.filter(model=model)
     drained = Q(drained=True) | Q(node__drained=True)
     unhealthy = Q(health__in=[Health.DEGRADED, Health.FAILED])
     if state == "allocated":
-        rows = rows.filter(held=True)
+        picked = picked.filter(_held())
     elif state == "free":
-        rows = rows.filter(held=False, health=Health.OK).exclude(drained)
+        picked = picked.filter(~_held(), health=Health.OK).exclude(drained)
     elif state == "drained":
-        rows = rows.filter(drained)
+        picked = picked.filter(drained)
     elif state == "unhealthy":
-        rows = rows.filter(unhealthy)
+        picked = picked.filter(unhealthy)
     elif state == "silent":
-        rows = rows.filter(Q(seen_at__isnull=True) | Q(seen_at__lt=fresh))
-    descending = sort.startswith("-")
-    fields = GPU_SORTS.get(sort.lstrip("-"), GPU_SORTS["gpu"])
+        picked = picked.filter(Q(seen_at__isnull=True) | Q(seen_at__lt=fresh))
     order = [F(f).desc(nulls_last=True) if descending else F(f).asc(nulls_last=True) for f in fields]
-    return rows.order_by(*order, "pk")
+    counted = _COUNTED.get(state)
+    return GpuTable(
+        picked.order_by(*order, "pk"),
+        fresh,
+        (cluster, model, state, sort),
+        counted and (lambda: _count(counted, cluster, model)),
+    )
+
+
+# The states whose GPUs the fleet's figures count (pools' ComputeFigures, present GPUs of present nodes), by
+# the same conditions as the filters above: those need no count of their own.
+_COUNTED = {
+    "": lambda found: found.gpus,
+    "allocated": lambda found: found.in_use_gpus,
+    "free": lambda found: found.free_gpus,
+    "drained": lambda found: found.drained_gpus,
+}
+
+
+def _count(counted: Callable, cluster: str, model: str) -> int:
+    """How many GPUs of a state there are (of the cluster and model when given), from the fleet's figures
+    (kept per capacity version), without counting the GPUs again."""
+    figures = fleet_figures(by=lambda where: (where.cluster, where.model))
+    return sum(
+        counted(found)
+        for (its_cluster, its_model), found in figures.items()
+        if cluster in ("", its_cluster) and model in ("", its_model)
+    )
 
 
 @dataclass(frozen=True)

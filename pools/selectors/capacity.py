@@ -1,6 +1,6 @@
-"""Reads of capacity: clusters, nodes and GPUs for the API, per-model totals, and what can be
-requested (availability per cluster, group and spec, from a picture of the fleet kept by the
-capacity version).
+"""Reads of capacity: clusters, nodes and GPUs for the API, the fleet's figures (per cluster, group and
+model), and what can be requested (availability per cluster, group and spec, from a picture of the fleet);
+the fleet's figures and its picture are kept while the capacity version holds (pools/selectors/kept.py).
 
 Compute-slice arithmetic (allocated, free, stranded) comes from the MIG catalogue; a full GPU
 counts as all seven compute slices.
@@ -8,19 +8,16 @@ counts as all seven compute slices.
 
 from __future__ import annotations
 
-import pickle
-import time
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, fields
+from fractions import Fraction
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
 
-from django.core.cache import cache
-from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, Exists, JSONField, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
-from pools import capacity_version, kinds, mig, placement
-from pools.conf import settings
+from pools import kinds, mig, placement
 from pools.models import (
     Allocation,
     Cluster,
@@ -31,11 +28,9 @@ from pools.models import (
     SpecAndCount,
 )
 from pools.placement import availability
-from pools.specs import Spec, specs_of
-
-if TYPE_CHECKING:
-    pass
 from pools.selectors.fleet import fleet_snapshot
+from pools.selectors.kept import Kept
+from pools.specs import Spec, specs_of
 
 
 def clusters() -> QuerySet[Cluster]:
@@ -85,6 +80,8 @@ class ComputeFigures:
     drained_gpus: int = 0  # drained itself or on a drained node
     unhealthy_gpus: int = 0
     drained_in_use_gpus: int = 0  # drained while a pool still holds part of it
+    in_use_gpus: int = 0  # a pool holds part of it (drained, unhealthy or not)
+    free_gpus: int = 0  # healthy, not drained and nobody holds any of it
     compute_total: int = 0
     compute_allocated: int = 0
     compute_stranded: int = 0
@@ -107,6 +104,14 @@ class ComputeFigures:
     def _steps(self, part: int) -> int:
         return round(self.BAR_STEPS * part / self.compute_total) if self.compute_total else 0
 
+    def add(self, other: ComputeFigures) -> None:
+        """Count `other`'s GPUs and slices in too."""
+        for name in _FIGURES:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_FIGURES = tuple(f.name for f in fields(ComputeFigures))
+
 
 @dataclass
 class ModelSummary(ComputeFigures):
@@ -114,27 +119,30 @@ class ModelSummary(ComputeFigures):
     model: str = ""
 
 
-# A GPU's MIG layout as "profile@start,…" in start order, without the instances' UUIDs: GPUs cut alike
-# share it, so stranded slices are worked out once per distinct layout rather than once per GPU.
-_LAYOUT_SHAPE = RawSQL(
-    "(SELECT string_agg((e->>'profile') || '@' || (e->>'start'), ',' ORDER BY (e->>'start')::int) "
-    "FROM jsonb_array_elements(pools_gpucapacity.layout) e)",
-    [],
+# A MIG GPU's layout as its instances' profiles and starts, without their UUIDs: GPUs cut alike share it, so
+# stranded slices are worked out once per distinct layout rather than once per GPU. Two plain functions of
+# the row (no subquery per GPU), so that the figures of the whole fleet are one pass over its GPUs.
+_LAYOUT_PART = (
+    "CASE WHEN pools_gpucapacity.mig_enabled "
+    "THEN jsonb_path_query_array(pools_gpucapacity.layout, '$[*].{part}') END"
 )
+_LAYOUT_PROFILES = RawSQL(_LAYOUT_PART.format(part="profile"), [], output_field=JSONField())
+_LAYOUT_STARTS = RawSQL(_LAYOUT_PART.format(part="start"), [], output_field=JSONField())
 
 
 @lru_cache(maxsize=4096)
-def _layout_compute(model: str, shape: str) -> tuple[int, int]:
+def _layout_compute(model: str, shape: tuple[tuple[str, int], ...]) -> tuple[int, int]:
     """(compute slices provisioned, compute slices stranded) of a MIG layout, as GpuCapacity.compute says."""
-    gpu = GpuCapacity(model=model, mig_enabled=True, layout=_layout_of(shape))
+    gpu = GpuCapacity(
+        model=model,
+        mig_enabled=True,
+        layout=[{"profile": profile, "start": start} for profile, start in shape],
+    )
     return gpu.compute
 
 
-def _layout_of(shape: str) -> list[dict]:
-    return [
-        {"profile": profile, "start": int(start)}
-        for profile, start in (entry.rsplit("@", 1) for entry in shape.split(",") if entry)
-    ]
+def _shape(profiles: list | None, starts: list | None) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(zip(profiles or (), starts or (), strict=True), key=lambda entry: entry[1]))
 
 
 def _spec_path(gpu_path: str) -> str:
@@ -143,30 +151,23 @@ def _spec_path(gpu_path: str) -> str:
     return "node__gpu_model" if gpu_path == "model" else gpu_path
 
 
-def compute_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tuple, ComputeFigures]:
-    """The present GPUs of present nodes (those `where` picks: a condition on their node, in `node__`
-    paths, that the nodes' SpecAndCount rows answer alike), grouped by the GPU paths `by` (such as
-    "node__cluster__name", "model", "node__group_id", "node_id"; none: all of them as one): the figures
-    of each group, keyed by its values of `by`, in two queries whatever the number of GPUs.
-
-    GPUs are counted in SQL, grouped also by MIG mode and layout; the stranded slices of each distinct
-    layout come from the MIG catalogue once (a fleet has few distinct layouts, however many GPUs), the
-    same figure as `GpuCapacity.compute` of each GPU. Allocated slices are the nodes' allocated resources
-    (SpecAndCount) summed per profile, each at its profile's compute slices."""
-    node_filter = Q(node__present=True) & (where or Q())
+def _gpu_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tuple, ComputeFigures]:
+    """`compute_figures` but for allocated slices: the GPUs of each group, counted in SQL."""
     drained = Q(drained=True) | Q(node__drained=True)
     takes_work = Q(health=Health.OK) & ~drained
     live = Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True)
     rows = (
-        GpuCapacity.objects.filter(node_filter, present=True)
-        .annotate(shape=_LAYOUT_SHAPE, in_use=Exists(live))
-        .values(*by, "model", "mig_enabled", "shape")
+        GpuCapacity.objects.filter(Q(node__present=True) & (where or Q()), present=True)
+        .annotate(profiles=_LAYOUT_PROFILES, starts=_LAYOUT_STARTS, in_use=Exists(live))
+        .values(*by, "model", "mig_enabled", "profiles", "starts")
         .annotate(
             gpus=Count("id"),
             n_unschedulable=Count("id", filter=~takes_work),
             n_drained=Count("id", filter=drained),
             n_unhealthy=Count("id", filter=~Q(health=Health.OK)),
             n_drained_in_use=Count("id", filter=drained & Q(in_use=True)),
+            n_in_use=Count("id", filter=Q(in_use=True)),
+            n_free=Count("id", filter=takes_work & Q(in_use=False)),
         )
         .order_by()
     )
@@ -181,29 +182,90 @@ def compute_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tupl
         found.drained_gpus += row["n_drained"]
         found.unhealthy_gpus += row["n_unhealthy"]
         found.drained_in_use_gpus += row["n_drained_in_use"]
+        found.in_use_gpus += row["n_in_use"]
+        found.free_gpus += row["n_free"]
         found.compute_total += mig.COMPUTE_SLICES * count
         if row["mig_enabled"]:
-            found.compute_stranded += _layout_compute(row["model"], row["shape"] or "")[1] * count
+            shape = _shape(row["profiles"], row["starts"])
+            found.compute_stranded += _layout_compute(row["model"], shape)[1] * count
+    return figures
+
+
+def _allocated_slices(*, by: tuple[str, ...], where: Q | None = None) -> dict[tuple, Fraction]:
+    """The compute slices allocated on the present nodes of each group: their allocated resources
+    (SpecAndCount) summed per profile, each at its profile's compute slices (a share counts a fraction)."""
     spec_by = [_spec_path(key) for key in by]
-    allocated = (
-        SpecAndCount.objects.filter(node_filter, allocated__gt=0)
+    rows = (
+        SpecAndCount.objects.filter(Q(node__present=True) & (where or Q()), allocated__gt=0)
         .values(*spec_by, "node__gpu_model", "profile")
         .annotate(held=Sum("allocated"))
         .order_by()
     )
-    for row in allocated:
-        key = tuple(row[path] for path in spec_by)
+    found: dict[tuple, Fraction] = defaultdict(Fraction)
+    for row in rows:
+        found[tuple(row[path] for path in spec_by)] += row["held"] * kinds.counted_slices(
+            row["node__gpu_model"], row["profile"]
+        )
+    return found
+
+
+def _with_allocated(figures: dict, allocated: Iterable[tuple[Hashable, Fraction]]) -> dict:
+    """The figures with their allocated slices, rounded as people read them; slices of a group without
+    GPUs count nowhere."""
+    for key, slices in allocated:
         if key in figures:
-            slices = kinds.counted_slices(row["node__gpu_model"], row["profile"])
-            figures[key].compute_allocated += row["held"] * slices
+            figures[key].compute_allocated += slices
     for found in figures.values():
         found.compute_allocated = kinds.shown_slices(found.compute_allocated)
     return figures
 
 
+def compute_figures(*, by: tuple[str, ...], where: Q | None = None) -> dict[tuple, ComputeFigures]:
+    """The present GPUs of present nodes (those `where` picks: a condition on their node, in `node__`
+    paths, that the nodes' SpecAndCount rows answer alike), grouped by the GPU paths `by` (such as
+    "node__cluster__name", "model", "node__group_id", "node_id"; none: all of them as one): the figures
+    of each group, keyed by its values of `by`, in two queries whatever the number of GPUs.
+
+    GPUs are counted in SQL, grouped also by MIG mode and layout; the stranded slices of each distinct
+    layout come from the MIG catalogue once (a fleet has few distinct layouts, however many GPUs), the
+    same figure as `GpuCapacity.compute` of each GPU. Allocated slices are the nodes' allocated resources
+    (SpecAndCount) summed per profile, each at its profile's compute slices."""
+    figures = _gpu_figures(by=by, where=where)
+    return _with_allocated(figures, _allocated_slices(by=by, where=where).items())
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a set of the fleet's GPUs is: cluster, GPU group (None: the cluster's nodes in no group) and
+    model; what `fleet_figures` adds the figures up by."""
+
+    cluster_id: int
+    cluster: str
+    group_id: int | None
+    model: str
+
+
+_WHERE = ("node__cluster_id", "node__cluster__name", "node__group_id", "model")
+_FLEET_FIGURES: Kept[tuple[dict[tuple, ComputeFigures], dict[tuple, Fraction]]] = Kept(
+    "capacity-figures", lambda: (_gpu_figures(by=_WHERE), _allocated_slices(by=_WHERE))
+)
+
+
+def fleet_figures(*, by: Callable[[Where], Hashable]) -> dict[Hashable, ComputeFigures]:
+    """`compute_figures` of the whole fleet, grouped by `by(where)` (such as per cluster and model, or per
+    cluster and GPU group): added up from its GPUs and allocated slices per cluster, group and model,
+    worked out once per capacity version (pools/selectors/kept.py), so that a page does not read every
+    GPU again. The same figures as `compute_figures` grouped alike."""
+    gpus, allocated = _FLEET_FIGURES.get()
+    figures: dict[Hashable, ComputeFigures] = {}
+    for key, found in gpus.items():
+        figures.setdefault(by(Where(*key)), ComputeFigures()).add(found)
+    return _with_allocated(figures, ((by(Where(*key)), slices) for key, slices in allocated.items()))
+
+
 def capacity_summary() -> list[ModelSummary]:
     """Per cluster and GPU model: GPUs, and compute slices total / allocated / free / stranded."""
-    figures = compute_figures(by=("node__cluster__name", "model"))
+    figures = fleet_figures(by=lambda where: (where.cluster, where.model))
     return [ModelSummary(**vars(figures[key]), cluster=key[0], model=key[1]) for key in sorted(figures)]
 
 
@@ -255,39 +317,11 @@ class CapacityPicture:
         return availability.Availability(now=0, ever=found.ever)
 
 
-_held_picture: tuple[int, float, CapacityPicture] | None = None  # this process's: version, built at, picture
-SHARED_PICTURE_KEY = "pools:capacity-picture:{version}"
-
-
 def capacity_picture() -> CapacityPicture:
     """The fleet as placement sees it, with availability per cluster, group and spec; kept while the
-    capacity version holds, for at most CAPACITY_PICTURE_SECONDS.
-
-    The process that builds a version's picture also leaves it in the shared cache, so that the other
-    web and worker processes take it from there instead of each building the same picture again: under
-    load, capacity changes every few seconds, and a build costs far more than reading it back."""
-    global _held_picture
-    version = capacity_version.current()  # read before the data: a later change bumps it again
-    keep = settings.CAPACITY_PICTURE_SECONDS
-    held = _held_picture
-    if held and held[0] == version and time.monotonic() - held[1] < keep:
-        return held[2]
-    key = SHARED_PICTURE_KEY.format(version=version)
-    try:
-        shared = cache.get(key) if keep > 0 else None
-    except (pickle.UnpicklingError, AttributeError, ImportError, TypeError):  # left by another release
-        shared = None
-    if shared is not None:
-        built_at, picture = shared  # wall-clock time of the build, so that its age holds across processes
-        age = max(0.0, time.time() - built_at)
-    else:
-        built_at, picture, age = time.time(), _build_picture(), 0.0
-        # Only what was read outside a transaction is shared: it is committed, so it is what every
-        # process would read (a transaction's own picture stays in its process, as before).
-        if keep > 0 and not transaction.get_connection().in_atomic_block:
-            cache.set(key, (built_at, picture), timeout=keep)
-    _held_picture = (version, time.monotonic() - age, picture)
-    return picture
+    capacity version holds, for at most CAPACITY_PICTURE_SECONDS, and shared between processes
+    (pools/selectors/kept.py)."""
+    return PICTURE.get()
 
 
 def _build_picture() -> CapacityPicture:
@@ -299,6 +333,9 @@ def _build_picture() -> CapacityPicture:
     found = availability.availability(gpu for fleet in fleets.values() for gpu in fleet.gpus)
     ready = {c.pk for c in clusters if c.status == Cluster.Status.READY}
     return CapacityPicture(clusters, ready, group_names, fleets, found)
+
+
+PICTURE: Kept[CapacityPicture] = Kept("capacity-picture", _build_picture)
 
 
 def spec_offers(

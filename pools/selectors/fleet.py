@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 from datetime import datetime
 from functools import lru_cache
+from itertools import groupby
 
 from django.utils import timezone
 
@@ -72,12 +73,45 @@ def _latest(ends: list[int | None]) -> int | None:
     return None if not ends or None in ends else max(ends)
 
 
-def _slots(model_name: str, layout, live, reclaimable: Collection[int]) -> tuple[placement.Slot, ...]:
+class _Shared:
+    """One object for each distinct value the snapshot makes many times (a free slot, a layout's slots, a
+    node's name, a model's), so that a hundred thousand GPUs hold references to a few thousand values rather
+    than copies of them: the picture each process keeps is bounded by its GPUs, not by their slots and
+    strings too."""
+
+    def __init__(self) -> None:
+        self.values: dict = {}
+        # (model, its layout's profiles and starts) -> the slots of such a GPU nobody holds any of
+        self.free: dict[tuple, tuple[placement.Slot, ...]] = {}
+
+    def __call__(self, value):
+        return self.values.setdefault(value, value)
+
+
+def _slots(
+    model_name: str, layout, live, reclaimable: Collection[int], shared: _Shared
+) -> tuple[placement.Slot, ...]:
+    """The GPU's slots; those of a GPU nobody holds any of are the same for every GPU of its model and
+    layout, made once."""
+    if not live:
+        key = (model_name, *((instance["profile"], instance["start"]) for instance in layout))
+        found = shared.free.get(key)
+        if found is None:
+            found = shared.free[key] = _made_slots(model_name, layout, (), reclaimable, shared)
+        return found
+    return _made_slots(model_name, layout, live, reclaimable, shared)
+
+
+def _made_slots(
+    model_name: str, layout, live, reclaimable: Collection[int], shared: _Shared
+) -> tuple[placement.Slot, ...]:
     model = model_info(model_name)
-    return tuple(_slot(instance, model, live, reclaimable) for instance in layout)
+    return shared(tuple(shared(_slot(instance, model, live, reclaimable, shared)) for instance in layout))
 
 
-def _slot(instance: dict, model: ModelInfo, live, reclaimable: Collection[int]) -> placement.Slot:
+def _slot(
+    instance: dict, model: ModelInfo, live, reclaimable: Collection[int], shared: _Shared
+) -> placement.Slot:
     """A provisioned instance or share, allocated where it shares a slot (a memory slice, a share) with a
     live allocation (slots, not starts, decide: a cluster may report an instance at another start than the
     one planned, never a shared slice), reclaimable where that allocation's pool is, ending when its pool
@@ -86,7 +120,7 @@ def _slot(instance: dict, model: ModelInfo, live, reclaimable: Collection[int]) 
     end = kind_of(instance["profile"]).slots(model, instance["profile"], start)[1]
     holders = [(pool, ends) for _profile, lower, upper, pool, ends in live if lower < end and start < upper]
     return placement.Slot(
-        instance["profile"],
+        shared(instance["profile"]),
         start,
         bool(holders),
         bool(holders) and all(pool in reclaimable for pool, _ends in holders),
@@ -116,65 +150,71 @@ GPU_FIELDS = (
     "node__sharing",
     "node__group__offers",
 )
+_ROWS_AT_ONCE = 2000  # rows read from the database at a time: the snapshot never holds every row at once
 
 
 def fleet_snapshot(
     clusters: list[Cluster], use_groups: dict[int, bool], reclaimable: Collection[int] = ()
 ) -> dict[str, placement.Fleet]:
     """Per cluster name, the placement engine's view of its GPUs: planned layouts and live allocations,
-    those of the `reclaimable` pools (borrowed, for the queue) marked so."""
+    those of the `reclaimable` pools (borrowed, for the queue) marked so. The GPUs are read a node at a
+    time, in order, and the values many GPUs share are made once (`_Shared`)."""
     allocations = _live_allocations()
-    gpus = (
+    rows = (
         GpuCapacity.objects.filter(present=True, node__present=True, node__cluster__in=clusters)
         .order_by("node__cluster__name", "node__name", "index")
         .values(*GPU_FIELDS)
+        .iterator(chunk_size=_ROWS_AT_ONCE)
     )
     fleets: dict[str, list[placement.Gpu]] = defaultdict(list)
-    rows = list(gpus)
-    sharing = _node_sharing(rows)
-    for gpu in rows:
-        cluster = gpu["node__cluster__name"]
-        planned = gpu["planned_layout"]
-        mig_on = planned["mig"] if planned else gpu["mig_enabled"]
-        shared = sharing[(cluster, gpu["node__name"])]
-        layout = planned["instances"] if planned else gpu["layout"] if mig_on else _share_layout(shared)
-        live = allocations.get(gpu["pk"], ())
-        whole = [ends for profile, *_rest, ends in live if kind_of(profile).takes_whole_gpu]
-        group = gpu["node__group__name"] if use_groups[gpu["node__cluster_id"]] else None
-        # as GpuCapacity.schedulable says it (the GPU is present: only present ones are read)
-        schedulable = gpu["health"] == Health.OK and not gpu["drained"] and not gpu["node__drained"]
-        fleets[cluster].append(
-            placement.Gpu(
-                id=str(gpu["pk"]),
-                node=f"{cluster}/{gpu['node__name']}",
-                model=gpu["model"],
-                mig=mig_on,
-                allocated=bool(whole),
-                ends=_latest(whole) if whole else None,
-                instances=_slots(gpu["model"], layout, live, reclaimable),
-                group=group,
-                cluster=cluster,
-                schedulable=schedulable and gpu["node__ready"],
-                reconfiguring=gpu["node__mig_state"] in mig.MIG_CHANGING or planned is not None,
-                sharing=shared,
-                offers=_offers(gpu["node__group__offers"]) if group else DEFAULT_OFFERS,
+    shared = _Shared()
+    for _node, gpus in groupby(rows, key=lambda gpu: (gpu["node__cluster_id"], gpu["node__name"])):
+        gpus = list(gpus)
+        shared_mode = _node_sharing(gpus)
+        for gpu in gpus:
+            fleets[shared(gpu["node__cluster__name"])].append(
+                _gpu(gpu, shared_mode, allocations, use_groups, reclaimable, shared)
             )
-        )
     return {name: placement.Fleet(tuple(found)) for name, found in fleets.items()}
 
 
-def _node_sharing(rows: list[dict]) -> dict[tuple[str, str], str]:
-    """Per node, its share mode as placement sees it: the one planned for its MIG-off GPUs (a change the
-    queue decided and provisioning brings about), else the one the cluster reports."""
-    found: dict[tuple[str, str], str] = {}
-    for gpu in rows:
-        key = (gpu["node__cluster__name"], gpu["node__name"])
+def _gpu(gpu: dict, sharing: str, allocations, use_groups, reclaimable, shared: _Shared) -> placement.Gpu:
+    cluster = shared(gpu["node__cluster__name"])
+    planned = gpu["planned_layout"]
+    mig_on = planned["mig"] if planned else gpu["mig_enabled"]
+    layout = planned["instances"] if planned else gpu["layout"] if mig_on else _share_layout(sharing)
+    live = allocations.get(gpu["pk"], ())
+    whole = [ends for profile, *_rest, ends in live if kind_of(profile).takes_whole_gpu]
+    group = shared(gpu["node__group__name"]) if use_groups[gpu["node__cluster_id"]] else None
+    # as GpuCapacity.schedulable says it (the GPU is present: only present ones are read)
+    schedulable = gpu["health"] == Health.OK and not gpu["drained"] and not gpu["node__drained"]
+    model = shared(gpu["model"])
+    return placement.Gpu(
+        id=str(gpu["pk"]),
+        node=shared(f"{cluster}/{gpu['node__name']}"),
+        model=model,
+        mig=mig_on,
+        allocated=bool(whole),
+        ends=_latest(whole) if whole else None,
+        instances=_slots(model, layout, live, reclaimable, shared),
+        group=group,
+        cluster=cluster,
+        schedulable=schedulable and gpu["node__ready"],
+        reconfiguring=gpu["node__mig_state"] in mig.MIG_CHANGING or planned is not None,
+        sharing=shared(sharing),
+        offers=_offers(gpu["node__group__offers"]) if group else DEFAULT_OFFERS,
+    )
+
+
+def _node_sharing(gpus: list[dict]) -> str:
+    """A node's share mode as placement sees it: the one planned for its MIG-off GPUs (a change the queue
+    decided and provisioning brings about), else the one the cluster reports."""
+    found = None
+    for gpu in gpus:
         planned = gpu["planned_layout"]
         if planned and not planned["mig"]:
-            found[key] = planned.get("sharing", "")
-        else:
-            found.setdefault(key, gpu["node__sharing"])
-    return found
+            found = planned.get("sharing", "")
+    return gpus[0]["node__sharing"] if found is None else found
 
 
 def _share_layout(sharing: str) -> list[dict]:

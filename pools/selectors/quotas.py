@@ -23,6 +23,7 @@ from pools.models import (
     Cluster,
     GpuCapacity,
     Health,
+    Pool,
     PoolRequest,
     PoolState,
     Quota,
@@ -31,6 +32,7 @@ from pools.models import (
 from pools.placement.admission import Holding, Key, Ledger, asked_slices
 from pools.placement.admission import Quota as PolicyQuota
 from pools.selectors.fleet import engine_request
+from pools.selectors.kept import Kept
 from portal.models import Tenant
 
 
@@ -47,30 +49,24 @@ def _ids(tenant_ids):
 def holdings(tenant_ids: Iterable[int] | None = None) -> list[Holding]:
     """The live pools (of these tenants, else all) with the slices each holds per key, from their live
     allocations, reclaimable where active (not provisioning, nor under notice already); in no particular
-    order."""
+    order. Two queries: what the live allocations hold per pool, model and profile, then those pools' own
+    fields, read once per pool rather than carried along each of its allocations."""
     live = Allocation.objects.filter(released_at__isnull=True).order_by()
     if tenant_ids is not None:
         live = live.filter(pool__project__tenant_id__in=_ids(tenant_ids))
-    rows = live.values_list(
-        "pool_id",
-        "pool__project__tenant_id",
-        "pool__project_id",
-        "pool__request__priority",
-        "pool__reserved_at",
-        "pool__state",
-        "pool__request__purpose",
-        "gpu__model",
-        "profile",
-    ).annotate(n=Count("id"))
-    pools: dict[int, tuple] = {}
-    slices: dict[int, Counter] = defaultdict(Counter)
-    for pool, tenant, project, priority, reserved, state, purpose, model, profile, n in rows:
-        pools[pool] = (tenant, project, priority, (reserved, pool), state == PoolState.ACTIVE)
-        slices[pool][(purpose, model)] += counted_slices(model, profile) * n
-    return [
-        Holding(pool, tenant, project, priority, admitted, dict(slices[pool]), reclaimable)
-        for pool, (tenant, project, priority, admitted, reclaimable) in pools.items()
-    ]
+    units: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
+    for pool, model, profile, n in live.values_list("pool", "gpu__model", "profile").annotate(n=Count("id")):
+        units[pool].append((model, profile, n))
+    fields = ("pk", "project__tenant_id", "project_id", "request__priority", "reserved_at", "state")
+    pools = Pool.objects.filter(pk__in=live.values("pool_id")).values_list(*fields, "request__purpose")
+    found = []
+    for pool, tenant, project, priority, reserved, state, purpose in pools:
+        held: Counter = Counter()
+        for model, profile, n in units[pool]:
+            held[(purpose, model)] += counted_slices(model, profile) * n
+        reclaimable = state == PoolState.ACTIVE
+        found.append(Holding(pool, tenant, project, priority, (reserved, pool), dict(held), reclaimable))
+    return found
 
 
 def ledger(
@@ -84,7 +80,22 @@ def ledger(
     return _ledger(ids, rows, waiting=waiting)
 
 
-def _ledger(ids, rows: Iterable[Quota], *, waiting: bool) -> tuple[Ledger, list[Holding]]:
+# Every tenant's holdings as the pages show them (held and borrowed slices), kept per capacity version
+# (pools/selectors/kept.py): those figures change only with live allocations, and every allocation made or
+# freed bumps the version. The queue and every service read `holdings` afresh.
+_HOLDINGS: Kept[list[Holding]] = Kept("holdings", holdings)
+
+
+def shown_ledger(tenant_ids: Iterable[int] | QuerySet | None = None) -> tuple[Ledger, list[Holding]]:
+    """`ledger` as the pages show it: of the kept holdings."""
+    ids = _ids(tenant_ids)
+    rows = Quota.objects.all() if ids is None else Quota.objects.filter(tenant_id__in=ids)
+    return _ledger(ids, rows, waiting=False, shown=True)
+
+
+def _ledger(
+    ids, rows: Iterable[Quota], *, waiting: bool, shown: bool = False
+) -> tuple[Ledger, list[Holding]]:
     quotas: dict[int, dict[Key, PolicyQuota]] = defaultdict(dict)
     project_limits: dict[int, dict[Key, int]] = defaultdict(dict)
     for quota in rows:
@@ -93,7 +104,13 @@ def _ledger(ids, rows: Iterable[Quota], *, waiting: bool) -> tuple[Ledger, list[
             quotas[quota.tenant_id][key] = PolicyQuota(quota.guaranteed, quota.limit)
         elif quota.limit is not None:
             project_limits[quota.project_id][key] = quota.limit
-    found = holdings(ids)
+    if not shown:
+        found = holdings(ids)
+    elif ids is None:
+        found = _HOLDINGS.get()
+    else:
+        wanted = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        found = [holding for holding in _HOLDINGS.get() if holding.tenant in wanted]
     books = Ledger(
         quotas=dict(quotas), project_limits=dict(project_limits), default_limit=settings.QUOTA_DEFAULT_LIMIT
     )
@@ -152,10 +169,12 @@ class GuaranteeRow:
         return max(0, self.guaranteed - self.capacity)
 
 
-def guarantees_against_capacity() -> list[GuaranteeRow]:
-    """Every key where some tenant has a guarantee, with the capacity in service there."""
+def guarantees_against_capacity(*, books: Ledger | None = None) -> list[GuaranteeRow]:
+    """Every key where some tenant has a guarantee, with the capacity in service there (against `books`,
+    every tenant's ledger, when the caller has read it already)."""
     capacity = in_service_slices()
-    books, _holdings = ledger()
+    if books is None:
+        books, _holdings = shown_ledger()
     rows = Quota.objects.filter(project__isnull=True, guaranteed__gt=0).select_related("tenant")
     by_key: dict[Key, list[Quota]] = defaultdict(list)
     for quota in rows:
@@ -180,16 +199,19 @@ def guarantees_against_capacity() -> list[GuaranteeRow]:
     return found
 
 
-def quota_rows(tenant_ids: Iterable[int] | QuerySet | None = None) -> list[dict]:
+def quota_rows(
+    tenant_ids: Iterable[int] | QuerySet | None = None, *, books: tuple[Ledger, list[Holding]] | None = None
+) -> list[dict]:
     """One row per tenant, group and model where the tenant has a quota or holds something: guaranteed,
     limit, held and borrowed slices (the API's and the tenant page's); then one per project limit, with
-    what the project holds. Ordered by tenant, project (the tenant's own rows first), group and model."""
+    what the project holds. Ordered by tenant, project (the tenant's own rows first), group and model. Of
+    the kept holdings (`shown_ledger`); `books`: `shown_ledger(tenant_ids)`, when the caller has read it."""
     ids = _ids(tenant_ids)
     quotas = Quota.objects.select_related("tenant", "project")
     if ids is not None:
         quotas = quotas.filter(tenant_id__in=ids)
     quotas = list(quotas)
-    books, found = _ledger(ids, quotas, waiting=False)
+    books, found = books or _ledger(ids, quotas, waiting=False, shown=True)
     keys: set[tuple[int, Key]] = {
         (q.tenant_id, (q.group, q.gpu_model)) for q in quotas if q.project_id is None
     }
@@ -268,5 +290,6 @@ __all__ = [
     "quota_owner",
     "quota_rows",
     "request_slices",
+    "shown_ledger",
     "tenant_quotas",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
@@ -87,14 +86,14 @@ def group(request: HttpRequest, pk: int, group: str) -> HttpResponse:
     page = Paginator(selectors.group_nodes(cluster=cluster, group=found), NODES_PER_PAGE).get_page(
         request.GET.get("page")
     )
-    where = Q(node__cluster=cluster, node__group=found)
+    figures = selectors.fleet_figures(by=lambda where: (where.cluster_id, where.group_id))
     scope = shell.CapacityScope(
         cluster_id=cluster.pk, group_id=found.pk if found else None, ungrouped=found is None
     )
     context = {
         "cluster": cluster,
         "group": found,
-        "figures": selectors.compute_figures(by=(), where=where).get((), selectors.ComputeFigures()),
+        "figures": figures.get((cluster.pk, found.pk if found else None), selectors.ComputeFigures()),
         "offers": found.offer_labels() if found else [],
         "page": page,
         "sections": shell.capacity_sections(request, scope),

@@ -18,9 +18,10 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
 from pools.apps import SET_QUOTAS, VIEW_CAPACITY
-from pools.models import GpuCapacity, GpuGroup, PoolRequest, TenantPolicy
+from pools.models import GpuGroup, PoolRequest, TenantPolicy
 from pools.placement.admission import NOT_EVEN_RECLAIMED
-from pools.selectors.quotas import guarantees_against_capacity, quota_rows
+from pools.selectors import fleet_figures
+from pools.selectors.quotas import guarantees_against_capacity, quota_rows, shown_ledger
 from pools.services.quotas import UNSET, set_auto_approve, set_quota
 from portal.errors import PortalError
 from portal.models import Project, Tenant
@@ -57,7 +58,8 @@ class QuotaForm(forms.Form):
         self.fields["group"].choices = [("", _("none (requests without a workload type)"))] + [
             (g, g) for g in groups
         ]
-        models = sorted(set(GpuCapacity.objects.values_list("model", flat=True)))
+        # The models of the fleet's present GPUs: its figures have them, kept per capacity version.
+        models = sorted(fleet_figures(by=lambda where: where.model))
         self.fields["gpu_model"].choices = [(m, m) for m in models]
 
 
@@ -72,12 +74,13 @@ def _page(request: HttpRequest, form: QuotaForm, status: int = 200) -> HttpRespo
     auto = set(
         TenantPolicy.objects.filter(auto_approve_within_guarantee=True).values_list("tenant_id", flat=True)
     )
+    books = shown_ledger()  # every tenant's: read once for both tables
     context = {
-        "guarantees": guarantees_against_capacity(),
+        "guarantees": guarantees_against_capacity(books=books[0]),
         "not_even": PoolRequest.objects.waiting()
         .filter(waiting_reason_data__template=NOT_EVEN_RECLAIMED)
         .count(),
-        "rows": Paginator(quota_rows(), ROWS_PER_PAGE).get_page(request.GET.get("page")),
+        "rows": Paginator(quota_rows(books=books), ROWS_PER_PAGE).get_page(request.GET.get("page")),
         "tenants": [(tenant, tenant.pk in auto) for tenant in Tenant.objects.order_by("name")],
         "form": form,
         "may_set": staff_may(user=request.user, permission=SET_QUOTAS),

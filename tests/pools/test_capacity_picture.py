@@ -73,7 +73,7 @@ def test_other_processes_read_the_built_picture_back(settings, sim_cluster, monk
     settings.CAPACITY_PICTURE_SECONDS = 300
     sync_inventory(cluster=sim_cluster)
     built = selectors.capacity_picture()
-    monkeypatch.setattr(capacity, "_held_picture", None)  # another process: it holds no picture yet
+    monkeypatch.setattr(capacity.PICTURE, "held", None)  # another process: it holds no picture yet
     with CaptureQueriesContext(connection) as reads:
         shared = selectors.capacity_picture()
     assert len(reads) == 0
@@ -81,7 +81,7 @@ def test_other_processes_read_the_built_picture_back(settings, sim_cluster, monk
     assert h100_full() == 8
 
     set_gpu_drained(gpu=GpuCapacity.objects.get(node__name="h100-1", index=0), drained=True)
-    monkeypatch.setattr(capacity, "_held_picture", None)
+    monkeypatch.setattr(capacity.PICTURE, "held", None)
     with CaptureQueriesContext(connection) as reads:
         assert h100_full() == 7  # a new version: built afresh, not an old picture read back
     assert len(reads) > 0
@@ -90,7 +90,7 @@ def test_other_processes_read_the_built_picture_back(settings, sim_cluster, monk
         capacity_version.changed()
         selectors.capacity_picture()
         version = capacity_version.current()
-        assert cache.get(capacity.SHARED_PICTURE_KEY.format(version=version)) is None
+        assert cache.get(capacity.PICTURE.key.format(version=version)) is None
 
 
 def test_a_shared_picture_keeps_its_age(settings, reused, monkeypatch):
@@ -103,10 +103,10 @@ def test_a_shared_picture_keeps_its_age(settings, reused, monkeypatch):
 
     picture = selectors.capacity_picture()
     version = capacity_version.current()
-    monkeypatch.setattr(capacity, "_held_picture", None)
-    cache.set(capacity.SHARED_PICTURE_KEY.format(version=version), (time.time() - 299.5, picture))
+    monkeypatch.setattr(capacity.PICTURE, "held", None)
+    cache.set(capacity.PICTURE.key.format(version=version), (time.time() - 299.5, picture))
     assert selectors.capacity_picture() is not picture  # unpickled from the cache
-    held_version, held_since, _held = capacity._held_picture
+    held_version, held_since, _held = capacity.PICTURE.held
     assert held_version == version and time.monotonic() - held_since >= 299
 
 

@@ -35,6 +35,43 @@ def test_the_quotas_page_shows_guarantees_against_capacity_and_who_is_short(
     assert '<span class="badge bad">21</span>' in section  # 56 guaranteed, 35 in service
 
 
+def test_the_quotas_page_reads_what_pools_hold_once(fleet, tenancy, operator, approver, client_for):
+    """The guarantees and the quota rows both come from one ledger of every tenant's live pools."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    set_quota(actor=operator, tenant=tenancy.acme, gpu_model=H100, guaranteed=14, limit=None)
+    held = admitted(tenancy.vision, tenancy.acme_member, approver, 3)
+    client = client_for(operator)
+    client.get("/capacity/quotas/")
+    with CaptureQueriesContext(connection) as reads:
+        page = client.get("/capacity/quotas/").content.decode()
+    per_pool = 'SELECT "pools_allocation"."pool_id"'  # what each live pool holds: the ledger's one read
+    assert sum(query["sql"].startswith(per_pool) for query in reads.captured_queries) == 1
+    assert held.state == PoolState.ACTIVE and "21" in page  # acme holds 3 whole GPUs
+
+
+def test_what_pools_hold_is_read_once_per_capacity_version_and_follows_each_admission(
+    settings, fleet, tenancy, operator, approver, client_for
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from pools.selectors.quotas import quota_rows
+
+    settings.CAPACITY_PICTURE_SECONDS = 300
+    set_quota(actor=operator, tenant=tenancy.acme, gpu_model=H100, guaranteed=14, limit=None)
+    client = client_for(operator)
+    client.get("/capacity/quotas/")
+    with CaptureQueriesContext(connection) as reads:
+        client.get("/capacity/quotas/")
+    assert not any(query["sql"].startswith('SELECT "pools_allocation"') for query in reads.captured_queries)
+    assert [row["held"] for row in quota_rows([tenancy.acme.pk])] == [0]
+
+    admitted(tenancy.vision, tenancy.acme_member, approver, 3)  # under the capacity lock: a new version
+    assert [(row["held"], row["borrowed"]) for row in quota_rows([tenancy.acme.pk])] == [(21, 7)]
+
+
 def test_operators_set_a_quota_through_the_page_and_bad_input_changes_nothing(
     fleet, tenancy, operator, client_for
 ):
