@@ -1,22 +1,41 @@
 #!/usr/bin/env python
-"""Benchmark: GPU samples of a 1,000-GPU fleet through the agents' API, next to a plain COPY of the same
-rows; then the 30-day chart of one GPU and of the whole fleet.
+"""Benchmark: GPU samples of a fleet (1,000 GPUs unless told) through the agents' API, next to a plain COPY of
+the same rows; one whole round of the fleet's readings through a real web server; the roll-up; then the
+30-day chart of one GPU and of the whole fleet.
 
-Builds one cluster of 125 nodes × 8 H100 GPUs (every other node cut into two 3g.40gb instances per GPU)
-and an agent token. Then, for each of `--rounds` instants 15 s apart, every node posts its reading as a
-node agent does (`POST /api/v1/monitoring/samples/`, one request per node, through the whole stack:
-middleware, token, validation, ingest, storage); the samples stored per second are printed. The same
-rows are then written with a plain `COPY monitoring_sample FROM STDIN` (the floor any ingest could
-reach) into the emptied table; the two rates and their ratio are printed. Then each node posts all its
-readings in one request, as an agent flushing its buffer does, and that rate is printed too.
+Builds one cluster of `--gpus` / 8 nodes × 8 H100 GPUs (every other node cut into two 3g.40gb instances per
+GPU) and an agent token per node. Then, for each of `--rounds` instants 15 s apart, every node posts its
+reading as a node agent does (`POST /api/v1/monitoring/samples/`, one request per node, through the whole
+stack: middleware, token, checks, ingest, storage, in this process); the samples stored per second are
+printed. The same rows are then written with a plain `COPY monitoring_sample FROM STDIN` (the floor any
+ingest could reach) into the emptied table, and once more as one COPY per request, each in its own
+transaction (the floor of any ingest that stores each request as it comes); the rates and their ratios are
+printed (and that of the last without waiting for the disk's flush at each commit, which is most of what
+a transaction per request costs on a slow disk). Then each node posts `--buffer` readings in one request, as
+an agent flushing its buffer does, and that rate and its ratio to COPY are printed too.
 
-Last, 30 days of 1-hour roll-ups and `--five-minute-days` of 5-minute ones for every GPU are generated,
-and `monitoring.storage.samples.series` is timed for one GPU's and for the whole fleet's 30-day SM
-activity (the queries the charts run), as the median of `--repeat` runs.
+The round: gunicorn serves the portal as the README's run command does (`deploy/gunicorn.conf.py`, 3 workers
+unless WEB_CONCURRENCY says otherwise, DEBUG=false; each worker's database connection kept through the
+round, so that the CPU of what served it can be counted) on this test database, and every node posts its
+newest reading at once, `--concurrency` requests in flight, from a client in this process (on the same cores,
+so it takes some of their time). The time to take the whole round is printed next to the agents' interval of
+15 s, with the CPU time the web's processes, the database's backends and the client spent on it.
+
+The roll-up: `--rollup-minutes` of samples of every GPU and instance, 15 s apart, are written straight into
+the table, and the 5-minute roll-up of them is timed; then the hourly roll-up of an hour of 5-minute
+roll-ups. Their time per minute of samples is printed (a worker keeps up while it is well under 60 s).
+
+Last (by default only for fleets of at most 1,000 GPUs: `--charts` / `--no-charts`), 30 days of 1-hour
+roll-ups and `--five-minute-days` of 5-minute ones for every GPU are generated, and
+`monitoring.storage.samples.series` is timed for one GPU's and for the whole fleet's 30-day SM activity (the
+queries the charts run), as the median of `--repeat` runs.
 
 Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
 REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
-    .venv/bin/python bench/ingest.py [--rounds 8] [--repeat 5] [--five-minute-days 7]
+    .venv/bin/python bench/ingest.py [--gpus 1000] [--rounds 8] [--buffer 4] [--concurrency 64]
+        [--rollup-minutes 5] [--repeat 5] [--five-minute-days 7] [--charts | --no-charts]
+100,000 GPUs (12,500 nodes), with fewer rounds through the test client:
+    .venv/bin/python bench/ingest.py --gpus 100000 --rounds 2
 Prints one figure per line.
 """
 
@@ -25,10 +44,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
+import selectors
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,41 +67,47 @@ import django  # noqa: E402
 django.setup()
 
 from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading  # noqa: E402
 from monitoring.collectors.wire import batch_to_json  # noqa: E402
-from monitoring.ingest.tokens import issue_agent_token  # noqa: E402
+from monitoring.models import AgentToken  # noqa: E402
 from monitoring.storage import samples  # noqa: E402
 from pools import mig  # noqa: E402
 from pools.models import Cluster, GpuCapacity, NodeCapacity  # noqa: E402
+from portal.tokens import PREFIX_LENGTH, digest  # noqa: E402
 
-NODES = 125
 GPUS_PER_NODE = 8
 MODEL = "H100-80GB"
 MEMORY = 80 << 30
+INTERVAL = 15  # seconds between an agent's readings
+URL = "/api/v1/monitoring/samples/"
 
 
-def build() -> tuple[Cluster, list[tuple[str, list[GpuCapacity]]]]:
+def build(gpus: int) -> tuple[Cluster, list[tuple[str, list[GpuCapacity]]], list[str]]:
+    """The cluster, its nodes' names with their GPUs, and an agent key per node."""
     cluster = Cluster.objects.create(name="bench", driver=Cluster.Driver.SIMULATED)
+    count = max(1, gpus // GPUS_PER_NODE)
     nodes = NodeCapacity.objects.bulk_create(
         [
-            NodeCapacity(cluster=cluster, name=f"node-{n:03d}", gpu_model=MODEL, gpu_count=GPUS_PER_NODE)
-            for n in range(NODES)
-        ]
+            NodeCapacity(cluster=cluster, name=f"node-{n:05d}", gpu_model=MODEL, gpu_count=GPUS_PER_NODE)
+            for n in range(count)
+        ],
+        batch_size=2000,
     )
-    cut = mig.place_profiles(mig.gpu_model(MODEL), {"3g.40gb": 2})
-    gpus = []
+    cut = sorted(mig.place_profiles(mig.gpu_model(MODEL), {"3g.40gb": 2}))
+    fleet = []
     for n, node in enumerate(nodes):
+        node_gpus = []
         for index in range(GPUS_PER_NODE):
             layout = (
-                [{"profile": i.profile, "start": i.start, "uuid": f"MIG-{uuid.uuid4()}"} for i in sorted(cut)]
+                [{"profile": i.profile, "start": i.start, "uuid": f"MIG-{uuid.uuid4()}"} for i in cut]
                 if n % 2
                 else []
             )
-            gpus.append(
+            node_gpus.append(
                 GpuCapacity(
                     node=node,
                     index=index,
@@ -89,9 +120,19 @@ def build() -> tuple[Cluster, list[tuple[str, list[GpuCapacity]]]]:
                     health="ok",
                 )
             )
-    GpuCapacity.objects.bulk_create(gpus)
-    by_node = [(node.name, [g for g in gpus if g.node_id == node.pk]) for node in nodes]
-    return cluster, by_node
+        fleet.append((node.name, node_gpus))
+    GpuCapacity.objects.bulk_create([gpu for _name, node_gpus in fleet for gpu in node_gpus], batch_size=5000)
+    keys = [secrets.token_urlsafe(32) for _ in nodes]
+    AgentToken.objects.bulk_create(
+        [
+            AgentToken(cluster=cluster, name=node.name, prefix=key[:PREFIX_LENGTH], digest=digest(key))
+            for node, key in zip(nodes, keys, strict=True)
+        ],
+        batch_size=2000,
+    )
+    with connection.cursor() as cursor:  # as autovacuum would have, long before a fleet this size reports
+        cursor.execute("ANALYZE")
+    return cluster, fleet, keys
 
 
 def reading(host: str, gpus: list[GpuCapacity], at: datetime, round_: int) -> Reading:
@@ -130,36 +171,54 @@ def reading(host: str, gpus: list[GpuCapacity], at: datetime, round_: int) -> Re
     )
 
 
+# The round's bodies are made ahead with this instant in place of the reading's, which is written in as each
+# request goes, so that every reading is as fresh as an agent's (it reads, then posts) however long the round
+# takes. Its text is as long as any instant's with microseconds, so that a body's length stays.
+AHEAD = datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+_AHEAD = AHEAD.isoformat().encode()
+
+
+def fresh(body: bytes) -> bytes:
+    """`body` with the instant of its reading (one reading a body) made now."""
+    return body.replace(_AHEAD, datetime.now(UTC).isoformat(timespec="microseconds").encode())
+
+
 def through_api(
-    cluster: Cluster, fleet, rounds: int, start: datetime, *, buffered: bool
-) -> tuple[int, float]:
-    """Each node's readings posted one per request (an agent keeping up), or all of a node's rounds in one
-    request (an agent flushing its buffer after the portal was away)."""
-    key = issue_agent_token(cluster=cluster, name=f"bench-{buffered}").key
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
-    at = [start + timedelta(seconds=15 * r) for r in range(rounds)]
-    if buffered:
-        bodies = [
-            json.dumps(batch_to_json([reading(host, gpus, at[r], r) for r in range(rounds)]))
-            for host, gpus in fleet
-        ]
-    else:
-        bodies = [
-            json.dumps(batch_to_json([reading(host, gpus, at[r], r)]))
-            for r in range(rounds)
-            for host, gpus in fleet
-        ]
-    started = time.perf_counter()
-    stored = 0
-    for body in bodies:
-        answer = client.post("/api/v1/monitoring/samples/", body, content_type="application/json")
-        if answer.status_code != 200:
-            raise SystemExit(f"the portal answered {answer.status_code}: {answer.content[:300]!r}")
-        stored += answer.json()["samples"]
-    return stored, time.perf_counter() - started
+    fleet, keys, last: dict[str, datetime], *, rounds: int, per_request: int
+) -> tuple[int, int, float]:
+    """Every node posts `rounds` × `per_request` readings, `per_request` in each request: 1, an agent keeping
+    up (its reading taken now); more, an agent flushing the buffer of readings it took, 15 s apart, since its
+    last post (in `last`, kept up to date). Returns samples stored, requests, and the seconds the posts took
+    (each body is made just before its post, untimed)."""
+    clients = [Client(HTTP_AUTHORIZATION=f"Bearer {key}") for key in keys]
+    stored = requests = 0
+    seconds = 0.0
+    for round_ in range(rounds):
+        for client, (host, gpus) in zip(clients, fleet, strict=True):
+            if per_request == 1:
+                instants = [datetime.now(UTC)]
+            else:
+                instants = [last[host] + timedelta(seconds=INTERVAL * n) for n in range(1, per_request + 1)]
+            last[host] = instants[-1]
+            body = json.dumps(batch_to_json([reading(host, gpus, at, round_) for at in instants]))
+            started = time.perf_counter()
+            answer = client.post(URL, body, content_type="application/json")
+            seconds += time.perf_counter() - started
+            if answer.status_code != 200:
+                raise SystemExit(f"the portal answered {answer.status_code}: {answer.content[:300]!r}")
+            stored += answer.json()["samples"]
+            requests += 1
+    return stored, requests, seconds
+
+
+def stored_rows() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(samples.COLUMNS)} FROM monitoring_sample")
+        return cursor.fetchall()
 
 
 def by_copy(rows: list[tuple]) -> float:
+    """One COPY of all the rows into the emptied table."""
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE monitoring_sample")
         started = time.perf_counter()
@@ -169,10 +228,278 @@ def by_copy(rows: list[tuple]) -> float:
         return time.perf_counter() - started
 
 
-def stored_rows() -> list[tuple]:
+def by_copy_per_request(rows: list[tuple], nodes: dict[int, int], *, wait_for_disk: bool = True) -> float:
+    """The rows of each request (one node's reading at one instant) by a COPY of their own, in a transaction
+    of their own, into the emptied table; without `wait_for_disk`, each commit returns before its WAL is on
+    disk (synchronous_commit off), which shows what the disk's flush costs each request."""
+    batches: dict[tuple, list[tuple]] = {}
+    for row in rows:
+        batches.setdefault((nodes[row[0]], row[2]), []).append(row)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(samples.COLUMNS)} FROM monitoring_sample")
-        return cursor.fetchall()
+        cursor.execute("TRUNCATE monitoring_sample")
+    statement = f"COPY monitoring_sample ({', '.join(samples.COLUMNS)}) FROM STDIN"
+    started = time.perf_counter()
+    for batch in batches.values():
+        with transaction.atomic(), connection.cursor() as cursor:
+            if not wait_for_disk:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            with cursor.copy(statement) as copy:
+                for row in batch:
+                    copy.write_row(row)
+    return time.perf_counter() - started
+
+
+# --- the round through a web server ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_web(port: int, log) -> subprocess.Popen:
+    """gunicorn as the README runs it, on this (test) database."""
+    db = settings.DATABASES["default"]
+    server = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{server}/{db['NAME']}",
+        "DEBUG": "false",
+        "PORT": str(port),
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+        # Each worker keeps its connection through the round (the default a minute would end it midway), so
+        # that the CPU of the backends that served the round can all be counted.
+        "DATABASE_CONN_MAX_AGE": "600",
+    }
+    command = [sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "portal.wsgi"]
+    web = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if web.poll() is not None:
+            raise SystemExit(f"gunicorn stopped with {web.returncode}: see {log.name}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as probe:
+                probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                if probe.recv(64).startswith(b"HTTP/1.1 200"):
+                    return web
+        except OSError:
+            time.sleep(0.2)
+    web.terminate()
+    raise SystemExit(f"gunicorn did not answer within a minute: see {log.name}")
+
+
+def request(key: str, body: bytes) -> bytes:
+    head = (
+        f"POST {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nAccept: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def post_all(port: int, requests: list[bytes], concurrency: int) -> list[tuple[int, bytes]]:
+    """Each request on a connection of its own (gunicorn's sync workers close it after the answer), its
+    reading made fresh as it goes, `concurrency` of them in flight; a plain selector loop, so that the client
+    takes little of the cores."""
+    selector = selectors.DefaultSelector()
+    answers: list[tuple[int, bytes]] = [(0, b"")] * len(requests)
+    waiting = list(enumerate(requests))[::-1]
+
+    def start() -> None:
+        number, raw = waiting.pop()
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        selector.register(sock, selectors.EVENT_WRITE, [number, memoryview(fresh(raw)), bytearray()])
+
+    for _ in range(min(concurrency, len(waiting))):
+        start()
+    while selector.get_map():
+        for key, _events in selector.select():
+            sock, state = key.fileobj, key.data
+            if state[1]:
+                state[1] = state[1][sock.send(state[1]) :]
+                if not state[1]:
+                    selector.modify(sock, selectors.EVENT_READ, state)
+                continue
+            chunk = sock.recv(65536)
+            if chunk:
+                state[2] += chunk
+                continue
+            selector.unregister(sock)
+            sock.close()
+            head, _, body = bytes(state[2]).partition(b"\r\n\r\n")
+            answers[state[0]] = (int(head.split(b" ", 2)[1]), body)
+            if waiting:
+                start()
+    selector.close()
+    return answers
+
+
+@dataclass
+class Round:
+    samples: int
+    requests: int
+    seconds: float
+    client_cpu: float  # this process, posting
+    web_cpu: float | None  # gunicorn's processes (None where /proc cannot tell)
+    database_cpu: float | None  # the PostgreSQL backends of this database, the web's
+
+
+def cpu_seconds(pids) -> dict[int, float]:
+    """User and system CPU seconds of each process that is still there (Linux's /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return seconds
+
+
+def web_pids(master: int) -> list[int]:
+    children = Path(f"/proc/{master}/task/{master}/children")
+    return [master, *(int(pid) for pid in children.read_text().split())] if children.exists() else []
+
+
+def database_pids() -> list[int]:
+    """The backends of this database but this process's own (opened for the question and closed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        pids = [pid for (pid,) in cursor.fetchall()]
+    connection.close()
+    return pids
+
+
+def used(before: dict[int, float], after: dict[int, float]) -> float | None:
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) if after else None
+
+
+def round_through_web(fleet, keys, concurrency: int) -> Round:
+    """Warms each worker up, then posts one reading of every node at once."""
+    connection.close()  # the web's workers take the database from here
+    with tempfile.NamedTemporaryFile("w", prefix="bench-ingest-web-", suffix=".log", delete=False) as log:
+        port = free_port()
+        web = start_web(port, log)
+        try:
+            bodies = [
+                request(key, json.dumps(batch_to_json([reading(host, gpus, AHEAD, 1)])).encode())
+                for (host, gpus), key in zip(fleet, keys, strict=True)
+            ]
+            post_all(port, bodies[:12], concurrency)  # each worker's first requests, before the round
+            pids = web_pids(web.pid), database_pids()
+            web_before, database_before = cpu_seconds(pids[0]), cpu_seconds(pids[1])
+            cpu, started = time.process_time(), time.perf_counter()
+            answers = post_all(port, bodies, concurrency)
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+            web_after, database_after = cpu_seconds(pids[0]), cpu_seconds(database_pids())
+        finally:
+            web.terminate()
+            web.wait(timeout=60)
+    failed = [(code, body[:200]) for code, body in answers if code != 200]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0]}; see {log.name}")
+    os.unlink(log.name)
+    return Round(
+        samples=sum(json.loads(body)["samples"] for _code, body in answers),
+        requests=len(bodies),
+        seconds=seconds,
+        client_cpu=cpu,
+        web_cpu=used(web_before, web_after),
+        database_cpu=used(database_before, database_after),
+    )
+
+
+# --- the roll-up ---------------------------------------------------------------------------------------
+
+
+def fill_minutes(start: datetime, minutes: int) -> int:
+    """Samples of every GPU and instance of the fleet, every 15 s for `minutes` from `start`."""
+    samples.ensure_partitions({start.date(), (start + timedelta(minutes=minutes)).date()})
+    figures = "300 + g.index, 55 + g.index, 70.0, 60.0, 40000000000, 80000000000, 0, 0"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO monitoring_sample ({', '.join(samples.COLUMNS)}) "
+            f"SELECT g.id, s.slot, %s + n * interval '{INTERVAL} seconds', {figures} "
+            "FROM pools_gpucapacity g, LATERAL (SELECT -1 AS slot UNION ALL "
+            "SELECT (e->>'start')::smallint FROM jsonb_array_elements(g.layout) e) s, "
+            "generate_series(0, %s - 1) n",
+            [start, minutes * 60 // INTERVAL],
+        )
+        written = cursor.rowcount
+        cursor.execute("ANALYZE monitoring_sample")
+    return written
+
+
+def fill_hour_of_rollups(start: datetime) -> int:
+    """The 5-minute roll-ups of an hour of every GPU and instance (the hourly roll-up's input)."""
+    metrics = ", ".join(f"{m}_min, {m}_avg, {m}_max" for m in samples.METRICS)
+    figures = ", ".join("40, 50, 60" for _m in samples.METRICS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO monitoring_rollup (gpu_id, slot, seconds, bucket, samples, {metrics}, "
+            "memory_total_bytes) "
+            f"SELECT g.id, s.slot, 300, %s + n * interval '300 seconds', 20, {figures}, {MEMORY} "
+            "FROM pools_gpucapacity g, LATERAL (SELECT -1 AS slot UNION ALL "
+            "SELECT (e->>'start')::smallint FROM jsonb_array_elements(g.layout) e) s, "
+            "generate_series(0, 11) n",
+            [start],
+        )
+        written = cursor.rowcount
+        cursor.execute("ANALYZE monitoring_rollup")
+    return written
+
+
+@dataclass
+class RollUps:
+    rows: int  # samples rolled up
+    five: float  # seconds of their 5-minute roll-up
+    rollups: int  # 5-minute roll-ups of an hour
+    hour: float  # seconds of their hourly roll-up
+    late_store: float  # seconds to store one late sample (its repair included)
+    late_run: float  # seconds of the next run after it
+
+
+def roll_up_times(minutes: int) -> RollUps:
+    """Times the 5-minute roll-up of `minutes` of samples, one late sample of one GPU and the run after it,
+    and an hourly roll-up."""
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE monitoring_sample, monitoring_rollup, monitoring_rollupmark")
+        cursor.execute("SELECT min(id) FROM pools_gpucapacity")
+        (gpu,) = cursor.fetchone()
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    run_at = hour + timedelta(minutes=minutes, seconds=60)
+    rows = fill_minutes(hour, minutes)
+    started = time.perf_counter()
+    samples.roll_up(now=run_at)
+    five = time.perf_counter() - started
+    started = time.perf_counter()  # an agent's buffer brings a sample its bucket was rolled up without
+    samples.store([samples.Row(gpu, -1, hour + timedelta(seconds=67), power_w=1.0)])
+    late_store = time.perf_counter() - started
+    started = time.perf_counter()
+    samples.roll_up(now=run_at)
+    late_run = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE monitoring_sample, monitoring_rollup, monitoring_rollupmark")
+    rollups = fill_hour_of_rollups(hour)
+    with connection.cursor() as cursor:  # the 5-minute ones are done: only the hour is left to roll up
+        cursor.execute(
+            "INSERT INTO monitoring_rollupmark (seconds, done_until) VALUES (300, %s)",
+            [hour + timedelta(hours=1)],
+        )
+    started = time.perf_counter()
+    samples.roll_up(now=hour + timedelta(hours=1, seconds=60))
+    return RollUps(rows, five, rollups, time.perf_counter() - started, late_store, late_run)
+
+
+# --- the charts ----------------------------------------------------------------------------------------
 
 
 def history(now: datetime, five_minute_days: int) -> int:
@@ -184,6 +511,7 @@ def history(now: datetime, five_minute_days: int) -> int:
     )
     total = 0
     with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE monitoring_rollup")
         for seconds, span in ((3600, timedelta(days=30)), (300, timedelta(days=five_minute_days))):
             cursor.execute(
                 f"INSERT INTO monitoring_rollup (gpu_id, slot, seconds, bucket, samples, {metrics}, "
@@ -209,47 +537,90 @@ def median_time(call, repeat: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8, help="readings per node (15 s apart)")
+    parser.add_argument("--gpus", type=int, default=1000, help="GPUs of the fleet, 8 a node (default 1000)")
+    parser.add_argument("--rounds", type=int, default=8, help="readings per node, one a request (15 s apart)")
+    parser.add_argument("--buffer", type=int, default=4, help="readings per request of a flushed buffer")
+    parser.add_argument("--concurrency", type=int, default=64, help="requests in flight in the round")
+    parser.add_argument("--rollup-minutes", type=int, default=5, help="minutes of samples rolled up")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--five-minute-days", type=int, default=7)
+    parser.add_argument("--charts", action=argparse.BooleanOptionalAction, default=None)
     args = parser.parse_args()
+    charts = args.charts if args.charts is not None else args.gpus <= 1000
     settings.DEBUG = False  # no query log
     settings.ALLOWED_HOSTS = ["testserver"]
     old = setup_databases(verbosity=0, interactive=False)
     try:
-        cluster, fleet = build()
-        now = datetime.now(UTC).replace(microsecond=0)
-        start = now - timedelta(seconds=15 * args.rounds)
-        samples.prepare_partitions(now=start)
-        stored, api_seconds = through_api(cluster, fleet, args.rounds, start, buffered=False)
+        _cluster, fleet, keys = build(args.gpus)
+        nodes = {gpu.pk: n for n, (_host, gpus) in enumerate(fleet) for gpu in gpus}
+        samples.prepare_partitions()
+        last: dict[str, datetime] = {}
+        stored, requests, api_seconds = through_api(fleet, keys, last, rounds=args.rounds, per_request=1)
         rows = stored_rows()
         copy_seconds = min(by_copy(rows) for _ in range(3))
+        per_request_seconds = by_copy_per_request(rows, nodes)
+        unflushed_seconds = by_copy_per_request(rows, nodes, wait_for_disk=False)
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE monitoring_sample")
-        flushed, flush_seconds = through_api(cluster, fleet, args.rounds, start, buffered=True)
+        flushed, _requests, flush_seconds = through_api(fleet, keys, last, rounds=1, per_request=args.buffer)
         gpus = sum(len(g) for _h, g in fleet)
-        print(f"fleet: {gpus} GPUs on {NODES} nodes, {stored // args.rounds} samples per round")
-        print(f"api: {stored} samples in {len(fleet) * args.rounds} requests, {api_seconds:.2f} s")
+        copy_rate = len(rows) / copy_seconds
+        print(f"fleet: {gpus} GPUs on {len(fleet)} nodes, {stored // args.rounds} samples per round")
+        print(f"api: {stored} samples in {requests} requests, {api_seconds:.2f} s")
         print(f"api samples/s: {stored / api_seconds:,.0f}")
-        print(f"copy samples/s: {len(rows) / copy_seconds:,.0f}")
+        print(f"copy samples/s: {copy_rate:,.0f}")
         print(f"copy / api: {api_seconds / copy_seconds:.1f}x")
-        print(f"api requests/s: {len(fleet) * args.rounds / api_seconds:,.0f}")
+        print(f"copy per request, a transaction each: {len(rows) / per_request_seconds:,.0f} samples/s")
+        print(f"copy per request / api: {api_seconds / per_request_seconds:.1f}x")
+        unflushed_rate = len(rows) / unflushed_seconds
+        print(f"copy per request, not waiting for the disk's flush: {unflushed_rate:,.0f} samples/s")
+        print(f"api requests/s: {requests / api_seconds:,.0f}")
+        flush_rate = flushed / flush_seconds
+        print(f"api, a buffer of {args.buffer} readings per request: {flush_rate:,.0f} samples/s")
+        print(f"copy / api with buffers: {copy_rate / flush_rate:.1f}x")
+
+        web = round_through_web(fleet, keys, args.concurrency)
         print(
-            f"api, a buffer of {args.rounds} readings per request: {flushed / flush_seconds:,.0f} samples/s"
+            f"round through gunicorn ({os.environ.get('WEB_CONCURRENCY', '3')} workers, DEBUG=false): "
+            f"{web.requests} requests, {web.samples} samples in {web.seconds:.2f} s "
+            f"({web.requests / web.seconds:,.0f} requests/s; the agents' interval is {INTERVAL} s)"
         )
-        print(f"copy / api with buffers: {flush_seconds / copy_seconds:.1f}x")
-        written = history(now, args.five_minute_days)
-        one = fleet[0][1][0].pk
-        month = {"metric": "sm_active_pct", "start": now - timedelta(days=30), "end": now, "now": now}
-        resolution, points = samples.series(**month, gpu_ids=[one])
+        if web.web_cpu is not None and web.database_cpu is not None:
+            portal = web.web_cpu + web.database_cpu
+            cores = os.cpu_count()
+            print(
+                f"round CPU: web {web.web_cpu:.2f} s, PostgreSQL {web.database_cpu:.2f} s, "
+                f"the client {web.client_cpu:.2f} s; the portal's {portal:.2f} s take at least "
+                f"{portal / cores:.2f} s on this machine's {cores} cores with nothing else on them"
+            )
+        else:
+            print(f"round: the client took {web.client_cpu:.2f} s of CPU on the same cores")
+
+        rolled = roll_up_times(args.rollup_minutes)
+        print(f"roll-up of {args.rollup_minutes} min of samples ({rolled.rows:,} rows): {rolled.five:.2f} s")
+        print(f"roll-up of an hour of 5-minute roll-ups ({rolled.rollups:,} rows): {rolled.hour:.2f} s")
+        print(f"roll-up per minute of samples: {rolled.five / args.rollup_minutes + rolled.hour / 60:.2f} s")
         print(
-            f"roll-up rows: {written:,}; the 30-day chart reads {resolution} s buckets, {len(points)} points"
+            f"a late sample of one GPU: stored in {rolled.late_store * 1000:.1f} ms, "
+            f"the next roll-up {rolled.late_run:.2f} s"
         )
-        single = median_time(lambda: samples.series(**month, gpu_ids=[one]), args.repeat)
-        fleet_wide = median_time(lambda: samples.series(**month), args.repeat)
-        print(f"30-day chart, one GPU: {single * 1000:.1f} ms")
-        print(f"30-day chart, whole fleet: {fleet_wide * 1000:.1f} ms")
+
+        if charts:
+            now = datetime.now(UTC).replace(microsecond=0)
+            written = history(now, args.five_minute_days)
+            one = fleet[0][1][0].pk
+            month = {"metric": "sm_active_pct", "start": now - timedelta(days=30), "end": now, "now": now}
+            resolution, points = samples.series(**month, gpu_ids=[one])
+            print(
+                f"roll-up rows: {written:,}; the 30-day chart reads {resolution} s buckets, "
+                f"{len(points)} points"
+            )
+            single = median_time(lambda: samples.series(**month, gpu_ids=[one]), args.repeat)
+            fleet_wide = median_time(lambda: samples.series(**month), args.repeat)
+            print(f"30-day chart, one GPU: {single * 1000:.1f} ms")
+            print(f"30-day chart, whole fleet: {fleet_wide * 1000:.1f} ms")
     finally:
+        connection.close()
         teardown_databases(old, verbosity=0)
     return 0
 

@@ -1,7 +1,8 @@
 """How the samples endpoint knows which agent calls: `Authorization: Bearer <key>`, an agent token's key.
 
 Only this scheme opens the endpoint: no session, no person's API token. The request's `auth` is the
-AgentToken (its cluster is the one the readings belong to) and its `user` is anonymous.
+AgentToken (its cluster is the one the readings belong to) and its `user` is anonymous. The endpoint's own
+path (monitoring.ingest.api) reads the header with `agent_key` and answers with the same messages.
 """
 
 from __future__ import annotations
@@ -14,23 +15,34 @@ from rest_framework import authentication, exceptions, permissions
 from monitoring.ingest import tokens
 from monitoring.models import AgentToken
 
+KEYWORD = "Bearer"
+NOT_VALID_OR_REVOKED = _("This agent token is not valid or was revoked.")
+
+
+def agent_key(request) -> str | None:
+    """The key of the request's `Authorization: Bearer <key>` header (any Django or framework request), or
+    None when it names no such scheme; AuthenticationFailed when the header is malformed."""
+    parts = authentication.get_authorization_header(request).split()
+    if not parts or parts[0].lower() != KEYWORD.lower().encode():
+        return None
+    if len(parts) != 2:
+        raise exceptions.AuthenticationFailed(_("Send the header as: Authorization: Bearer <key>."))
+    try:
+        return parts[1].decode("ascii")
+    except UnicodeDecodeError as error:
+        raise exceptions.AuthenticationFailed(_("This agent token is not valid.")) from error
+
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+    keyword = KEYWORD
 
     def authenticate(self, request):
-        parts = authentication.get_authorization_header(request).split()
-        if not parts or parts[0].lower() != self.keyword.lower().encode():
+        key = agent_key(request)
+        if key is None:
             return None  # no agent token: the permission below answers 401
-        if len(parts) != 2:
-            raise exceptions.AuthenticationFailed(_("Send the header as: Authorization: Bearer <key>."))
-        try:
-            key = parts[1].decode("ascii")
-        except UnicodeDecodeError as error:
-            raise exceptions.AuthenticationFailed(_("This agent token is not valid.")) from error
         token = tokens.agent_token_for_key(key)
         if token is None:
-            raise exceptions.AuthenticationFailed(_("This agent token is not valid or was revoked."))
+            raise exceptions.AuthenticationFailed(NOT_VALID_OR_REVOKED)
         return AnonymousUser(), token
 
     def authenticate_header(self, request) -> str:

@@ -1,9 +1,11 @@
-"""What a node agent's batch may hold (POST /api/v1/monitoring/samples/), and what the portal answers.
+"""What a node agent's batch may hold (POST /api/v1/monitoring/samples/), and what the portal answers, as the
+OpenAPI schema describes them.
 
-The shapes are those of monitoring.collectors.wire (the JSON of the collector's Reading); these
-serializers check types, ranges and lengths before a reading is built, so that nothing a database column
-cannot hold (or a reader would not believe) reaches `ingest`. Figures may be null: a collector that could
-not read one says why in `problems`.
+The shapes are those of monitoring.collectors.wire (the JSON of the collector's Reading), with the types,
+ranges and lengths that keep anything a database column cannot hold (or a reader would not believe) from
+`ingest`. Figures may be null: a collector that could not read one says why in `problems`. The endpoint
+checks a batch with monitoring.ingest.batch, the same rules by hand with the same answers (the tests hold
+the two together); these serializers describe them.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-MAX_COUNT = 2**53  # bytes or error counts: far above any GPU's, and exact in a float
-MAX_PROBLEMS = 50
-MAX_PROBLEM_LENGTH = 500
-MAX_XIDS = 1000
-MAX_INSTANCES = 64
-MAX_SLICE = 32
+from monitoring.ingest.batch import (
+    MAX_COUNT,
+    MAX_INSTANCES,
+    MAX_PROBLEM_LENGTH,
+    MAX_PROBLEMS,
+    MAX_SLICE,
+    MAX_TIME_LENGTH,
+    MAX_XIDS,
+    NO_SLICE,
+    TIME_INVALID,
+    TIME_NAIVE,
+)
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
@@ -28,13 +36,10 @@ class AwareDateTimeField(serializers.Field):
     """An ISO 8601 time that carries its zone (`2026-05-01T10:00:15+00:00` or `…Z`); a naive one is
     refused, since the portal cannot tell which instant it means."""
 
-    default_error_messages = {
-        "invalid": _("Give the time in ISO 8601 with its zone, e.g. 2026-05-01T10:00:15+00:00."),
-        "naive": _("The time has no zone: add one, e.g. +00:00 or Z."),
-    }
+    default_error_messages = {"invalid": TIME_INVALID, "naive": TIME_NAIVE}
 
     def to_internal_value(self, data) -> datetime:
-        if not isinstance(data, str) or len(data) > 64:
+        if not isinstance(data, str) or len(data) > MAX_TIME_LENGTH:
             self.fail("invalid")
         try:
             at = datetime.fromisoformat(data)
@@ -96,7 +101,7 @@ class InstanceReadingSerializer(serializers.Serializer):
 
     def validate_placement(self, value):
         if value is not None and value[1] < 1:
-            raise serializers.ValidationError(_("An instance occupies at least one slice."))
+            raise serializers.ValidationError(NO_SLICE)
         return value
 
 

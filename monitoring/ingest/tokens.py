@@ -5,23 +5,28 @@
   the first characters (`prefix`), so a person can tell their tokens apart.
 - live: not revoked. A token speaks for its cluster only: the readings it brings are stored as that
   cluster's hosts', whatever the batch says.
+- use: when a token was last used and the host whose readings it last brought, written at most once per
+  USE_RECORDED_EVERY, so that an agent posting every 15 s (or many agents sharing one token) costs no write
+  per batch.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from monitoring.models import AgentToken
+from monitoring.storage.statements import bound
 from pools.models import Cluster
 from portal.errors import InvalidInput
-from portal.tokens import KEY_BYTES, PREFIX_LENGTH, digest, record_use
+from portal.tokens import KEY_BYTES, PREFIX_LENGTH, USE_RECORDED_EVERY, digest, record_use
 
 
 @dataclass(frozen=True)
@@ -64,20 +69,50 @@ def revoke_agent_token(*, token: AgentToken) -> AgentToken:
     return token
 
 
-def agent_token_for_key(key: str) -> AgentToken | None:
-    """The live token behind `key`, with its cluster, or None; notes that it was used."""
+_TOKEN_FIELDS = ("id", "cluster_id", "last_used_at", "last_host")  # in the model's order, for from_db
+_TOKEN_SQL = (
+    f"SELECT t.id, t.cluster_id, t.last_used_at, t.last_host, c.name FROM {AgentToken._meta.db_table} t "
+    f"JOIN {Cluster._meta.db_table} c ON c.id = t.cluster_id WHERE t.digest = %s AND t.revoked_at IS NULL"
+)
+_USE_SQL = (
+    f"UPDATE {AgentToken._meta.db_table} SET last_used_at = %s, last_host = %s "
+    "WHERE id = %s AND (last_used_at IS NULL OR last_used_at <= %s OR last_host = '')"
+)
+
+
+def find_agent_token(key: str) -> AgentToken | None:
+    """The live token behind `key`, with its cluster (its name only), in one query; writes nothing."""
     if not key:
         return None
-    token = AgentToken.objects.select_related("cluster").filter(digest=digest(key)).first()
-    if token is None or token.revoked_at is not None:
+    with bound(prepared=True) as cursor:
+        cursor.execute(_TOKEN_SQL, [digest(key)])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    record_use(token)  # an agent posting every 15 s costs no write each time
+    token = AgentToken.from_db(DEFAULT_DB_ALIAS, _TOKEN_FIELDS, row[:4])
+    token.cluster = Cluster.from_db(DEFAULT_DB_ALIAS, ("id", "name"), (row[1], row[4]))
     return token
 
 
-def record_agent_host(*, token: AgentToken, host: str) -> None:
-    """Remember the host whose readings the token last brought (written only when it changes)."""
+def agent_token_for_key(key: str) -> AgentToken | None:
+    """The live token behind `key`, with its cluster, or None; notes that it was used."""
+    token = find_agent_token(key)
+    if token is not None:
+        record_use(token)  # an agent posting every 15 s costs no write each time
+    return token
+
+
+def record_agent_host(*, token: AgentToken, host: str, now: datetime | None = None) -> None:
+    """Note that `token` just brought readings of `host`: the time and the host, written together once
+    USE_RECORDED_EVERY has passed since the last note, or at once for a token that has no host yet. A token
+    shared by many agents thus names one of them, the last noted."""
     host = host[: AgentToken._meta.get_field("last_host").max_length]
-    if host and host != token.last_host:
-        AgentToken.objects.filter(pk=token.pk).update(last_host=host)
-        token.last_host = host
+    now = now or timezone.now()
+    due = token.last_used_at is None or now - token.last_used_at >= USE_RECORDED_EVERY
+    if not due and (token.last_host or not host):
+        return
+    host = host or token.last_host
+    with bound(prepared=False) as cursor:
+        # Agents sharing the token may all find it due: the first writes, the others find it noted.
+        cursor.execute(_USE_SQL, [now, host, token.pk, now - USE_RECORDED_EVERY])
+    token.last_used_at, token.last_host = now, host

@@ -1,4 +1,5 @@
-"""Samples in and out of storage: write a batch, keep day partitions ahead, roll up, prune, read a series.
+"""Samples in and out of storage: write a batch, keep day partitions ahead, prune, read a series; the roll-ups
+live in monitoring.storage.rollups (`roll_up` is named here too, for the callers that know samples only).
 
 Writes are idempotent: a (GPU, slot, instant) written twice is kept once, so an agent that resends a
 batch it was not sure arrived changes nothing. Roll-ups are recomputed, not added to, for the same reason.
@@ -11,10 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import connection, transaction
+from psycopg.errors import UniqueViolation
 
 from monitoring.conf import settings
-from monitoring.models import RollupMark
 from monitoring.models.samples import COUNTERS, METRICS
+from monitoring.storage import rollups
+from monitoring.storage.rollups import FIVE_MINUTES, ONE_HOUR
+from monitoring.storage.rollups import roll_up as roll_up
 
 # The columns of a sample row, in order.
 COLUMNS = ("gpu_id", "slot", "at", *METRICS, "memory_total_bytes", *COUNTERS)
@@ -31,9 +35,6 @@ TYPES = (
     "bigint",
     "bigint",
 )
-FIVE_MINUTES = 300
-ONE_HOUR = 3600
-RESOLUTIONS = (FIVE_MINUTES, ONE_HOUR)
 # Partitions are made this many days ahead, so that ingest seldom has to make one itself.
 DAYS_AHEAD = 2
 _PARTITIONS_LOCK = 0x6D6F6E5F70617274  # advisory lock key: "mon_part"
@@ -81,15 +82,18 @@ def ensure_partitions(days: Iterable[date]) -> None:
             "WHERE i.inhparent = 'monitoring_sample'::regclass"
         )
         existing = {name for (name,) in cursor.fetchall()}
-        for day in missing:
-            if partition_name(day) not in existing:
-                start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-                cursor.execute(
-                    f"CREATE TABLE {partition_name(day)} PARTITION OF monitoring_sample "
-                    "FOR VALUES FROM (%s) TO (%s)",
-                    [start, start + timedelta(days=1)],
-                )
-    _known_partitions.update(missing)
+        made = [day for day in missing if partition_name(day) not in existing]
+        for day in made:
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            cursor.execute(
+                f"CREATE TABLE {partition_name(day)} PARTITION OF monitoring_sample "
+                "FOR VALUES FROM (%s) TO (%s)",
+                [start, start + timedelta(days=1)],
+            )
+    _known_partitions.update(day for day in missing if day not in made)
+    # The ones made here are known once they are there for good: the caller's transaction may be rolled back
+    # (a batch refused after its samples were written), and a partition known but not there fails every write.
+    transaction.on_commit(lambda: _known_partitions.update(made))
 
 
 def partitions() -> list[date]:
@@ -111,122 +115,74 @@ def forget_partitions() -> None:
 # --- writing -----------------------------------------------------------------------------------------
 
 
+class StoredBefore(Exception):
+    """A sample written as new is stored already: the batch was sent before (or one of its instances twice).
+    Raised from inside the caller's transaction, which is then lost: write the batch again with new=False."""
+
+
 def store(rows: Sequence[Row]) -> int:
-    """Write samples and bring the newest figures up to date; returns how many samples were new.
+    """Write samples, the ones stored already kept as they are; returns how many were new."""
+    return store_values(
+        [tuple(_typed(value, kind) for value, kind in zip(row.values(), TYPES, strict=True)) for row in rows]
+    )
 
-    Runs in the caller's transaction when there is one, so a batch is stored whole or not at all.
+
+def store_values(values: Sequence[tuple], *, new: bool = False) -> int:
+    """Write samples given as tuples in the order of COLUMNS, each value of its column's Python type (float,
+    int, aware datetime, or None); returns how many were new. Late samples repair their roll-ups.
+
+    With `new` (the caller knows of no sample stored at these GPUs', slots' and instants), each day's rows go
+    into its partition by COPY; a row stored already raises StoredBefore. Without it, rows stored already are
+    passed over. Runs in the caller's transaction when there is one, so a batch is stored whole or not at all.
     """
-    if not rows:
+    if not values:
         return 0
-    ensure_partitions({row.at.astimezone(UTC).date() for row in rows})
-    by_column = zip(*(row.values() for row in rows), strict=True)
-    columns = [_typed(column, kind) for column, kind in zip(by_column, TYPES, strict=True)]
-    unnest = ", ".join(f"%s::{kind}[]" for kind in TYPES)
-    names = ", ".join(COLUMNS)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO monitoring_sample ({names}) SELECT * FROM unnest({unnest}) ON CONFLICT DO NOTHING",
-            columns,
-        )
-        written = cursor.rowcount
-        _mark_late(cursor, min(row.at for row in rows))
+    days: dict[datetime, date] = {}
+    for row in values:
+        if row[2] not in days:
+            days[row[2]] = row[2].astimezone(UTC).date()
+    ensure_partitions(set(days.values()))
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        if new:
+            written = _copy(cursor, values, days)
+        else:
+            columns = [[row[n] for row in values] for n in range(len(COLUMNS))]
+            cursor.execute(_INSERT, columns)
+            written = cursor.rowcount
+        rollups.repair(cursor, (row[:3] for row in values), earliest=min(days))
     return written
 
 
-def _typed(values: tuple, kind: str) -> list:
-    """One column's values as one Python type, so that the array sent for it is of one type."""
+_COPY = f"COPY {{table}} ({', '.join(COLUMNS)}) FROM STDIN"
+_INSERT = (
+    f"INSERT INTO monitoring_sample ({', '.join(COLUMNS)}) SELECT * FROM "
+    f"unnest({', '.join(f'%s::{kind}[]' for kind in TYPES)}) ON CONFLICT DO NOTHING"
+)
+
+
+def _copy(cursor, values: Sequence[tuple], days: dict[datetime, date]) -> int:
+    by_day: dict[date, list[tuple]] = {}
+    for row in values:
+        by_day.setdefault(days[row[2]], []).append(row)
+    try:
+        for day, rows in by_day.items():
+            with cursor.copy(_COPY.format(table=partition_name(day))) as copy:
+                for row in rows:
+                    copy.write_row(row)
+    except UniqueViolation as error:
+        raise StoredBefore(str(error)) from error
+    return len(values)
+
+
+def _typed(value, kind: str):
+    """A value as its column's Python type, so that each column is sent as one type."""
+    if value is None:
+        return None
     if kind == "double precision":
-        return [None if v is None else float(v) for v in values]
+        return float(value)
     if kind in ("bigint", "smallint"):
-        return [None if v is None else int(v) for v in values]
-    return list(values)
-
-
-def _mark_late(cursor, earliest: datetime) -> None:
-    """Samples older than what is rolled up already: have their buckets rolled up again."""
-    cursor.execute(
-        "UPDATE monitoring_rollupmark SET redo_from = LEAST(COALESCE(redo_from, %s), %s) "
-        "WHERE done_until > %s",
-        [earliest, earliest, earliest],
-    )
-
-
-# --- roll-ups ----------------------------------------------------------------------------------------
-
-
-def _floor(at: datetime, seconds: int) -> datetime:
-    epoch = int(at.timestamp())
-    return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
-
-
-def _rollup_sql(seconds: int) -> str:
-    """Buckets of `seconds` from raw samples (5 minutes) or from 5-minute roll-ups (1 hour)."""
-    bucket = f"to_timestamp(floor(extract(epoch FROM {{at}}) / {seconds}) * {seconds})"
-    if seconds == FIVE_MINUTES:
-        figures = ", ".join(f"min({m}), avg({m}), max({m})" for m in METRICS)
-        select = (
-            f"SELECT gpu_id, slot, {seconds}, {bucket.format(at='at')}, count(*), {figures}, "
-            "max(memory_total_bytes) FROM monitoring_sample WHERE at >= %s AND at < %s GROUP BY 1, 2, 4"
-        )
-    else:
-        figures = ", ".join(
-            f"min({m}_min), sum({m}_avg * samples) FILTER (WHERE {m}_avg IS NOT NULL) "
-            f"/ NULLIF(sum(samples) FILTER (WHERE {m}_avg IS NOT NULL), 0), max({m}_max)"
-            for m in METRICS
-        )
-        select = (
-            f"SELECT gpu_id, slot, {seconds}, {bucket.format(at='bucket')}, sum(samples), {figures}, "
-            f"max(memory_total_bytes) FROM monitoring_rollup "
-            f"WHERE seconds = {FIVE_MINUTES} AND bucket >= %s AND bucket < %s GROUP BY 1, 2, 4"
-        )
-    targets = ", ".join(f"{m}_min, {m}_avg, {m}_max" for m in METRICS)
-    updates = ", ".join(
-        f"{column} = EXCLUDED.{column}"
-        for column in (
-            "samples",
-            *(f"{m}_{s}" for m in METRICS for s in ("min", "avg", "max")),
-            "memory_total_bytes",
-        )
-    )
-    return (
-        f"INSERT INTO monitoring_rollup (gpu_id, slot, seconds, bucket, samples, {targets}, "
-        f"memory_total_bytes) {select} ON CONFLICT (gpu_id, slot, seconds, bucket) DO UPDATE SET {updates}"
-    )
-
-
-def roll_up(*, now: datetime | None = None) -> dict[int, int]:
-    """Roll up every bucket that has ended (5 minutes from samples, then 1 hour from those), including
-    buckets that late samples changed. Returns how many roll-up rows each resolution wrote."""
-    now = now or datetime.now(UTC)
-    written: dict[int, int] = {}
-    for seconds in RESOLUTIONS:
-        with transaction.atomic(), connection.cursor() as cursor:
-            mark = RollupMark.objects.select_for_update().filter(seconds=seconds).first()
-            end = _floor(now, seconds)
-            if mark is None:  # the first run: from the oldest sample (or 5-minute roll-up) there is
-                source = (
-                    "min(at) FROM monitoring_sample"
-                    if seconds == FIVE_MINUTES
-                    else (f"min(bucket) FROM monitoring_rollup WHERE seconds = {FIVE_MINUTES}")
-                )
-                cursor.execute(f"SELECT {source}")
-                oldest = cursor.fetchone()[0]
-                start = _floor(oldest, seconds) if oldest is not None else end
-            else:
-                start = min(mark.done_until, mark.redo_from or mark.done_until)
-                start = _floor(start, seconds)
-            if start >= end:
-                written[seconds] = 0
-                continue
-            cursor.execute(_rollup_sql(seconds), [start, end])
-            written[seconds] = cursor.rowcount
-            RollupMark.objects.update_or_create(
-                seconds=seconds, defaults={"done_until": end, "redo_from": None}
-            )
-            if seconds == FIVE_MINUTES and mark is not None and start < mark.done_until:
-                # Hours that the redone 5-minute buckets belong to are redone too.
-                RollupMark.objects.filter(seconds=ONE_HOUR, done_until__gt=start).update(redo_from=start)
-    return written
+        return int(value)
+    return value
 
 
 # --- pruning -----------------------------------------------------------------------------------------

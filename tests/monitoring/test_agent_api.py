@@ -13,6 +13,7 @@ from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.collectors.wire import batch_to_json
 from monitoring.ingest import tokens as agents
 from monitoring.models import GpuEvent, Latest, Sample
+from monitoring.storage import samples
 from portal import tokens
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
 
@@ -314,3 +315,128 @@ def test_whatever_a_field_holds_the_answer_is_never_a_500(client, node, key, pat
     assert response.json()
     if response.status_code != 200:
         assert (Sample.objects.count(), Latest.objects.count()) == before
+
+
+DEEP = [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda body: {**body, "note": DEEP},  # deep under a key the batch does not name
+        lambda body: _set((*GPU, "power_w"), DEEP)(body),  # deep where a figure belongs
+        lambda body: {**body, "note": "a\u0000b"},  # a NUL where nothing else is read
+    ],
+)
+def test_a_document_the_parser_refuses_is_malformed_wherever_the_fault_hides(client, node, key, change):
+    response = post(client, change(batch_to_json([reading(node)])), key)
+
+    assert response.status_code == 400 and response.json()["code"] == "malformed"
+    assert nothing_stored()
+
+
+def test_a_document_both_too_deep_and_too_many_is_malformed_first(client, node, key, settings):
+    settings.MONITORING_BATCH_MAX_READINGS = 1
+    body = batch_to_json([reading(node), reading(node, at=NOW + timedelta(seconds=15))])
+    body["note"] = DEEP
+    response = post(client, body, key)
+
+    assert response.status_code == 400 and response.json()["code"] == "malformed"
+
+
+def test_keys_the_batch_does_not_name_are_passed_over(client, node, key):
+    body = batch_to_json([reading(node)])
+    body["readings"][0]["gpus"][0]["driver"] = {"version": "550.54"}
+    response = post(client, body, key)
+
+    assert response.status_code == 200 and response.json()["samples"] == 4
+
+
+@pytest.mark.parametrize(
+    ("content_type", "accept", "status"),
+    [
+        ("application/json; charset=utf-8", "*/*", 200),
+        ("application/json; charset=latin-1", "application/json", 200),  # through the framework's dispatch
+        ("text/plain", "application/json", 415),
+        ("application/json", "text/html", 406),
+    ],
+)
+def test_media_types_are_answered_as_the_framework_answers_them(
+    client, node, key, content_type, accept, status
+):
+    response = post(
+        client, batch_to_json([reading(node)]), key, content_type=content_type, HTTP_ACCEPT=accept
+    )
+
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json" and response["Allow"] == "POST, OPTIONS"
+    assert (Sample.objects.count() == 4) == (status == 200)
+
+
+def test_answers_carry_the_frameworks_headers(client, node, key):
+    stored = post(client, batch_to_json([reading(node)]), key)
+    refused = post(client, {"readings": 5}, key)
+    unknown = post(client, batch_to_json([reading(node)]), "not-a-key")
+
+    for response in (stored, refused, unknown):
+        assert response["Content-Type"] == "application/json" and response["Allow"] == "POST, OPTIONS"
+    assert stored.content == b'{"samples":4,"gpus":2,"events":0}'  # compact, as the framework renders
+    assert unknown.status_code == 401 and unknown["WWW-Authenticate"] == "Bearer"
+
+
+def test_a_batch_partly_stored_before_is_stored_for_the_rest(client, node, key):
+    """A resend that races the first (its samples there, its newest figures not yet) and samples written by
+    another path both come to this: the new samples are stored, the others passed over."""
+    full = node.gpus.get(index=0)
+    samples.store([samples.Row(full.pk, -1, NOW, power_w=1.0)])
+    response = post(client, batch_to_json([reading(node)]), key)
+
+    assert response.status_code == 200 and response.json()["samples"] == 3
+    assert Sample.objects.get(gpu=full, slot=-1).power_w == 1.0
+    assert Latest.objects.count() == 4
+
+
+def test_an_instance_reported_twice_is_stored_once(client, node, key):
+    body = batch_to_json([reading(node)])
+    instances = body["readings"][0]["gpus"][1]["instances"]
+    instances.append(dict(instances[0]))
+    response = post(client, body, key)
+
+    assert response.status_code == 200 and response.json()["samples"] == 4
+    assert Sample.objects.count() == 4
+
+
+def test_the_batch_notes_its_tokens_use_in_its_own_transaction(client, node, key):
+    token = node.cluster.agent_tokens.get()
+    assert post(client, batch_to_json([reading(node)]), key).status_code == 200
+    token.refresh_from_db()
+    assert token.last_host == "gpu-node-1" and token.last_used_at is not None
+
+    # Within the minute, the next batch writes nothing of the token.
+    first = token.last_used_at
+    post(client, batch_to_json([reading(node, at=NOW + timedelta(seconds=15))]), key)
+    token.refresh_from_db()
+    assert token.last_used_at == first
+
+
+def test_a_refused_batch_notes_its_tokens_use_too(client, node, key):
+    assert post(client, {"readings": 5}, key).status_code == 400
+
+    assert node.cluster.agent_tokens.get().last_used_at is not None
+
+
+def test_a_batch_costs_as_many_queries_whatever_it_holds(
+    client, node, key, django_assert_max_num_queries, django_capture_on_commit_callbacks
+):
+    """One node's reading or a buffer of many: the same statements (the token, the hosts' GPUs, the samples,
+    the newest figures; here within a savepoint of the test's transaction), never one per GPU or reading."""
+    now = datetime.now(UTC).replace(microsecond=0)  # fresh readings, as an agent posts them
+    with django_capture_on_commit_callbacks(execute=True):  # the day's partition known, the token's use noted
+        post(client, batch_to_json([reading(node, at=now - timedelta(seconds=15))]), key)
+    one = batch_to_json([reading(node, at=now)])
+    buffered = batch_to_json([reading(node, at=now + timedelta(seconds=15 * n)) for n in range(1, 9)])
+    with django_assert_max_num_queries(6) as small:
+        assert post(client, one, key).json()["samples"] == 4
+    with django_assert_max_num_queries(6) as large:
+        assert post(client, buffered, key).json()["samples"] == 32
+    assert len(large.captured_queries) == len(small.captured_queries)

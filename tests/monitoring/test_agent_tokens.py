@@ -92,6 +92,44 @@ def test_use_is_written_at_most_once_a_minute_and_the_host_when_it_changes(
     assert AgentToken.objects.get().last_host == "gpu-node-1"
 
 
+def test_finding_a_token_reads_it_with_its_clusters_name_in_one_query_and_writes_nothing(
+    cluster, django_assert_num_queries
+):
+    issued = agents.issue_agent_token(cluster=cluster, name="node-1")
+
+    with django_assert_num_queries(1):
+        token = agents.find_agent_token(issued.key)
+        assert (token, token.cluster.name) == (issued.token, "seoul-a")
+    assert AgentToken.objects.get().last_used_at is None
+    agents.revoke_agent_token(token=issued.token)
+    assert agents.find_agent_token(issued.key) is None
+
+
+def test_a_token_shared_by_many_hosts_notes_one_of_them_a_minute(cluster, django_assert_num_queries):
+    issued = agents.issue_agent_token(cluster=cluster, name="every node")
+    token = agents.find_agent_token(issued.key)
+    now = timezone.now()
+    agents.record_agent_host(token=token, host="gpu-node-1", now=now)
+
+    with django_assert_num_queries(0):  # within the minute: no write, whichever host it is
+        agents.record_agent_host(token=token, host="gpu-node-2", now=now + timedelta(seconds=15))
+    agents.record_agent_host(token=token, host="gpu-node-3", now=now + timedelta(minutes=1))
+
+    noted = AgentToken.objects.get()
+    assert (noted.last_host, noted.last_used_at) == ("gpu-node-3", now + timedelta(minutes=1))
+
+
+def test_of_agents_noting_one_token_at_once_only_the_first_writes(cluster):
+    issued = agents.issue_agent_token(cluster=cluster, name="every node")
+    first, second = agents.find_agent_token(issued.key), agents.find_agent_token(issued.key)
+    now = timezone.now()
+
+    agents.record_agent_host(token=first, host="gpu-node-1", now=now)
+    agents.record_agent_host(token=second, host="gpu-node-2", now=now + timedelta(seconds=1))
+
+    assert AgentToken.objects.get().last_host == "gpu-node-1"
+
+
 @pytest.fixture
 def operator(client, settings):
     settings.STAFF_REQUIRE_TOTP = False

@@ -3,10 +3,12 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import DataError
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.ingest.readings import ingest
 from monitoring.models import GpuEvent, Latest, Sample
+from monitoring.storage import samples
 from portal.errors import InvalidInput
 from tests.factories import AllocationFactory, ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
 
@@ -169,3 +171,65 @@ def test_a_last_xid_gauge_records_a_new_xid_once(node):
         ingest(cluster=node.cluster, readings=[Reading(node.name, at, (gpu,))], source="dcgm", strict=False)
 
     assert list(GpuEvent.objects.filter(kind="xid").order_by("at").values_list("code", flat=True)) == [79, 13]
+
+
+def test_a_failure_after_the_samples_are_written_leaves_nothing_behind(node):
+    """Samples, newest figures and events go in one transaction: here the newest figures cannot be written
+    (a profile longer than its column), after the samples were copied in and with an event to record."""
+    full, cut = node.gpus.order_by("index")
+    odd = InstanceReading("MIG-x", 1, "p" * 40, (0, 4), 1 << 30, 40 << 30, 30.0)
+    bad = Reading(
+        node.name,
+        NOW,
+        (
+            GpuReading(0, full.uuid, xid_events=(79,)),
+            GpuReading(1, cut.uuid, mig_enabled=True, instances=(odd,)),
+        ),
+    )
+    with pytest.raises(DataError):
+        ingest(cluster=node.cluster, readings=[bad], source="agent")
+
+    assert not Sample.objects.exists() and not Latest.objects.exists() and not GpuEvent.objects.exists()
+
+
+def test_what_runs_with_the_batch_fails_it_whole(node):
+    def fail():
+        raise RuntimeError("after everything was written")
+
+    with pytest.raises(RuntimeError):
+        ingest(cluster=node.cluster, readings=[reading(node, xid_events=(79,))], source="agent", also=fail)
+
+    assert not Sample.objects.exists() and not Latest.objects.exists() and not GpuEvent.objects.exists()
+
+
+def test_a_batch_whose_samples_are_partly_stored_is_stored_for_the_rest(node):
+    full = node.gpus.get(index=0)
+    samples.store([samples.Row(full.pk, -1, NOW, power_w=1.0)])  # not through ingest: no newest figures
+
+    result = ingest(cluster=node.cluster, readings=[reading(node, xid_events=(79,))], source="agent")
+
+    assert result.samples == 3 and len(result.events) == 1
+    assert Sample.objects.count() == 4 and Latest.objects.count() == 4
+    assert Sample.objects.get(gpu=full).power_w == 1.0 and Latest.objects.get(gpu=full).power_w == 300.0
+
+
+def test_a_batch_of_several_hosts_is_taken_whole(node):
+    other = NodeCapacityFactory(cluster=node.cluster, name="gpu-node-2", gpu_model="H100-80GB")
+    GpuCapacityFactory(node=other, index=0)
+    first, second = reading(node), Reading(other.name, NOW, (GpuReading(0, other.gpus.get().uuid),))
+
+    result = ingest(cluster=node.cluster, readings=[first, second], source="agent")
+
+    assert result.samples == 5 and result.gpus == 3
+
+
+def test_figures_that_are_no_numbers_are_stored_as_unknown(node):
+    odd = reading(node, power_w=float("nan"), temperature_c=float("inf"))
+    ingest(cluster=node.cluster, readings=[odd], source="dcgm", strict=False)
+
+    full = node.gpus.get(index=0)
+    assert Sample.objects.filter(gpu=full).values_list("power_w", "temperature_c").get() == (None, None)
+    assert Latest.objects.filter(gpu=full, slot=-1).values_list("power_w", "temperature_c").get() == (
+        None,
+        None,
+    )

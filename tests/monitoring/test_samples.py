@@ -3,7 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from monitoring.models import Rollup, RollupMark, Sample
 from monitoring.storage import samples
@@ -65,9 +65,11 @@ def test_late_samples_are_rolled_up_again(gpu):
     samples.roll_up(now=T0 + timedelta(hours=1, minutes=1))
     assert RollupMark.objects.get(seconds=300).redo_from is None
 
-    # An agent's buffer arrives after the portal was away.
+    # An agent's buffer arrives after the portal was away: its own buckets are written again at once, and
+    # no run is asked to redo the whole fleet's.
     write(gpu, T0 + timedelta(minutes=2), power_w=300.0)
-    assert RollupMark.objects.get(seconds=300).redo_from == T0 + timedelta(minutes=2)
+    assert Rollup.objects.get(gpu=gpu, seconds=300, bucket=T0).power_w_avg == 200.0
+    assert RollupMark.objects.get(seconds=300).redo_from is None
     samples.roll_up(now=T0 + timedelta(hours=1, minutes=2))
 
     assert Rollup.objects.get(gpu=gpu, seconds=300, bucket=T0).power_w_avg == 200.0
@@ -114,3 +116,62 @@ def test_series_reads_raw_samples_for_short_spans_and_roll_ups_for_long_ones(gpu
     )
     assert resolution == 300
     assert [p.value for p in points][-1] == 10.0
+
+
+def test_a_run_leaves_the_bucket_that_ended_less_than_a_minute_ago(gpu):
+    """A batch still in flight as a bucket ends is neither in it nor late: runs wait for it to settle."""
+    write(gpu, T0 + timedelta(minutes=4, seconds=50), power_w=1.0)
+
+    assert samples.roll_up(now=T0 + timedelta(minutes=5, seconds=30)) == {300: 0, 3600: 0}
+    assert samples.roll_up(now=T0 + timedelta(minutes=6))[300] == 1
+
+
+def test_a_late_sample_repairs_its_own_buckets_and_no_other(gpu):
+    other = GpuCapacityFactory()
+    for each in (gpu, other):
+        write(each, T0, power_w=100.0)
+    samples.roll_up(now=T0 + timedelta(hours=2))
+    Rollup.objects.filter(gpu=other).update(power_w_max=-1.0)  # what a repair of the fleet would undo
+
+    write(gpu, T0 + timedelta(minutes=1), power_w=300.0)
+
+    five, hour = (Rollup.objects.get(gpu=gpu, seconds=s, bucket=T0) for s in (300, 3600))
+    assert (five.samples, five.power_w_avg, five.power_w_max) == (2, 200.0, 300.0)
+    assert (hour.samples, hour.power_w_avg, hour.power_w_max) == (2, 200.0, 300.0)
+    assert set(Rollup.objects.filter(gpu=other).values_list("power_w_max", flat=True)) == {-1.0}
+    assert not RollupMark.objects.exclude(redo_from=None).exists()
+
+
+def test_fresh_samples_read_no_mark_and_old_ones_lock_the_marks(gpu, django_assert_num_queries):
+    write(gpu, T0, power_w=1.0)
+    samples.roll_up(now=T0 + timedelta(hours=1))
+    fresh = datetime.now(UTC).replace(microsecond=0)
+    samples.ensure_partitions([fresh.date()])
+    samples.store([samples.Row(gpu.pk, -1, fresh, power_w=1.0)])  # the day's partition is made and seen
+
+    with django_assert_num_queries(1):  # the insert alone
+        samples.store([samples.Row(gpu.pk, -1, fresh + timedelta(seconds=15), power_w=2.0)])
+    with django_assert_num_queries(2) as old:  # the insert, and the marks under a share lock
+        samples.store([samples.Row(gpu.pk, -1, fresh - timedelta(minutes=5), power_w=3.0)])
+    assert "FOR SHARE" in old.captured_queries[1]["sql"]
+
+
+def test_new_samples_go_in_by_copy_and_a_stored_one_is_told(gpu):
+    row = (gpu.pk, -1, T0, 1.0, None, None, None, None, None, None, None)
+    with transaction.atomic():
+        assert samples.store_values([row], new=True) == 1
+    assert Sample.objects.get().power_w == 1.0
+
+    with pytest.raises(samples.StoredBefore), transaction.atomic():
+        samples.store_values([row, (gpu.pk, -1, T0 + timedelta(seconds=15), *row[3:])], new=True)
+    assert Sample.objects.count() == 1  # the batch, lost whole
+    assert samples.store_values([row, (gpu.pk, -1, T0 + timedelta(seconds=15), *row[3:])]) == 1
+
+
+def test_a_partition_made_by_a_transaction_rolled_back_is_made_again(gpu):
+    day = T0 + timedelta(days=40)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        write(gpu, day, power_w=1.0)
+        raise RuntimeError("the batch fails after its samples were written")
+
+    assert write(gpu, day, power_w=2.0) == 1

@@ -1,0 +1,180 @@
+"""Which GPUs a batch's readings are of: the reporting hosts' GPUs, read in one query with all ingest needs of
+them, and each reading's GPU found among them, or the batch refused (or, from the portal's own collectors,
+the reading passed over and named).
+
+The query reads, besides each node and its present GPUs, what Latest says of each GPU (the newest sample of
+any of its slots, which tells a resent batch from a new one; the uncorrected ECC count it last reported) and
+its live allocations' instances (to bind their UUIDs). Its plan depends on how big those tables are, so it
+is planned at each run rather than prepared (monitoring.storage.statements).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from django.utils.translation import gettext as _
+
+from monitoring.collectors import GpuReading, Reading
+from monitoring.conf import settings
+from monitoring.models import Latest
+from monitoring.models.samples import WHOLE_GPU
+from monitoring.storage.statements import bound
+from pools.models import Allocation, Cluster, GpuCapacity, NodeCapacity
+from portal.errors import InvalidInput
+
+
+class Gpu(NamedTuple):
+    """What ingest knows of a GPU of the reporting hosts, read with its node in one query."""
+
+    pk: int
+    node_id: int
+    name: str  # as GpuCapacity names itself: cluster/node/index
+    index: int
+    uuid: str
+    mig_enabled: bool
+    layout: list
+    planned_layout: list | None
+    newest: datetime | None  # the newest sample of any of its slots, as Latest says
+    ecc_before: int | None  # the uncorrected ECC count it last reported
+    held: tuple[tuple[int, str], ...]  # its live allocations: (first slice, instance UUID)
+
+
+class Target(NamedTuple):
+    gpu: Gpu
+    reading: GpuReading
+    host: str
+    at: datetime
+    complete: bool  # the host reported all its GPUs (an agent does); a missing GPU is then lost
+
+
+class Hosts(NamedTuple):
+    """The reporting hosts that are nodes of the cluster, by name, and their present GPUs."""
+
+    nodes: dict[str, int]
+    gpus: list[Gpu]
+
+
+# --- checking ----------------------------------------------------------------------------------------
+
+
+def accepted_times(*, now: datetime) -> tuple[datetime, datetime]:
+    """The oldest and the newest time a reading may carry at `now`; outside them a batch is refused."""
+    return (
+        now - timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AGE_SECONDS),
+        now + timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AHEAD_SECONDS),
+    )
+
+
+# One query for all ingest needs of the reporting hosts. The newest figures' aggregates carry a FILTER, so
+# that PostgreSQL reads them from the GPU's own rows rather than scanning the fleet's by time for a max().
+_HOSTS_SQL = f"""
+SELECT n.id, n.name, g.id, g.index, g.uuid, g.mig_enabled, g.layout, g.planned_layout, l.newest, l.ecc,
+    a.starts, a.uuids
+FROM {NodeCapacity._meta.db_table} n
+LEFT JOIN {GpuCapacity._meta.db_table} g ON g.node_id = n.id AND g.present
+LEFT JOIN LATERAL (
+    SELECT max(at) AS newest, max(ecc_uncorrected) FILTER (WHERE slot = {WHOLE_GPU}) AS ecc
+    FROM {Latest._meta.db_table} WHERE gpu_id = g.id
+) l ON TRUE
+LEFT JOIN LATERAL (
+    SELECT array_agg(lower(slices) ORDER BY id) AS starts, array_agg(instance_uuid ORDER BY id) AS uuids
+    FROM {Allocation._meta.db_table} WHERE gpu_id = g.id AND released_at IS NULL
+) a ON TRUE
+WHERE n.cluster_id = %s AND n.name {{names}} AND n.present
+"""
+_ONE_HOST_SQL = _HOSTS_SQL.format(names="= %s")  # a node agent's batch: its own host's readings
+_HOSTS_SQL = _HOSTS_SQL.format(names="= ANY(%s)")
+
+
+def read(cluster: Cluster, names: set[str]) -> Hosts:
+    nodes: dict[str, int] = {}
+    gpus: list[Gpu] = []
+    if not names:
+        return Hosts(nodes, gpus)
+    with bound(prepared=False) as cursor:
+        if len(names) == 1:
+            cursor.execute(_ONE_HOST_SQL, [cluster.pk, next(iter(names))])
+        else:
+            cursor.execute(_HOSTS_SQL, [cluster.pk, list(names)])
+        for node_id, node, pk, index, uuid, mig, layout, plan, newest, ecc, starts, uuids in cursor:
+            nodes[node] = node_id
+            if pk is not None:
+                name = f"{cluster.name}/{node}/{index}"
+                held = tuple(zip(starts, uuids, strict=True)) if starts else ()
+                layout = json.loads(layout) if layout else []  # JSON columns come as text (Django's choice)
+                plan = json.loads(plan) if plan is not None else None
+                gpus.append(Gpu(pk, node_id, name, index, uuid, mig, layout, plan, newest, ecc, held))
+    return Hosts(nodes, gpus)
+
+
+def targets(
+    cluster: Cluster,
+    readings: Sequence[Reading],
+    found: Hosts,
+    *,
+    strict: bool,
+    now: datetime,
+    problems: list[str],
+) -> list[Target]:
+    oldest, newest = accepted_times(now=now)
+    gpus: dict[tuple[int, str], Gpu] = {}
+    by_index: dict[tuple[int, int], Gpu] = {}
+    for gpu in found.gpus:
+        if gpu.uuid:
+            gpus[(gpu.node_id, gpu.uuid)] = gpu
+        by_index[(gpu.node_id, gpu.index)] = gpu
+    found_targets: list[Target] = []
+    seen: set[tuple[int, datetime]] = set()
+    for reading in readings:
+        at = reading.at
+        if at.tzinfo is None:
+            raise InvalidInput(_("Reading times must carry a time zone."))
+        if not oldest <= at <= newest:
+            why = _("Host %(host)s reported a reading at %(at)s, outside %(oldest)s to %(newest)s.") % {
+                "host": reading.host,
+                "at": at.isoformat(),
+                "oldest": oldest.isoformat(timespec="seconds"),
+                "newest": newest.isoformat(timespec="seconds"),
+            }
+            _refuse_or_note(why, strict=strict, problems=problems)
+            continue
+        node = found.nodes.get(reading.host)
+        if node is None:
+            why = _("%(host)s is not a node of cluster %(cluster)s.") % {
+                "host": reading.host,
+                "cluster": cluster.name,
+            }
+            _refuse_or_note(why, strict=strict, problems=problems)
+            continue
+        for gpu_reading in reading.gpus:
+            gpu = gpus.get((node, gpu_reading.uuid))
+            if gpu is None:
+                candidate = by_index.get((node, gpu_reading.index))
+                gpu = candidate if candidate is not None and not candidate.uuid else None
+            if gpu is None:
+                why = _("Node %(node)s has no GPU %(uuid)s (index %(index)s) in the portal's inventory.") % {
+                    "node": reading.host,
+                    "uuid": gpu_reading.uuid or "?",
+                    "index": gpu_reading.index,
+                }
+                _refuse_or_note(why, strict=strict, problems=problems)
+                continue
+            if (gpu.pk, at) in seen:
+                _refuse_or_note(
+                    _("GPU %(uuid)s appears twice at %(at)s.") % {"uuid": gpu_reading.uuid, "at": at},
+                    strict=strict,
+                    problems=problems,
+                )
+                continue
+            seen.add((gpu.pk, at))
+            found_targets.append(Target(gpu, gpu_reading, reading.host, at, strict))
+    return found_targets
+
+
+def _refuse_or_note(why: str, *, strict: bool, problems: list[str]) -> None:
+    if strict:
+        raise InvalidInput(why)
+    problems.append(why)
