@@ -42,11 +42,11 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import Group  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
-from django.test.utils import CaptureQueriesContext, setup_databases, teardown_databases  # noqa: E402
+from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from pools import conf  # noqa: E402
-from pools.models import PoolRequest  # noqa: E402
+from pools.models import PoolRequest, RequestItem  # noqa: E402
 from pools.services import admit_waiting, approve_request, queue, submit_request  # noqa: E402
 from pools.services.inventory import sync_inventory  # noqa: E402
 from portal.models import Role  # noqa: E402
@@ -76,14 +76,41 @@ def build(nodes: int, waiting: int) -> None:
         return approve_request(request_id=request.pk, approver=approver)
 
     asked([("h200-141gb.full", 6 * nodes)])
-    for _ in range(nodes):
-        asked([("h200-141gb.mig-1g.18gb", 1)])
+    copied([asked([("h200-141gb.mig-1g.18gb", 1)])], nodes)
     admit_waiting()
     starving = asked([("h200-141gb.full", 2 * nodes + 1)])  # more than every MIG GPU switched off
     long_ago = timezone.now() - timedelta(seconds=conf.settings.QUEUE_BACKFILL_GRACE_SECONDS + 60)
     PoolRequest.objects.filter(pk=starving.pk).update(approved_at=long_ago)
-    for n in range(waiting):
-        asked(BEHIND[n % len(BEHIND)])
+    copied([asked(items) for items in BEHIND[:waiting]], waiting)
+
+
+def copied(made: list[PoolRequest], count: int) -> None:
+    """Requests up to `count` in all, each a copy of one of `made` (submitted and approved through the
+    services) in turn, written at once, each approved a microsecond after the one before."""
+    templates = [(request, list(request.items.all())) for request in made]
+    first = max(request.approved_at for request in made)
+    copies, items = [], []
+    for n in range(count - len(made)):
+        template, its_items = templates[n % len(templates)]
+        copy = copy_of(template)
+        copy.approved_at = first + timedelta(microseconds=n + 1)
+        copies.append(copy)
+        items.append(its_items)
+    PoolRequest.objects.bulk_create(copies, batch_size=2000)
+    RequestItem.objects.bulk_create(
+        [
+            RequestItem(request=copy, gpu_model=item.gpu_model, profile=item.profile, count=item.count)
+            for copy, its_items in zip(copies, items, strict=True)
+            for item in its_items
+        ],
+        batch_size=2000,
+    )
+
+
+def copy_of(request: PoolRequest) -> PoolRequest:
+    """An unsaved copy of a request's fields."""
+    fields = PoolRequest._meta.concrete_fields
+    return PoolRequest(**{f.attname: getattr(request, f.attname) for f in fields if not f.primary_key})
 
 
 def one_run() -> tuple[float, int, int, int]:
@@ -97,15 +124,20 @@ def one_run() -> tuple[float, int, int, int]:
 
     queue.place_request = counted
     try:
-        connection.queries_log.clear()  # with DEBUG the log keeps the last 9,000 queries: make room
-        with transaction.atomic(), CaptureQueriesContext(connection) as ctx:
+        queries = [0]
+
+        def count(execute, sql, params, many, context):
+            queries[0] += 1
+            return execute(sql, params, many, context)
+
+        with transaction.atomic(), connection.execute_wrapper(count):
             started = time.perf_counter()
             results = admit_waiting()
             seconds = time.perf_counter() - started
             transaction.set_rollback(True)
     finally:
         queue.place_request = place
-    return seconds, len(ctx), placed[0], sum(result.admitted for result in results)
+    return seconds, queries[0], placed[0], sum(result.admitted for result in results)
 
 
 def main() -> None:

@@ -155,6 +155,8 @@ def main() -> None:
         "--small", type=int, default=100, help="the smaller fleet of the query-count comparison"
     )
     args = parser.parse_args()
+    if not 0 < args.small < args.nodes:
+        parser.error("--small: at least one node, and fewer than --nodes")
     databases = setup_databases(verbosity=0, interactive=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:

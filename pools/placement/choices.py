@@ -193,6 +193,23 @@ class Choice:
         return total
 
 
+def _kept_and_spot(
+    index: FleetIndex, plan: Touches, buckets: Sequence[Bucket]
+) -> tuple[set[str], set[str], list[BucketRanks]]:
+    """The nodes the plan touched; the nodes to read on the spot (those, the split ones and every node of a
+    bucket that keeps no ranks); and the ranks of the buckets that keep them, in the buckets' order."""
+    touched = touched_nodes(index, plan)
+    spot = touched | index.split_nodes(buckets)
+    kept = []
+    for bucket in buckets:
+        found = ranks_of(index, bucket)
+        if found is None:
+            spot.update(bucket.members)
+        else:
+            kept.append(found)
+    return touched, spot, kept
+
+
 def _read(
     index: FleetIndex,
     buckets: Sequence[Bucket],
@@ -202,15 +219,8 @@ def _read(
 ) -> tuple[list[Ranked], dict[str, tuple], set[str]]:
     """The ranks of the buckets that keep them; the nodes read on the spot, with their entries; and the
     nodes the plan touched, which the ranks read as they were."""
-    ranks: list[Ranked] = []
-    touched = touched_nodes(index, plan)
-    spot = touched | index.split_nodes(buckets)
-    for bucket in buckets:
-        found = ranks_of(index, bucket)
-        if found is None:
-            spot.update(bucket.members)
-        else:
-            ranks.append(ranked(found))
+    touched, spot, kept = _kept_and_spot(index, plan, buckets)
+    ranks = [ranked(found) for found in kept]
     extra = {}
     for node in spot:
         read = entry(node)
@@ -276,15 +286,10 @@ def whole_shared(
     """(bucket, node) for each node with wholly free MIG GPUs in a bucket, in share mode `sharing`, bucket
     after bucket, in order."""
     streams: list[Iterable[tuple[Order, str]]] = []
-    touched = touched_nodes(index, plan)
-    spot = touched | index.split_nodes(buckets)
-    for bucket in buckets:
-        found = ranks_of(index, bucket)
-        if found is None:
-            spot.update(bucket.members)
-        else:
-            listed = found.whole_sharing.classes.get(sharing, [])
-            streams.append((order, node) for order, node in listed if node not in touched)
+    touched, spot, kept = _kept_and_spot(index, plan, buckets)
+    for found in kept:
+        listed = found.whole_sharing.classes.get(sharing, [])
+        streams.append((order, node) for order, node in listed if node not in touched)
     read = []
     for node in spot:
         if node_sharing(index, node, plan) == sharing:

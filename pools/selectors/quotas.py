@@ -10,10 +10,10 @@ the model (a request without a purpose may land in any group).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, QuerySet, Sum
 
 from pools.conf import settings
 from pools.kinds import counted_slices
@@ -27,10 +27,13 @@ from pools.models import (
     PoolRequest,
     PoolState,
     Quota,
+    RequestItem,
+    RequestState,
     TenantPolicy,
 )
 from pools.placement.admission import Holding, Key, Ledger, asked_slices
 from pools.placement.admission import Quota as PolicyQuota
+from pools.placement.types import Item
 from pools.selectors.fleet import engine_request
 from pools.selectors.kept import Kept
 from portal.models import Tenant
@@ -117,12 +120,27 @@ def _ledger(
     for holding in found:
         books.take(holding.tenant, holding.project, holding.slices)
     if waiting:
-        asked = PoolRequest.objects.waiting().select_related("project").prefetch_related("items")
-        if ids is not None:
-            asked = asked.filter(project__tenant_id__in=ids)
-        for request in asked:
-            books.take(request.project.tenant_id, request.project_id, request_slices(request))
+        for tenant, project, slices in _waiting_slices(ids):
+            books.take(tenant, project, slices)
     return books, found
+
+
+def _waiting_slices(ids) -> Iterator[tuple[int, int, dict[Key, int]]]:
+    """What approved requests not admitted yet ask for, summed per tenant, project, purpose and unit in the
+    database: a tenant's submission reads as many rows however many of its requests wait."""
+    waiting = PoolRequest.objects.filter(state__in=[RequestState.APPROVED, RequestState.QUEUED])
+    if ids is not None:
+        waiting = waiting.filter(project__tenant_id__in=ids)
+    rows = (
+        RequestItem.objects.filter(request__in=waiting)
+        .values_list(
+            "request__project__tenant_id", "request__project_id", "request__purpose", "gpu_model", "profile"
+        )
+        .annotate(n=Sum("count"))
+        .order_by()
+    )
+    for tenant, project, purpose, model, profile, n in rows:
+        yield tenant, project, asked_slices([Item(model, profile, n)], purpose)
 
 
 def request_slices(request: PoolRequest) -> dict[Key, int]:

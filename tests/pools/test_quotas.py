@@ -221,3 +221,28 @@ def test_the_approvers_verdict_of_a_request_past_its_limit_is_that_it_waits(
     late.items.create(gpu_model=H100, profile="full", count=1)
     found = verdict(late)
     assert found.outcome == WAITS and "limit of 7" in str(found.reason)
+
+
+def test_the_ledger_counts_each_waiting_request_of_its_tenants_once_per_project(fleet, tenancy, approver):
+    from pools.selectors.quotas import ledger
+
+    second = ProjectFactory(tenant=tenancy.acme, slug="second")
+    member = tenancy.acme_member
+    asked = [
+        (tenancy.vision, [("h100-80gb.full", 1), ("h200-141gb.mig-3g.71gb", 2)]),
+        (tenancy.vision, [("h200-141gb.mig-3g.71gb", 1), ("h200-141gb.mig-1g.18gb", 3)]),
+        (second, [("h100-80gb.full", 2)]),
+    ]
+    for project, items in asked:
+        approve_request(request_id=ask(project, member, items).pk, approver=approver)
+    ask(tenancy.vision, member, [("h100-80gb.full", 4)])  # submitted, not approved: not counted
+    approve_request(
+        request_id=ask(tenancy.recsys, tenancy.globex_member, [("h100-80gb.full", 3)]).pk, approver=approver
+    )
+
+    books, _holdings = ledger([tenancy.acme.pk], waiting=True)
+    h100, h200 = ("", H100), ("", "H200-141GB")
+    assert dict(books.project_held[tenancy.vision.pk]) == {h100: 7, h200: 3 * 3 + 3 * 1}
+    assert dict(books.project_held[second.pk]) == {h100: 14}
+    assert dict(books.held[tenancy.acme.pk]) == {h100: 21, h200: 12}
+    assert tenancy.globex.pk not in books.held
