@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Benchmark: one run of the admission queue (pools.services.queue.admit_waiting) as its waiting list grows.
 
-Builds a simulated cluster of H200 nodes (GPU 0 of each cut into 7 × 1g.18gb, GPU 1 into 2 × 3g.71gb, six
-whole), takes every whole GPU and a 1g instance per node, then approves one request that cannot fit
-(more whole GPUs than are left) and lets it starve past the grace. Behind it wait N requests, a quarter of
+Builds simulated clusters of H200 nodes (`--clusters`, one unless told; GPU 0 of each node cut into
+7 × 1g.18gb, GPU 1 into 2 × 3g.71gb, six whole), takes every whole GPU (a request per cluster: one request
+asks for at most 10,000) and a 1g instance per node, then approves one request that cannot fit (more whole
+GPUs than any cluster has left) and lets it starve past the grace. Behind it wait N requests, a quarter of
 each: one whole GPU (held back at once: it could never keep out of the starving one's way), one 3g.71gb
 (placed, then held back: it would take a wholly free GPU), one 1g.18gb (placed and admitted beside the
 first tenant, while free instances last) and twenty 1g.18gb (placed, then held back: they need a new
@@ -16,7 +17,7 @@ placed and how many were admitted.
 
 Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
 REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
-    .venv/bin/python bench/admission.py [--nodes 50] [--waiting 50 200 500] [--repeat 3]
+    .venv/bin/python bench/admission.py [--nodes 50] [--waiting 50 200 500] [--repeat 3] [--clusters 1]
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pools import conf  # noqa: E402
 from pools.models import PoolRequest, RequestItem  # noqa: E402
 from pools.services import admit_waiting, approve_request, queue, submit_request  # noqa: E402
 from pools.services.inventory import sync_inventory  # noqa: E402
+from pools.services.requests import MAX_COUNT  # noqa: E402
 from portal.models import Role  # noqa: E402
 from tests.factories import ClusterFactory, MembershipFactory, ProjectFactory, TenantFactory, UserFactory  # noqa: E402
 
@@ -61,24 +63,29 @@ BEHIND = [
 ]
 
 
-def build(nodes: int, waiting: int) -> None:
+def build(nodes: int, waiting: int, clusters: int) -> None:
     settings.SIMULATED_MIG_APPLY_SECONDS = 0
-    cluster = ClusterFactory(name="bench", fleet=[("h200", nodes, "H200-141GB", LAYOUTS)])
-    sync_inventory(cluster=cluster)
+    per = nodes // clusters
+    made = []
+    for number in range(1, clusters + 1):
+        fleet = [(f"h200-c{number}", per, "H200-141GB", LAYOUTS)]
+        made.append(ClusterFactory(name=f"bench-{number}", fleet=fleet))
+        sync_inventory(cluster=made[-1])
     tenant = TenantFactory(slug="acme", name="Acme")
     project = ProjectFactory(tenant=tenant, slug="vision")
     member = MembershipFactory(tenant=tenant, role=Role.MEMBER, user__username="alice").user
     approver = UserFactory(username="carol", is_staff=True)
     approver.groups.add(Group.objects.get(name="approver"))
 
-    def asked(items) -> PoolRequest:
-        request = submit_request(project=project, user=member, items=items)
+    def asked(items, cluster=None) -> PoolRequest:
+        request = submit_request(project=project, user=member, items=items, cluster=cluster)
         return approve_request(request_id=request.pk, approver=approver)
 
-    asked([("h200-141gb.full", 6 * nodes)])
+    for cluster in made:
+        asked([("h200-141gb.full", 6 * per)], cluster)
     copied([asked([("h200-141gb.mig-1g.18gb", 1)])], nodes)
     admit_waiting()
-    starving = asked([("h200-141gb.full", 2 * nodes + 1)])  # more than every MIG GPU switched off
+    starving = asked([("h200-141gb.full", 2 * per + 1)])  # more than every MIG GPU of a cluster switched off
     long_ago = timezone.now() - timedelta(seconds=conf.settings.QUEUE_BACKFILL_GRACE_SECONDS + 60)
     PoolRequest.objects.filter(pk=starving.pk).update(approved_at=long_ago)
     copied([asked(items) for items in BEHIND[:waiting]], waiting)
@@ -145,12 +152,19 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--waiting", type=int, nargs="+", default=[50, 200, 500])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--clusters", type=int, default=1, help="clusters the nodes are split into, equally")
     args = parser.parse_args()
+    if args.clusters < 1 or args.nodes % args.clusters:
+        parser.error("--clusters: at least 1, and a divisor of --nodes")
+    if 6 * args.nodes // args.clusters > MAX_COUNT:
+        parser.error(
+            f"a request asks for at most {MAX_COUNT} GPUs: give more --clusters (at most 1,666 nodes each)"
+        )
     figures = []
     for waiting in args.waiting:
         databases = setup_databases(verbosity=0, interactive=False)
         try:
-            build(args.nodes, waiting)
+            build(args.nodes, waiting, args.clusters)
             first = [one_run() for _ in range(args.repeat)]
             admit_waiting()  # kept: every request is now queued with its reason, as between two runs
             later = [one_run() for _ in range(args.repeat)]
@@ -159,7 +173,10 @@ def main() -> None:
         for name, runs in (("the first run after their approval", first), ("a later run", later)):
             seconds = statistics.median(run[0] for run in runs)
             figures.append((waiting, name, seconds, *runs[0][1:]))
-    print(f"fleet: {args.nodes} nodes, {args.nodes * 8} GPUs; one request starving; median of {args.repeat}")
+    print(
+        f"fleet: {args.nodes} nodes, {args.nodes * 8} GPUs in {args.clusters} cluster(s); "
+        f"one request starving; median of {args.repeat}"
+    )
     for waiting, name, seconds, queries, placed, admitted in figures:
         print(
             f"{waiting} waiting behind it, {name}: {seconds * 1000:.0f} ms, "

@@ -8,7 +8,8 @@ one, followed by the targets each benchmark checks, as the larger fleet met them
   server, a re-sync listed whole, an idle re-sync by watch (0 writes) and a 1 % change applied by watch;
 - placement (bench/placement.py, `--quick`): the engine's time per request (mean, p95) on the fleet, fresh
   and nearly full, and its index; its quality on the small traces is the same for both and printed once;
-- queue (bench/admission.py): one queue run with `--waiting` requests waiting (5,000 unless told);
+- queue (bench/admission.py): one queue run with `--waiting` requests waiting (5,000 unless told), the
+  fleet split into clusters as for the pages;
 - ingest (bench/ingest.py, 2 rounds, no charts): agents' samples through the HTTP endpoint next to plain
   COPY of the same rows, one whole round of the fleet's readings through gunicorn, the roll-up per minute;
 - metrics (bench/metrics.py): the size and time of one /metrics scrape;
@@ -89,7 +90,10 @@ PARTS = (
     Part(
         "queue",
         "admission.py",
-        lambda gpus, o: ["--nodes", str(gpus // GPUS_PER_NODE), "--waiting", str(o.waiting)],
+        lambda gpus, o: [
+            *("--nodes", str(gpus // GPUS_PER_NODE), "--waiting", str(o.waiting)),
+            *("--clusters", str(_clusters(gpus, o))),
+        ],
     ),
     Part("ingest", "ingest.py", lambda gpus, _o: ["--gpus", str(gpus), "--rounds", "2", "--no-charts"]),
     Part(
