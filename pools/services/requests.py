@@ -106,9 +106,14 @@ def _check_items(
                 _("%(spec)s is listed twice; give it once with the total count.") % {"spec": spec.id}
             )
         seen.add(spec)
-        if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or count > MAX_COUNT:
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             raise InvalidInput(
                 _("The count of %(spec)s must be a whole number above zero.") % {"spec": spec.id}
+            )
+        if count > MAX_COUNT:
+            raise InvalidInput(
+                _("A request asks for at most %(max)s of %(spec)s.")
+                % {"max": f"{MAX_COUNT:,}", "spec": spec.id}
             )
         offers = [picture.offer(c, purpose, spec) for c in candidates]
         ceiling = max((found.ever for found in offers if found is not None), default=0)

@@ -268,3 +268,20 @@ def test_specs_list_what_can_be_requested_with_live_availability(fleet, tenancy,
     assert {s["id"]: s for s in client.get("/api/v1/specs/").json()["results"]}["h100-80gb.full"][
         "available"
     ] == 5
+
+
+@pytest.mark.parametrize(
+    ("count", "message"),
+    [
+        (0, "must be a whole number above zero"),
+        (True, "must be a whole number above zero"),
+        (10_001, "at most 10,000 of h100-80gb.full"),
+    ],
+)
+def test_the_service_says_what_is_wrong_with_a_count(count, message, fleet, tenancy):
+    from pools.services import submit_request
+    from portal.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=message):
+        submit_request(project=tenancy.vision, user=tenancy.acme_member, items=[("h100-80gb.full", count)])
+    assert not PoolRequest.objects.exists()
