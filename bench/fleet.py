@@ -107,8 +107,10 @@ _NUMBER = re.compile(r"\d[\d,._]*")
 
 
 def shape(line: str) -> str:
-    """A line with its numbers taken out: the same figure of two fleets has the same shape."""
-    return _NUMBER.sub("#", line.strip())
+    """What a line is a figure of: its words before the first colon (the whole line without one), numbers
+    taken out, so that the same figure of two fleets has the same shape."""
+    label = line.strip().split(": ", 1)[0]
+    return _NUMBER.sub("#", label)
 
 
 @dataclass
