@@ -403,6 +403,8 @@ class _Queue:
         changes carried forward reorder; the queue indexes a fresh snapshot at each run, and so does this."""
         gpus = self.fleet.gpus
         if not keep_marks:
+            # A GPU done re-partitioning takes work again: the requests that could use it are worth retrying.
+            self._stamp(frozenset(g.id for g in gpus if g.reconfiguring))
             gpus = tuple(replace(g, reconfiguring=False) if g.reconfiguring else g for g in gpus)
         self.fleet = Fleet(gpus)
 

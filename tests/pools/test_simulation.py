@@ -49,6 +49,23 @@ def admitted(result) -> dict[str, int | None]:
 # --- the policy, by example ----------------------------------------------------------------------------
 
 
+def test_a_request_is_tried_again_once_the_re_partitioning_it_waited_on_is_done():
+    # Node n2 is being re-partitioned at the first run, so its H100 cannot be switched to MPS yet and a
+    # waits; the next run (b's arrival, which needs only the A100 of n1) finds n2 done and admits a, though
+    # nothing was released or admitted on n2 in between.
+    shared = {"group": "g", "offers": ("mig", "mps-4"), "reconfiguring": True}
+    result = run(
+        fleet(
+            gpu("n1/0", model=A100),
+            gpu("n2/0", off=True, **shared),
+            gpu("n2/1", model=A100, **shared),
+        ),
+        timed("a", 0, 100, (1, "1g.5gb", A100), (1, "mps-4")),
+        timed("b", 5, 100, (1, "1g.5gb", A100)),
+    )
+    assert admitted(result) == {"a": 5, "b": 5}
+
+
 def test_an_arrival_that_does_not_fit_waits_for_a_release():
     result = run(
         fleet(gpu("n1/0", off=True)), timed("a", 0, 100, (1, FULL_GPU)), timed("b", 10, 50, (1, FULL_GPU))
