@@ -125,9 +125,10 @@ def _held(segment: Segment, holder: tuple[int, str] | None) -> Segment:
     return segment
 
 
-def _holders(node_ids: list[int]) -> Holders:
-    """(GPU id, first memory slice) → (project id, "tenant/project") of each live allocation on the nodes."""
-    live = Allocation.objects.filter(released_at__isnull=True, gpu__node_id__in=node_ids).values_list(
+def _holders(gpu_ids: list[int]) -> Holders:
+    """(GPU id, first memory slice) → (project id, "tenant/project") of each live allocation on these GPUs
+    (by their ids: a join through their nodes is planned as a scan of every live allocation of the fleet)."""
+    live = Allocation.objects.filter(released_at__isnull=True, gpu_id__in=gpu_ids).values_list(
         "gpu_id", "slices", "pool__project_id", "pool__project__tenant__slug", "pool__project__slug"
     )
     return {
@@ -274,9 +275,10 @@ def node_views(nodes: list[NodeCapacity]) -> list[NodeView]:
     """These nodes (of one page) with their present GPUs drawn, their resources, GPU pods and figures, the
     projects on them coloured: seven queries however many nodes and GPUs."""
     node_ids = [node.pk for node in nodes]
-    holders = _holders(node_ids)
+    drawn = list(GpuCapacity.objects.filter(node_id__in=node_ids, present=True).order_by("index"))
+    holders = _holders([gpu.pk for gpu in drawn])
     gpus_by_node: dict[int, list[GpuView]] = defaultdict(list)
-    for gpu in GpuCapacity.objects.filter(node_id__in=node_ids, present=True).order_by("index"):
+    for gpu in drawn:
         used, stranded = gpu.compute
         gpus_by_node[gpu.node_id].append(GpuView(gpu, _segments(gpu, holders), used, stranded))
     _colour([s for views in gpus_by_node.values() for view in views for s in view.segments])
