@@ -21,8 +21,7 @@ from pools.mig import COMPUTE_SLICES
 from pools.models import (
     Allocation,
     Cluster,
-    GpuCapacity,
-    Health,
+    GpuGroup,
     Pool,
     PoolRequest,
     PoolState,
@@ -34,6 +33,7 @@ from pools.models import (
 from pools.placement.admission import Holding, Key, Ledger, asked_slices
 from pools.placement.admission import Quota as PolicyQuota
 from pools.placement.types import Item
+from pools.selectors.capacity import Where, fleet_figures
 from pools.selectors.fleet import engine_request
 from pools.selectors.kept import Kept
 from portal.models import Tenant
@@ -149,25 +149,24 @@ def request_slices(request: PoolRequest) -> dict[Key, int]:
 
 
 def in_service_slices() -> dict[Key, int]:
-    """Per key, the compute slices of in-service GPUs; the blank group of a model counts all of them."""
-    rows = (
-        GpuCapacity.objects.filter(
-            present=True,
-            health=Health.OK,
-            drained=False,
-            node__drained=False,
-            node__cluster__status=Cluster.Status.READY,
-        )
-        .order_by()
-        .values_list("node__group__name", "model")
-        .annotate(n=Count("id"))
-    )
+    """Per key, the compute slices of in-service GPUs; the blank group of a model counts all of them. Added up
+    from the fleet's figures (pools/selectors/capacity.py: fleet_figures, kept per capacity version), so that
+    neither the quotas page nor setting a quota reads every GPU."""
+    ready = set(Cluster.objects.filter(status=Cluster.Status.READY).values_list("pk", flat=True))
+    names = dict(GpuGroup.objects.values_list("pk", "name"))
     found: Counter = Counter()
-    for group, model, n in rows:
-        found[("", model)] += n * COMPUTE_SLICES
-        if group:
-            found[(group, model)] += n * COMPUTE_SLICES
+    for (cluster_id, group_id, model), figures in fleet_figures(by=_in_service_key).items():
+        if cluster_id not in ready:
+            continue
+        slices = (figures.gpus - figures.unschedulable_gpus) * COMPUTE_SLICES
+        found[("", model)] += slices
+        if group_id is not None:
+            found[(names[group_id], model)] += slices
     return dict(found)
+
+
+def _in_service_key(where: Where) -> tuple[int, int | None, str]:
+    return where.cluster_id, where.group_id, where.model
 
 
 @dataclass(frozen=True)
