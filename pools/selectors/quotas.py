@@ -160,7 +160,7 @@ def in_service_slices() -> dict[Key, int]:
             continue
         slices = (figures.gpus - figures.unschedulable_gpus) * COMPUTE_SLICES
         found[("", model)] += slices
-        if group_id is not None:
+        if group_id in names:  # a group deleted since the figures were kept counts under the blank one only
             found[(names[group_id], model)] += slices
     return dict(found)
 
