@@ -126,6 +126,15 @@ def text(*, max_length: int, blank: bool = False, null: bool = False, required: 
     return check
 
 
+def _within(value, low, high, messages: Mapping):
+    """`value` when it lies within [low, high]; else the field's own message for the bound it passes."""
+    if value > high:
+        raise _Wrong([_message(messages["max_value"], max_value=high)])
+    if value < low:
+        raise _Wrong([_message(messages["min_value"], min_value=low)])
+    return value
+
+
 def integer(*, low: int, high: int, null: bool = False, required: bool = True) -> Check:
     """An IntegerField: a number or a text of one, with no fraction."""
 
@@ -143,11 +152,7 @@ def integer(*, low: int, high: int, null: bool = False, required: bool = True) -
                 value = int(_DECIMAL_TAIL.sub("", str(value)))
             except (ValueError, TypeError) as error:
                 raise _Wrong([str(_INTEGER["invalid"])]) from error
-        if value > high:
-            raise _Wrong([_message(_INTEGER["max_value"], max_value=high)])
-        if value < low:
-            raise _Wrong([_message(_INTEGER["min_value"], min_value=low)])
-        return value
+        return _within(value, low, high, _INTEGER)
 
     return check
 
@@ -169,11 +174,7 @@ def number(*, low: float, high: float) -> Check:
                 raise _Wrong([str(_NUMBER["overflow"])]) from error
         if not math.isfinite(value):
             raise _Wrong([str(_NUMBER["invalid"])])
-        if value > high:
-            raise _Wrong([_message(_NUMBER["max_value"], max_value=high)])
-        if value < low:
-            raise _Wrong([_message(_NUMBER["min_value"], min_value=low)])
-        return value
+        return _within(value, low, high, _NUMBER)
 
     return check
 
