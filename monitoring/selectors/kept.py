@@ -13,7 +13,6 @@ out (`Kept.at`).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +33,7 @@ from monitoring.selectors.fleet import (
     idlest,
     tenant_efficiency,
 )
+from portal.shared_cache import read_back
 from portal.shell import CapacityScope
 
 T = TypeVar("T")
@@ -53,10 +53,7 @@ def kept(name: str, key: tuple[Hashable, ...], work_out: Callable[[datetime], T]
     keep = settings.MONITORING_FIGURES_SECONDS
     address = "monitoring:kept:" + ":".join(str(part) for part in (name, *key))
     if keep > 0:
-        try:
-            found = cache.get(address)
-        except (pickle.UnpicklingError, AttributeError, ImportError, TypeError):  # left by another release
-            found = None
+        found = read_back(address)
         if found is not None:
             return found
     now = timezone.now()

@@ -16,7 +16,6 @@ changes.
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -26,6 +25,7 @@ from django.db import transaction
 
 from pools import capacity_version
 from pools.conf import settings
+from portal.shared_cache import read_back
 
 T = TypeVar("T")
 
@@ -46,10 +46,7 @@ class Kept(Generic[T]):
             return held[2]
         self.held = held = None
         key = self.key.format(version=version)
-        try:
-            shared = cache.get(key) if keep > 0 else None
-        except (pickle.UnpicklingError, AttributeError, ImportError, TypeError):  # left by another release
-            shared = None
+        shared = read_back(key) if keep > 0 else None
         if shared is not None:
             built_at, value = shared  # wall-clock time of the build, so that its age holds across processes
             age = max(0.0, time.time() - built_at)
