@@ -6,20 +6,24 @@ the same rows; one whole round of the fleet's readings through a real web server
 Builds one cluster of `--gpus` / 8 nodes × 8 H100 GPUs (every other node cut into two 3g.40gb instances per
 GPU) and an agent token per node. Then, for each of `--rounds` instants 15 s apart, every node posts its
 reading as a node agent does (`POST /api/v1/monitoring/samples/`, one request per node, through the whole
-stack: middleware, token, checks, ingest, storage, in this process); the samples stored per second are
-printed. The same rows are then written with a plain `COPY monitoring_sample FROM STDIN` (the floor any
-ingest could reach) into the emptied table, and once more as one COPY per request, each in its own
-transaction (the floor of any ingest that stores each request as it comes); the rates and their ratios are
-printed (and that of the last without waiting for the disk's flush at each commit, which is most of what
-a transaction per request costs on a slow disk). Then each node posts `--buffer` readings in one request, as
-an agent flushing its buffer does, and that rate and its ratio to COPY are printed too.
+stack: middleware, token, checks, the batch left for the writer, in this process), and the writer stores
+them (monitoring.ingest.accepted.store, in this process too); the samples stored per second, the posts' and
+the writer's time together, are printed. The same rows are then written with a plain
+`COPY monitoring_sample FROM STDIN` (the floor any ingest could reach) into the emptied table, and once more
+as one COPY per request, each in its own transaction (the floor of any ingest that stores each request as it
+comes); the rates and their ratios are printed (and that of the last without waiting for the disk's flush at
+each commit, which is most of what a transaction per request costs on a slow disk). Then each node posts
+`--buffer` readings in one request, as an agent flushing its buffer does, and that rate and its ratio to
+COPY are printed too.
 
 The round: gunicorn serves the portal as the README's run command does (`deploy/gunicorn.conf.py`, 3 workers
 unless WEB_CONCURRENCY says otherwise, DEBUG=false; each worker's database connection kept through the
-round, so that the CPU of what served it can be counted) on this test database, and every node posts its
-newest reading at once, `--concurrency` requests in flight, from a client in this process (on the same cores,
-so it takes some of their time). The time to take the whole round is printed next to the agents' interval of
-15 s, with the CPU time the web's processes, the database's backends and the client spent on it.
+round, so that the CPU of what served it can be counted) on this test database, beside a Celery worker on
+the monitoring queue (the writer, as ./scripts/run starts it), and every node posts its newest reading at
+once, `--concurrency` requests in flight, from a client in this process (on the same cores, so it takes some
+of their time). The time from the first post until the writer has stored the whole round is printed next to
+the agents' interval of 15 s, with the CPU time the web's processes, the writer, the database's backends and
+the client spent on it.
 
 The roll-up: `--rollup-minutes` of samples of every GPU and instance, 15 s apart, are written straight into
 the table, and the 5-minute roll-up of them is timed; then the hourly roll-up of an hour of 5-minute
@@ -73,6 +77,7 @@ from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading  # noqa: E402
 from monitoring.collectors.wire import batch_to_json  # noqa: E402
+from monitoring.ingest import accepted  # noqa: E402
 from monitoring.models import AgentToken  # noqa: E402
 from monitoring.storage import samples  # noqa: E402
 from pools import mig  # noqa: E402
@@ -188,8 +193,9 @@ def through_api(
 ) -> tuple[int, int, float]:
     """Every node posts `rounds` × `per_request` readings, `per_request` in each request: 1, an agent keeping
     up (its reading taken now); more, an agent flushing the buffer of readings it took, 15 s apart, since its
-    last post (in `last`, kept up to date). Returns samples stored, requests, and the seconds the posts took
-    (each body is made just before its post, untimed)."""
+    last post (in `last`, kept up to date). After each round, the writer stores what was accepted
+    (monitoring.ingest.accepted.store, in this process). Returns samples stored, requests, and the seconds
+    the posts and the writer took (each body is made just before its post, untimed)."""
     clients = [Client(HTTP_AUTHORIZATION=f"Bearer {key}") for key in keys]
     stored = requests = 0
     seconds = 0.0
@@ -204,10 +210,15 @@ def through_api(
             started = time.perf_counter()
             answer = client.post(URL, body, content_type="application/json")
             seconds += time.perf_counter() - started
-            if answer.status_code != 200:
+            if answer.status_code != 202:
                 raise SystemExit(f"the portal answered {answer.status_code}: {answer.content[:300]!r}")
-            stored += answer.json()["samples"]
             requests += 1
+        started = time.perf_counter()
+        written = accepted.store()
+        seconds += time.perf_counter() - started
+        if written.dropped or written.passed_over:
+            raise SystemExit(f"the writer did not store everything: {written.summary()}")
+        stored += written.samples
     return stored, requests, seconds
 
 
@@ -258,8 +269,8 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_web(port: int, log) -> subprocess.Popen:
-    """gunicorn as the README runs it, on this (test) database."""
+def served_environment(port: int) -> dict[str, str]:
+    """The environment of the web's and the writer's processes: this (test) database, DEBUG=false."""
     db = settings.DATABASES["default"]
     server = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     env = {
@@ -274,8 +285,49 @@ def start_web(port: int, log) -> subprocess.Popen:
         # that the CPU of the backends that served the round can all be counted.
         "DATABASE_CONN_MAX_AGE": "600",
     }
+    return env
+
+
+def start_writer(log) -> subprocess.Popen:
+    """A Celery worker on the monitoring queue, as ./scripts/run starts it: the writer of accepted batches."""
+    queue = os.environ.get("MONITORING_QUEUE", "monitoring")
+    command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--concurrency", "1"]
+    command += ["--queues", queue, "--loglevel", "WARNING", "--without-heartbeat", "--without-mingle"]
+    env = served_environment(0)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_until_idle(timeout: float) -> None:
+    """Until nothing waits and the writer has stopped (it lingers MONITORING_STORE_LINGER_SECONDS)."""
+    deadline = time.monotonic() + timeout
+    while not accepted.idle():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the writer left {accepted.waiting()} batches after {timeout:.0f} s")
+        time.sleep(0.01)
+
+
+def wait_until_stored(rows: int, since: datetime, timeout: float) -> None:
+    """Until the newest figures of `rows` GPUs and instances are of `since` or later: once nothing waits,
+    the writer's last round is being stored (the count, a pass over the newest figures, is asked only then,
+    so that it takes little of the round's time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the writer left {accepted.waiting()} batches after {timeout:.0f} s")
+        if not accepted.waiting():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM monitoring_latest WHERE at >= %s", [since])
+                if cursor.fetchone()[0] >= rows:
+                    return
+        time.sleep(0.01)
+
+
+def start_web(port: int, log) -> subprocess.Popen:
+    """gunicorn as the README runs it, on this (test) database."""
     command = [sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "portal.wsgi"]
-    web = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    web = subprocess.Popen(
+        command, cwd=ROOT, env=served_environment(port), stdout=log, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if web.poll() is not None:
@@ -346,6 +398,7 @@ class Round:
     seconds: float
     client_cpu: float  # this process, posting
     web_cpu: float | None  # gunicorn's processes (None where /proc cannot tell)
+    writer_cpu: float | None  # the Celery worker's processes that store what the web accepted
     database_cpu: float | None  # the PostgreSQL backends of this database, the web's
 
 
@@ -362,7 +415,7 @@ def cpu_seconds(pids) -> dict[int, float]:
     return seconds
 
 
-def web_pids(master: int) -> list[int]:
+def process_tree(master: int) -> list[int]:
     children = Path(f"/proc/{master}/task/{master}/children")
     return [master, *(int(pid) for pid in children.read_text().split())] if children.exists() else []
 
@@ -383,37 +436,46 @@ def used(before: dict[int, float], after: dict[int, float]) -> float | None:
 
 
 def round_through_web(fleet, keys, concurrency: int) -> Round:
-    """Warms each worker up, then posts one reading of every node at once."""
+    """Warms each worker and the writer up, then posts one reading of every node at once; the round ends
+    once the writer has stored all of it."""
     connection.close()  # the web's workers take the database from here
     with tempfile.NamedTemporaryFile("w", prefix="bench-ingest-web-", suffix=".log", delete=False) as log:
         port = free_port()
         web = start_web(port, log)
+        writer = start_writer(log)
         try:
             bodies = [
                 request(key, json.dumps(batch_to_json([reading(host, gpus, AHEAD, 1)])).encode())
                 for (host, gpus), key in zip(fleet, keys, strict=True)
             ]
             post_all(port, bodies[:12], concurrency)  # each worker's first requests, before the round
-            pids = web_pids(web.pid), database_pids()
-            web_before, database_before = cpu_seconds(pids[0]), cpu_seconds(pids[1])
+            wait_until_idle(120)  # the writer is up
+            pids = process_tree(web.pid), process_tree(writer.pid), database_pids()
+            before = [cpu_seconds(group) for group in pids]
+            since = datetime.now(UTC)  # each reading is made as its request goes
             cpu, started = time.process_time(), time.perf_counter()
             answers = post_all(port, bodies, concurrency)
+            taken = sum(json.loads(body)["samples"] for code, body in answers if code == 202)
+            wait_until_stored(taken, since, 600)
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-            web_after, database_after = cpu_seconds(pids[0]), cpu_seconds(database_pids())
+            after = [cpu_seconds(pids[0]), cpu_seconds(pids[1]), cpu_seconds(database_pids())]
         finally:
-            web.terminate()
-            web.wait(timeout=60)
-    failed = [(code, body[:200]) for code, body in answers if code != 200]
+            for process in (web, writer):
+                process.terminate()
+                process.wait(timeout=60)
+    failed = [(code, body[:200]) for code, body in answers if code != 202]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0]}; see {log.name}")
     os.unlink(log.name)
+    web_cpu, writer_cpu, database_cpu = (used(b, a) for b, a in zip(before, after, strict=True))
     return Round(
-        samples=sum(json.loads(body)["samples"] for _code, body in answers),
+        samples=taken,
         requests=len(bodies),
         seconds=seconds,
         client_cpu=cpu,
-        web_cpu=used(web_before, web_after),
-        database_cpu=used(database_before, database_after),
+        web_cpu=web_cpu,
+        writer_cpu=writer_cpu,
+        database_cpu=database_cpu,
     )
 
 
@@ -582,16 +644,17 @@ def main() -> int:
         web = round_through_web(fleet, keys, args.concurrency)
         print(
             f"round through gunicorn ({os.environ.get('WEB_CONCURRENCY', '3')} workers, DEBUG=false): "
-            f"{web.requests} requests, {web.samples} samples in {web.seconds:.2f} s "
+            f"{web.requests} requests, {web.samples} samples stored in {web.seconds:.2f} s "
             f"({web.requests / web.seconds:,.0f} requests/s; the agents' interval is {INTERVAL} s)"
         )
-        if web.web_cpu is not None and web.database_cpu is not None:
-            portal = web.web_cpu + web.database_cpu
+        if None not in (web.web_cpu, web.writer_cpu, web.database_cpu):
+            portal = web.web_cpu + web.writer_cpu + web.database_cpu
             cores = os.cpu_count()
             print(
-                f"round CPU: web {web.web_cpu:.2f} s, PostgreSQL {web.database_cpu:.2f} s, "
-                f"the client {web.client_cpu:.2f} s; the portal's {portal:.2f} s take at least "
-                f"{portal / cores:.2f} s on this machine's {cores} cores with nothing else on them"
+                f"round CPU: web {web.web_cpu:.2f} s, writer {web.writer_cpu:.2f} s, PostgreSQL "
+                f"{web.database_cpu:.2f} s, the client {web.client_cpu:.2f} s; the portal's "
+                f"{portal:.2f} s take at least {portal / cores:.2f} s on this machine's {cores} cores with "
+                "nothing else on them"
             )
         else:
             print(f"round: the client took {web.client_cpu:.2f} s of CPU on the same cores")

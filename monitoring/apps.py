@@ -21,6 +21,12 @@ PERIODIC_TASKS = (
         "monitoring.tasks.collect",
         lambda: conf.settings.MONITORING_COLLECT_SECONDS,
     ),
+    # Agents' batches waiting to be stored, should the message the first of them sent be lost.
+    Periodic(
+        "store-accepted-samples",
+        "monitoring.tasks.store_accepted_samples",
+        lambda: conf.settings.MONITORING_STORE_SECONDS,
+    ),
     Periodic("roll-up-gpu-samples", "monitoring.tasks.roll_up_samples", 60),
     # Drops the days past MONITORING_RAW_DAYS, makes the next days' partitions.
     Periodic("prune-gpu-samples", "monitoring.tasks.prune_samples", crontab(minute=7)),
@@ -49,6 +55,7 @@ class MonitoringConfig(AppConfig):
         capacity_sections=("monitoring.pages.capacity.section",),
         tenant_sections=("monitoring.pages.tenant.tenant_section",),
         metrics=("monitoring.metrics.collect",),
+        bare_views=("v1:monitoring-samples",),
         periodic_tasks=PERIODIC_TASKS,
         # Every monitoring task is one of beat's (a fault sends an evaluation early, an evaluation a
         # delivery): all on MONITORING_QUEUE, so that collection and alerts wait behind no provisioning,

@@ -16,6 +16,17 @@ settings = AppSettings(
     # The most readings (hosts × instants) and GPUs one batch from an agent may carry.
     MONITORING_BATCH_MAX_READINGS=Setting.int(1000, minimum=1),
     MONITORING_BATCH_MAX_GPUS=Setting.int(20000, minimum=1),
+    # Agents' batches are checked as they come and stored a moment later, many in one transaction
+    # (monitoring/ingest/accepted.py): at most MONITORING_STORE_BATCHES a transaction. The writer's task runs
+    # when the first batch waits and every MONITORING_STORE_SECONDS besides, and stores until no batch has
+    # come for MONITORING_STORE_LINGER_SECONDS (at most 10); its lock lasts MONITORING_STORE_LOCK_SECONDS
+    # past each round. Once MONITORING_ACCEPTED_MAX_BATCHES wait, agents are answered 503 and keep their
+    # readings for later.
+    MONITORING_STORE_BATCHES=Setting.int(2000, minimum=1),
+    MONITORING_STORE_SECONDS=Setting.int(15, minimum=1),
+    MONITORING_STORE_LINGER_SECONDS=Setting.float(0.5, minimum=0.0),
+    MONITORING_STORE_LOCK_SECONDS=Setting.int(120, minimum=10),
+    MONITORING_ACCEPTED_MAX_BATCHES=Setting.int(50000, minimum=1),
     # How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
     MONITORING_COLLECT_SECONDS=Setting.int(30, minimum=1),
     # Collection, roll-ups, pruning, alert evaluation and the notifications of alerts, GPU faults and idle

@@ -15,6 +15,8 @@ Families (gauges):
   _temperature_max_celsius; and gpu_portal_cluster_gpu_faults_open and
   gpu_portal_cluster_gpu_events_24h{cluster, kind=xid|ecc|lost|layout}.
 - gpu_portal_alerts_firing{severity}: open alerts of any subject.
+- gpu_portal_monitoring_batches_waiting: agents' batches taken and not yet stored
+  (monitoring.ingest.accepted), read from Redis.
 - per tenant holding live allocations, its pools' figures added up: gpu_portal_tenant_pools,
   gpu_portal_tenant_units{tenant, kind=held|reporting} (GPUs and instances),
   gpu_portal_tenant_compute_slices{tenant, kind=allocated|measured|used}, _memory_used_bytes,
@@ -32,26 +34,31 @@ Families (gauges):
   trouble, with its model: gpu_portal_gpu_fault_open{cluster, node, gpu, uuid, model, kind} and
   gpu_portal_gpu_alerts_firing{cluster, node, gpu, uuid, model, severity}.
 
-Six queries in all, whatever the fleet's size: one pass over the newest figures (fleet_usage), the rest
-read by ids or over what is in trouble; where the GPUs are and who holds them come from pools' own relations
-(pools/selectors/monitoring.py).
+Six queries and one question to Redis in all, whatever the fleet's size: one pass over the newest figures
+(fleet_usage), the rest read by ids or over what is in trouble; where the GPUs are and who holds them come
+from pools' own relations (pools/selectors/monitoring.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import datetime
 
+import redis
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from monitoring import selectors
+from monitoring.ingest import accepted
 from monitoring.models import GpuEvent
 from monitoring.models.alerts import Severity
 from monitoring.models.samples import WHOLE_GPU
 from monitoring.selectors import metrics as figures
 from monitoring.selectors.fleet import ClusterUsage, PoolUsage, fleet_usage
 from pools.kinds import WHOLE
+
+log = logging.getLogger(__name__)
 
 PREFIX = "gpu_portal_"
 GPU_LABELS = ("cluster", "node", "gpu", "uuid", "profile", "mig_start", "pool")
@@ -102,6 +109,20 @@ class FleetCollector:
         yield from self._pools(usage.pools, names)
         yield from self._gpus()
         yield from self._troubles()
+        yield from self._waiting()
+
+    # --- agents' batches ---------------------------------------------------------------------------
+
+    def _waiting(self) -> Iterator[Metric]:
+        """The batches taken and not yet stored; left out when Redis does not answer (/readyz says so)."""
+        try:
+            waiting = accepted.waiting()
+        except (redis.RedisError, OSError) as error:
+            log.warning("Left out the agents' batches waiting: Redis did not answer (%s)", error)
+            return
+        family = _gauge("monitoring_batches_waiting", "Agents' batches taken and waiting to be stored.")
+        family.add_metric([], waiting)
+        yield family
 
     # --- per cluster -------------------------------------------------------------------------------
 

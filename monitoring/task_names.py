@@ -3,3 +3,4 @@ part of queued messages and of beat's schedule, so they never change."""
 
 EVALUATE_ALERTS = "monitoring.tasks.evaluate_alerts"
 DELIVER_NOTIFICATIONS = "monitoring.tasks.deliver_alert_notifications"
+STORE_ACCEPTED = "monitoring.tasks.store_accepted_samples"

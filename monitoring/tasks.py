@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from monitoring.alerts import services as alerts
-from monitoring.ingest import collection
+from monitoring.ingest import accepted, collection
 from monitoring.notifications import sending
 from monitoring.storage import samples
 
@@ -19,6 +19,12 @@ def collect() -> str:
         f"{c.cluster}: {c.error}" if c.error else f"{c.cluster}: {c.gpus} GPUs, {c.samples} samples"
         for c in done
     )
+
+
+@shared_task
+def store_accepted_samples() -> str:
+    """Sent by the first batch an agent leaves on an empty list, and by beat: store what waits."""
+    return accepted.store(linger=accepted.settings.MONITORING_STORE_LINGER_SECONDS).summary()
 
 
 @shared_task

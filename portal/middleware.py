@@ -6,18 +6,24 @@ character anywhere in the address, the query or a form (PostgreSQL cannot store
 one, so it would end as a server error deep in a query), an over-long query
 value, or an unreadable form body. JSON bodies get the same rules in
 `portal.parsers`.
+
+`BareViewMiddleware`, ahead of it, hands a hot path's request to its view at once (see its class).
 """
 
 from __future__ import annotations
+
+import threading
 
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect
-from django.urls import reverse
+from django.urls import ResolverMatch, resolve, reverse
+from django.utils import translation
 from django.utils.translation import gettext as _
 
+from portal import shell
 from portal.errors import PortalError, bad_input, refused
 from portal.signin import staff_without_two_factor
 from portal.sso.session import second_factor_at_provider
@@ -59,6 +65,43 @@ class BadInputMiddleware:
         if problem is not None:
             return bad_input(request, problem)
         return self.get_response(request)
+
+
+class BareViewMiddleware:
+    """Serves the apps' bare views (AppPlugin.bare_views: a node agent's POST, which every node of a
+    fleet sends every 15 s) once the site's guards have let a request through (the probes, the request's
+    id, metrics and log line, the HTTPS redirect and security headers), without the middleware that such a
+    request never uses: a policy for documents (CSP), static files, the checks of queries and forms (a
+    bare request has neither), sessions, CSRF, the signed-in user, messages, the sign-in flows. Of the
+    rest, what it would use is done here: the host is checked against ALLOWED_HOSTS, the language taken
+    from the request and the answer's length given. Only the requests the view's class says it serves whole
+    (`serves_bare`, which must hold only for requests without a query or a form) come this way; any other
+    request to it goes through the whole stack."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self._matches: dict[str, ResolverMatch] | None = None
+        self._lock = threading.Lock()
+
+    def matches(self) -> dict[str, ResolverMatch]:
+        """The bare views by path, resolved on first use (URLs are not loaded at start-up)."""
+        if self._matches is None:
+            with self._lock:
+                paths = (reverse(name) for plugin in shell.plugins() for name in plugin.bare_views)
+                self._matches = {path: resolve(path) for path in paths}
+        return self._matches
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        match = self.matches().get(request.path_info)
+        if match is None or not match.func.view_class.serves_bare(request):
+            return self.get_response(request)
+        request.get_host()  # DisallowedHost (a 400) for a host not allowed, as CommonMiddleware would
+        request.resolver_match = match
+        with translation.override(translation.get_language_from_request(request)):
+            response = match.func(request, *match.args, **match.kwargs)
+        if not response.streaming and not response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))  # as CommonMiddleware adds it
+        return response
 
 
 class RefusalMiddleware:

@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django_guid.middleware.guid_middleware",
     "portal.telemetry.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A node agent's POST is served here, without the rest (portal/middleware.py).
+    "portal.middleware.BareViewMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.middleware.BadInputMiddleware",

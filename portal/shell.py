@@ -150,6 +150,9 @@ class AppPlugin:
       `/metrics` (portal/metrics.py serves them, with the processes' own).
     - `periodic_tasks`: what Celery beat sends (`Periodic`); `task_queues`: tasks with a queue of their own.
     - `tenant_settings`: what the app keeps per tenant that the tenants' API shows and changes.
+    - `bare_views`: names of URLs whose view serves a hot path by itself, past the site's guards but
+      without the rest of the middleware (portal.middleware.BareViewMiddleware): the view's class says
+      which requests it serves so, with `serves_bare(request) -> bool`.
     """
 
     urls: str | None = None
@@ -169,6 +172,7 @@ class AppPlugin:
     periodic_tasks: tuple[Periodic, ...] = ()
     task_queues: tuple[Route, ...] = ()
     tenant_settings: tuple[TenantSetting, ...] = ()
+    bare_views: tuple[str, ...] = ()
 
 
 def plugins() -> list[AppPlugin]:

@@ -175,11 +175,14 @@ def _default_language():
 @pytest.fixture(autouse=True)
 def _fresh_cache():
     """Rate limits and used TOTP codes live in the cache; each test starts without them. The sample
-    partitions a test made are rolled back with it, so none is taken as known."""
+    partitions a test made are rolled back with it, so none is taken as known; nor is any agents' batch
+    left waiting in Redis for the writer."""
+    from monitoring.ingest import accepted
     from monitoring.storage import samples
 
     cache.clear()
     samples.forget_partitions()
+    accepted._client().delete(accepted._key())  # agents' batches an earlier test left waiting
 
 
 @dataclass

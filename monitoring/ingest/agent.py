@@ -6,7 +6,8 @@ Policy, in the order a reading meets it:
 - Every interval the collector is read and each reading joins the buffer, a queue of at most `buffer_size`
   readings. A full buffer drops its oldest reading, and the agent logs how many it has dropped so far.
 - Buffered readings are sent oldest first, at most `batch_size` in one POST. A batch leaves the buffer only
-  when the portal answers 200; the portal stores a batch sent twice once, so a lost answer costs nothing.
+  when the portal takes it (202; 200 from a portal that stored batches as they came); the portal stores a
+  batch sent twice once, so a lost answer costs nothing.
 - No answer (network error, time-out), 5xx, 401/403 (a token not yet known, or revoked: an operator acts)
   or 429: everything stays; the next try waits `retry_delay(failures)`, an exponential back-off with
   jitter, capped, reset by the next success. Readings are still taken meanwhile.
@@ -197,7 +198,7 @@ class Agent:
             count = min(size, len(self.buffer))
             batch = list(islice(self.buffer, count))
             answer = self.portal.send(batch)
-            if answer.status == 200:
+            if answer.status in (200, 202):  # stored, or taken to be stored
                 for _ in range(count):
                     self.buffer.popleft()
                 self.sent += count

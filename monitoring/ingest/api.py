@@ -2,11 +2,12 @@
 
 An agent's POST is the portal's hot path (a fleet of 100,000 GPUs posts 12,500 batches every 15 s), so the
 usual one, JSON in and out, is served without the framework's dispatch: its token read in one query, the body
-parsed once and checked by hand (monitoring.ingest.batch), the batch stored in one transaction with the
-token's use (readings.ingest), the answer rendered by the framework's own renderer, with the headers its
-dispatch adds. Any other request (another media type, Accept header, query or method) goes through the
-framework's dispatch, so that its answers stay the framework's; both paths share all that follows the
-parsing of the body, so they answer alike.
+parsed once and checked by hand (monitoring.ingest.batch), its hosts and GPUs checked in one more
+(readings.check), the body left to the writer that stores many batches at once (monitoring.ingest.accepted),
+the answer (202) rendered by the framework's own renderer, with the headers its dispatch adds. Any other
+request (another media type, Accept header, query or method) goes through the framework's dispatch, so that
+its answers stay the framework's; both paths share all that follows the parsing of the body, so they answer
+alike.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from monitoring.conf import settings
-from monitoring.ingest import tokens
+from monitoring.ingest import accepted, tokens
 from monitoring.ingest.authentication import (
     KEYWORD,
     NOT_VALID_OR_REVOKED,
@@ -39,8 +40,8 @@ from monitoring.ingest.authentication import (
 )
 from monitoring.ingest.batch import Invalid, check_batch, only_known_keys
 from monitoring.ingest.hosts import accepted_times
-from monitoring.ingest.readings import ingest
-from monitoring.ingest.serializers import BatchSerializer, RefusalSerializer, StoredSerializer
+from monitoring.ingest.readings import check
+from monitoring.ingest.serializers import AcceptedSerializer, BatchSerializer, RefusalSerializer
 from monitoring.models import AgentToken
 from portal.errors import InvalidInput
 from portal.parsers import JSONParser, check_document
@@ -108,10 +109,10 @@ def _too_many(data) -> str | None:
 
 
 def _take(token: AgentToken, data, *, walked: bool) -> _Answer:
-    """The answer to a parsed batch from `token`'s agent, stored when it is right. `walked`: whether the whole
-    document was checked for NUL characters and depth already (portal.parsers.check_document); if not, it
-    is checked before any refusal, and wherever the batch holds keys it does not name (they may hide
-    anything), since the parser's refusal comes before any other."""
+    """The answer to a parsed batch from `token`'s agent, accepted for storage when it is right. `walked`:
+    whether the whole document was checked for NUL characters and depth already
+    (portal.parsers.check_document); if not, it is checked before any refusal, and wherever the batch holds
+    keys it does not name (they may hide anything), since the parser's refusal comes before any other."""
     try:
         too_many = _too_many(data)
         if too_many:
@@ -143,19 +144,16 @@ def _take(token: AgentToken, data, *, walked: bool) -> _Answer:
         }
         return _refusal("out_of_bounds", detail, readings=outside)
 
-    host = readings[-1].host
     try:
-        stored = ingest(
-            cluster=token.cluster,
-            readings=readings,
-            source="agent",
-            strict=True,
-            now=now,
-            also=lambda: tokens.record_agent_host(token=token, host=host, now=now),
-        )
+        checked = check(cluster=token.cluster, readings=readings, now=now)
     except InvalidInput as error:
         return _refusal("refused", error.message)
-    return _Answer(200, {"samples": stored.samples, "gpus": stored.gpus, "events": len(stored.events)})
+    try:
+        accepted.put(cluster_id=token.cluster_id, token_id=token.pk, at=now, readings=readings)
+    except accepted.Full:
+        detail = _("The portal has more readings waiting to be stored than it keeps. Send them again later.")
+        return _refusal("busy", detail, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+    return _Answer(status.HTTP_202_ACCEPTED, {"samples": checked.samples, "gpus": checked.gpus})
 
 
 def _plain_json(request) -> bool:
@@ -210,20 +208,25 @@ def _take_plain(request) -> _Answer:
             answer = _too_large()
         except exceptions.ParseError as error:
             answer = _refusal("malformed", str(error.detail))
-    if answer.status != 200:
-        record_use(token)  # a stored batch notes it in its own transaction
+    if answer.status != status.HTTP_202_ACCEPTED:
+        record_use(token)  # a batch taken notes its host with it
     return answer
 
 
 class SamplesView(APIView):
-    """A node agent's batch of readings, stored whole or not at all, as the token's cluster's."""
+    """A node agent's batch of readings, taken whole or not at all, as the token's cluster's."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [FromAgent]
     parser_classes = [JSONParser]
 
+    @staticmethod
+    def serves_bare(request) -> bool:
+        """An agent's usual POST needs nothing of the middleware past the site's guards (see dispatch)."""
+        return request.method == "POST" and _plain_json(request)
+
     def dispatch(self, request, *args, **kwargs):
-        if request.method == "POST" and _plain_json(request):
+        if self.serves_bare(request):
             answer = _take_plain(request)
             response = HttpResponse(_RENDERER.render(answer.data), status=answer.status, content_type=_JSON)
             for name, value in answer.headers.items():
@@ -248,17 +251,20 @@ class SamplesView(APIView):
         summary="Post a node agent's readings",
         description=(
             "Readings of the agent's hosts, oldest first, in the JSON of the collectors' Reading. The "
-            "batch is checked whole: anything wrong refuses it and nothing is stored. A batch sent twice "
-            "is stored once. Refusals carry a `code`: `malformed`, `invalid` (with `errors`), "
+            "batch is checked whole as it comes: anything wrong refuses it and nothing is stored. A batch "
+            "taken is answered 202 and stored within seconds, with many others in one transaction; a batch "
+            "sent twice is stored once. Refusals carry a `code`: `malformed`, `invalid` (with `errors`), "
             "`out_of_bounds` (with `readings`, the positions that will never be taken: drop them), "
-            "`refused` (unknown host or GPU), `too_large` and `too_many` (413: send fewer at a time)."
+            "`refused` (unknown host or GPU), `too_large` and `too_many` (413: send fewer at a time), "
+            "`busy` (503: too much waits to be stored; keep the readings and send them again later)."
         ),
         request=BatchSerializer,
         responses={
-            200: StoredSerializer,
+            202: AcceptedSerializer,
             400: RefusalSerializer,
             401: RefusalSerializer,
             413: RefusalSerializer,
+            503: RefusalSerializer,
         },
         tags=["monitoring"],
     )

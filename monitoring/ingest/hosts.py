@@ -88,17 +88,31 @@ WHERE n.cluster_id = %s AND n.name {{names}} AND n.present
 _ONE_HOST_SQL = _HOSTS_SQL.format(names="= %s")  # a node agent's batch: its own host's readings
 _HOSTS_SQL = _HOSTS_SQL.format(names="= ANY(%s)")
 
+# What tells whether a batch's readings are of the cluster's GPUs, and how many samples they make: the hosts'
+# present GPUs alone (an agent's batch, checked as it comes; monitoring.ingest.accepted).
+_KNOWN_SQL = f"""
+SELECT n.id, n.name, g.id, g.index, g.uuid, g.mig_enabled, g.layout, g.planned_layout, NULL, NULL, NULL, NULL
+FROM {NodeCapacity._meta.db_table} n
+LEFT JOIN {GpuCapacity._meta.db_table} g ON g.node_id = n.id AND g.present
+WHERE n.cluster_id = %s AND n.name {{names}} AND n.present
+"""
+_ONE_KNOWN_SQL = _KNOWN_SQL.format(names="= %s")
+_KNOWN_SQL = _KNOWN_SQL.format(names="= ANY(%s)")
 
-def read(cluster: Cluster, names: set[str]) -> Hosts:
+
+def read(cluster: Cluster, names: set[str], *, identity_only: bool = False) -> Hosts:
+    """The present nodes among `names` and their present GPUs; with `identity_only`, without what Latest says
+    of them or their allocations (newest, ecc_before and held left empty), which is all a check needs."""
     nodes: dict[str, int] = {}
     gpus: list[Gpu] = []
     if not names:
         return Hosts(nodes, gpus)
-    with bound(prepared=False) as cursor:
+    one, many = (_ONE_KNOWN_SQL, _KNOWN_SQL) if identity_only else (_ONE_HOST_SQL, _HOSTS_SQL)
+    with bound(prepared=identity_only) as cursor:
         if len(names) == 1:
-            cursor.execute(_ONE_HOST_SQL, [cluster.pk, next(iter(names))])
+            cursor.execute(one, [cluster.pk, next(iter(names))])
         else:
-            cursor.execute(_HOSTS_SQL, [cluster.pk, list(names)])
+            cursor.execute(many, [cluster.pk, list(names)])
         for node_id, node, pk, index, uuid, mig, layout, plan, newest, ecc, starts, uuids in cursor:
             nodes[node] = node_id
             if pk is not None:
@@ -118,8 +132,13 @@ def targets(
     strict: bool,
     now: datetime,
     problems: list[str],
+    times: tuple[datetime, datetime] | None = None,
+    complete: bool | None = None,
 ) -> list[Target]:
-    oldest, newest = accepted_times(now=now)
+    """Each GPU reading with its GPU. `times`: the oldest and newest a reading may carry (else those taken at
+    `now`); `complete`: whether each host reported all its GPUs (else `strict`: an agent's batch does)."""
+    oldest, newest = times or accepted_times(now=now)
+    complete = strict if complete is None else complete
     gpus: dict[tuple[int, str], Gpu] = {}
     by_index: dict[tuple[int, int], Gpu] = {}
     for gpu in found.gpus:
@@ -170,7 +189,7 @@ def targets(
                 )
                 continue
             seen.add((gpu.pk, at))
-            found_targets.append(Target(gpu, gpu_reading, reading.host, at, strict))
+            found_targets.append(Target(gpu, gpu_reading, reading.host, at, complete))
     return found_targets
 
 

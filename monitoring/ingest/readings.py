@@ -55,15 +55,37 @@ def ingest(
     strict: bool = True,
     now: datetime | None = None,
     also: Callable[[], object] | None = None,
+    times: tuple[datetime, datetime] | None = None,
+    complete: bool | None = None,
 ) -> Ingested:
     """Store `readings` of `cluster`'s hosts. With `strict` (a node agent's batch), anything unknown
     refuses the whole batch (InvalidInput); without it (the portal's own collectors), unknown hosts and
-    GPUs are skipped and named in `problems`. `also` runs in the batch's transaction once it is stored."""
+    GPUs are skipped and named in `problems`. `also` runs in the batch's transaction once it is stored.
+    `times` and `complete`: as monitoring.ingest.hosts.targets takes them (agents' batches checked when
+    they were accepted are stored later, with the times of their acceptance, and not strictly)."""
     now = now or datetime.now(UTC)
+    given = dict(source=source, strict=strict, now=now, also=also, times=times, complete=complete)
     try:
-        return _ingest(cluster, readings, source=source, strict=strict, now=now, also=also, new=None)
+        return _ingest(cluster, readings, **given, new=None)
     except samples.StoredBefore:  # sent before after all (a resend racing the first), or an instance twice
-        return _ingest(cluster, readings, source=source, strict=strict, now=now, also=also, new=False)
+        return _ingest(cluster, readings, **given, new=False)
+
+
+@dataclass(frozen=True)
+class Checked:
+    gpus: int
+    samples: int
+
+
+def check(*, cluster: Cluster, readings: Sequence[Reading], now: datetime) -> Checked:
+    """What `readings` of `cluster`'s hosts would store, checked as a strict ingest checks them
+    (InvalidInput: the first reason to refuse them), from the hosts' present GPUs alone; writes nothing."""
+    found = hosts.read(cluster, {reading.host for reading in readings}, identity_only=True)
+    problems: list[str] = []
+    found_targets = hosts.targets(cluster, readings, found, strict=True, now=now, problems=problems)
+    values, _latest = _rows(found_targets, problems)
+    # An instance reported twice is one sample (the second passed over as stored before).
+    return Checked(gpus=len(found_targets), samples=len({row[:3] for row in values}))
 
 
 def _ingest(
@@ -74,12 +96,23 @@ def _ingest(
     strict: bool,
     now: datetime,
     also: Callable[[], object] | None,
+    times: tuple[datetime, datetime] | None,
+    complete: bool | None,
     new: bool | None,
 ) -> Ingested:
     result = Ingested()
     with transaction.atomic():
         found = hosts.read(cluster, {reading.host for reading in readings})
-        targets = hosts.targets(cluster, readings, found, strict=strict, now=now, problems=result.problems)
+        targets = hosts.targets(
+            cluster,
+            readings,
+            found,
+            strict=strict,
+            now=now,
+            problems=result.problems,
+            times=times,
+            complete=complete,
+        )
         values, latest = _rows(targets, result.problems)
         if new is None:  # new unless the newest figures say a sample of these GPUs may be there already
             newest = {t.gpu.pk: t.gpu.newest for t in targets}
@@ -198,7 +231,10 @@ def _store_latest(latest: list[tuple], *, source: str) -> None:
         key = (entry[0], entry[1])
         if key not in newest or newest[key][2] <= entry[2]:
             newest[key] = entry
-    rows = json.dumps([(gpu, slot, at.isoformat(), *rest) for gpu, slot, at, *rest in newest.values()])
+    # In the order of the rows' keys, so that two writers upserting some of the same rows lock them in one
+    # order and wait for each other rather than deadlock.
+    ordered = (newest[key] for key in sorted(newest))
+    rows = json.dumps([(gpu, slot, at.isoformat(), *rest) for gpu, slot, at, *rest in ordered])
     with bound(prepared=True) as cursor:
         cursor.execute(_LATEST_SQL, [source, rows])
 

@@ -145,10 +145,11 @@ class BatchSerializer(serializers.Serializer):
     readings = ReadingSerializer(many=True, allow_empty=False)
 
 
-class StoredSerializer(serializers.Serializer):
-    samples = serializers.IntegerField(help_text=_("Samples new to the portal (a resent one counts 0)."))
+class AcceptedSerializer(serializers.Serializer):
+    samples = serializers.IntegerField(
+        help_text=_("Samples the batch carries, stored within seconds; one sent before is stored once.")
+    )
     gpus = serializers.IntegerField(help_text=_("GPU readings taken in."))
-    events = serializers.IntegerField(help_text=_("GPU events recorded: XID, ECC, lost GPU, layout."))
 
 
 class RefusalSerializer(serializers.Serializer):
@@ -164,6 +165,7 @@ class RefusalSerializer(serializers.Serializer):
             ("refused", _("an unknown host or GPU, or a GPU twice at one instant")),
             ("too_large", _("the body is larger than the portal takes")),
             ("too_many", _("more readings or GPUs than one batch may hold: send fewer at a time")),
+            ("busy", _("more batches wait to be stored than the portal keeps: send this one again later")),
         ],
         required=False,
     )

@@ -102,6 +102,27 @@ def agent_token_for_key(key: str) -> AgentToken | None:
     return token
 
 
+_USES_SQL = (
+    f"UPDATE {AgentToken._meta.db_table} t SET last_used_at = v.at, last_host = v.host "
+    "FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[]) v(id, at, host) "
+    "WHERE t.id = v.id AND (t.last_used_at IS NULL OR t.last_used_at <= v.at - %s OR t.last_host = '')"
+)
+
+
+def record_agent_hosts(uses: dict[int, tuple[datetime, str]]) -> None:
+    """Note for each token id in `uses` when it brought readings and of which host, as record_agent_host
+    does for one token (at most once per USE_RECORDED_EVERY), in one statement for all."""
+    if not uses:
+        return
+    width = AgentToken._meta.get_field("last_host").max_length
+    ids = sorted(uses)  # one order of locks for every writer
+    with bound(prepared=False) as cursor:
+        cursor.execute(
+            _USES_SQL,
+            [ids, [uses[pk][0] for pk in ids], [uses[pk][1][:width] for pk in ids], USE_RECORDED_EVERY],
+        )
+
+
 def record_agent_host(*, token: AgentToken, host: str, now: datetime | None = None) -> None:
     """Note that `token` just brought readings of `host`: the time and the host, written together once
     USE_RECORDED_EVERY has passed since the last note, or at once for a token that has no host yet. A token

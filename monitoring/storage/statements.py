@@ -9,8 +9,8 @@ statement whose plan stays right as tables grow is prepared: a lookup by a uniqu
 whose best plan depends on how big a table is now (reading the hosts' newest figures) is planned at each
 run: a plan kept from when the table was small would scan it whole once it is not. Otherwise a bound cursor
 is one of Django's: the same connection and transaction, its errors Django's, its queries logged and counted
-as Django's. A statement run through it names its columns (no `SELECT *`), so that a migration cannot change
-the rows a prepared statement returns.
+as Django's (its timestamps read faster: see _TIMESTAMPTZ). A statement run through it names its columns
+(no `SELECT *`), so that a migration cannot change the rows a prepared statement returns.
 """
 
 from __future__ import annotations
@@ -18,8 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 from django.db import connection
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
+
+# Django reads timestamps through a loader of its own written in Python, which costs tens of microseconds
+# a value, more than the rest of a row: a bound cursor reads them with the driver's own (compiled where
+# psycopg has its C speed-ups), in the connection's time zone, which Django sets (UTC unless told).
+_TIMESTAMPTZ = psycopg.postgres.adapters.get_loader(
+    psycopg.postgres.types["timestamptz"].oid, psycopg.pq.Format.TEXT
+)
 
 
 class _Logged(CursorDebugWrapper):
@@ -41,6 +49,7 @@ def bound(*, prepared: bool) -> Iterator:
     raw.prepare_threshold = 0 if prepared else None
     with connection.wrap_database_errors:
         cursor = ServerBindingCursor(raw)
+    cursor.adapters.register_loader("timestamptz", _TIMESTAMPTZ)
     wrapped = _Logged(cursor, connection) if connection.queries_logged else connection.make_cursor(cursor)
     with wrapped:
         yield wrapped

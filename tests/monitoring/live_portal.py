@@ -1,5 +1,6 @@
 """The Django app served over real HTTP from a thread, for tests of clients that speak to the portal (the
-node agent): it stops and starts again on the same port, as a portal restart does."""
+node agent): it stops and starts again on the same port, as a portal restart does. The agents' batches it
+takes are stored before its answer leaves, as the writer beside a portal stores them a moment later."""
 
 import io
 import json
@@ -10,6 +11,8 @@ from collections import Counter
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
 from django.db import connections
+
+from monitoring.ingest import accepted
 
 
 class QuietHandler(WSGIRequestHandler):
@@ -40,6 +43,8 @@ class PortalServer:
             return start_response(line, headers, exc_info)
 
         result = self.handler(environ, record)
+        if status[0] == 202:
+            accepted.store()
         try:
             times = [reading["at"] for reading in json.loads(body)["readings"]]
         except (ValueError, KeyError, TypeError):
@@ -67,5 +72,5 @@ class PortalServer:
             self.server = None
 
     def stored_once(self) -> Counter:
-        """How many answered-200 requests carried each reading time."""
-        return Counter(at for status, times in self.posts if status == 200 for at in times)
+        """How many requests answered 202 (taken) carried each reading time."""
+        return Counter(at for status, times in self.posts if status == 202 for at in times)

@@ -1,5 +1,6 @@
-"""POST /api/v1/monitoring/samples/: a node agent's batch, let in by an agent token only, stored whole or not
-at all; every bad body, time or token is a 4xx in JSON with nothing stored, never a 500."""
+"""POST /api/v1/monitoring/samples/: a node agent's batch, let in by an agent token only, taken whole or not
+at all (202) and stored by the writer (monitoring.ingest.accepted, run here in the test's process); every bad
+body, time or token is a 4xx in JSON with nothing taken, never a 500."""
 
 import json
 from dataclasses import replace
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.collectors.wire import batch_to_json
+from monitoring.ingest import accepted
 from monitoring.ingest import tokens as agents
 from monitoring.models import GpuEvent, Latest, Sample
 from monitoring.storage import samples
@@ -59,27 +61,46 @@ def post(client, body, key, *, content_type="application/json", **headers):
 
 
 def nothing_stored() -> bool:
-    return not Sample.objects.exists() and not Latest.objects.exists() and not GpuEvent.objects.exists()
+    """Nothing taken: none waits for the writer, and none was stored."""
+    return (
+        not accepted.waiting()
+        and not Sample.objects.exists()
+        and not Latest.objects.exists()
+        and not GpuEvent.objects.exists()
+    )
 
 
-def test_a_batch_is_stored_as_the_tokens_cluster_and_the_host_noted(client, node, key):
+def store() -> accepted.Stored:
+    stored = accepted.store()
+    assert not stored.dropped and not stored.passed_over, stored
+    return stored
+
+
+def test_a_batch_is_taken_then_stored_as_the_tokens_cluster_and_the_host_noted(client, node, key):
     later = reading(node, at=NOW + timedelta(seconds=15), xid_events=(79,))
     response = post(client, batch_to_json([reading(node), later]), key)
 
-    assert response.status_code == 200, response.content
-    assert response.json() == {"samples": 8, "gpus": 4, "events": 1}
+    assert response.status_code == 202, response.content
+    assert response.json() == {"samples": 8, "gpus": 4}
+    assert accepted.waiting() == 1 and not Sample.objects.exists()
+    stored = store()
+    assert (stored.batches, stored.samples, stored.events) == (1, 8, 1)
     assert Sample.objects.count() == 8
     assert GpuEvent.objects.get().code == 79
     token = node.cluster.agent_tokens.get()
     assert token.last_host == "gpu-node-1" and token.last_used_at is not None
 
 
-def test_the_same_batch_twice_is_stored_once(client, node, key):
+@pytest.mark.parametrize("stored_between", [False, True])
+def test_the_same_batch_twice_is_stored_once(client, node, key, stored_between):
     body = batch_to_json([reading(node)])
     assert post(client, body, key).json()["samples"] == 4
+    if stored_between:
+        store()
     again = post(client, body, key)
 
-    assert again.status_code == 200 and again.json()["samples"] == 0
+    assert again.status_code == 202 and again.json()["samples"] == 4  # what it carries
+    store()
     assert Sample.objects.count() == 4
 
 
@@ -226,7 +247,7 @@ def test_more_readings_or_gpus_than_a_batch_holds_is_a_413(client, node, key, se
     assert response.json()["code"] == "too_many" and f"at most {limit}" in response.json()["detail"]
     assert nothing_stored()
     setattr(settings, setting, 3 if limit == 2 else 6)
-    assert post(client, body, key).status_code == 200
+    assert post(client, body, key).status_code == 202
 
 
 @pytest.mark.parametrize(
@@ -277,7 +298,8 @@ def test_the_schema_describes_the_endpoint_and_its_token(client):
     operation = schema["paths"][URL]["post"]
 
     assert operation["security"] == [{"agentToken": []}]
-    assert set(operation["responses"]) >= {"200", "400", "401", "413"}
+    assert set(operation["responses"]) >= {"202", "400", "401", "413", "503"}
+    assert "200" not in operation["responses"]
     assert schema["components"]["securitySchemes"]["agentToken"]["scheme"] == "bearer"
 
 
@@ -311,9 +333,12 @@ def test_whatever_a_field_holds_the_answer_is_never_a_500(client, node, key, pat
     before = Sample.objects.count(), Latest.objects.count()
     response = post(client, body, key)
 
-    assert response.status_code in {200, 400, 413}, response.content
+    assert response.status_code in {202, 400, 413}, response.content
     assert response.json()
-    if response.status_code != 200:
+    if response.status_code == 202:
+        store()  # what is taken is stored, with nothing dropped or passed over
+    else:
+        assert not accepted.waiting()
         assert (Sample.objects.count(), Latest.objects.count()) == before
 
 
@@ -349,14 +374,15 @@ def test_keys_the_batch_does_not_name_are_passed_over(client, node, key):
     body["readings"][0]["gpus"][0]["driver"] = {"version": "550.54"}
     response = post(client, body, key)
 
-    assert response.status_code == 200 and response.json()["samples"] == 4
+    assert response.status_code == 202 and response.json()["samples"] == 4
+    assert store().samples == 4
 
 
 @pytest.mark.parametrize(
     ("content_type", "accept", "status"),
     [
-        ("application/json; charset=utf-8", "*/*", 200),
-        ("application/json; charset=latin-1", "application/json", 200),  # through the framework's dispatch
+        ("application/json; charset=utf-8", "*/*", 202),
+        ("application/json; charset=latin-1", "application/json", 202),  # through the framework's dispatch
         ("text/plain", "application/json", 415),
         ("application/json", "text/html", 406),
     ],
@@ -370,7 +396,8 @@ def test_media_types_are_answered_as_the_framework_answers_them(
 
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json" and response["Allow"] == "POST, OPTIONS"
-    assert (Sample.objects.count() == 4) == (status == 200)
+    store()
+    assert (Sample.objects.count() == 4) == (status == 202)
 
 
 def test_answers_carry_the_frameworks_headers(client, node, key):
@@ -380,7 +407,7 @@ def test_answers_carry_the_frameworks_headers(client, node, key):
 
     for response in (stored, refused, unknown):
         assert response["Content-Type"] == "application/json" and response["Allow"] == "POST, OPTIONS"
-    assert stored.content == b'{"samples":4,"gpus":2,"events":0}'  # compact, as the framework renders
+    assert stored.content == b'{"samples":4,"gpus":2}'  # compact, as the framework renders
     assert unknown.status_code == 401 and unknown["WWW-Authenticate"] == "Bearer"
 
 
@@ -391,7 +418,7 @@ def test_a_batch_partly_stored_before_is_stored_for_the_rest(client, node, key):
     samples.store([samples.Row(full.pk, -1, NOW, power_w=1.0)])
     response = post(client, batch_to_json([reading(node)]), key)
 
-    assert response.status_code == 200 and response.json()["samples"] == 3
+    assert response.status_code == 202 and store().samples == 3
     assert Sample.objects.get(gpu=full, slot=-1).power_w == 1.0
     assert Latest.objects.count() == 4
 
@@ -402,19 +429,24 @@ def test_an_instance_reported_twice_is_stored_once(client, node, key):
     instances.append(dict(instances[0]))
     response = post(client, body, key)
 
-    assert response.status_code == 200 and response.json()["samples"] == 4
+    assert response.status_code == 202 and response.json()["samples"] == 4
+    assert store().samples == 4
     assert Sample.objects.count() == 4
 
 
-def test_the_batch_notes_its_tokens_use_in_its_own_transaction(client, node, key):
+def test_the_writer_notes_the_tokens_use_with_the_batch(client, node, key):
     token = node.cluster.agent_tokens.get()
-    assert post(client, batch_to_json([reading(node)]), key).status_code == 200
+    assert post(client, batch_to_json([reading(node)]), key).status_code == 202
+    token.refresh_from_db()
+    assert token.last_used_at is None  # taken, not yet stored
+    store()
     token.refresh_from_db()
     assert token.last_host == "gpu-node-1" and token.last_used_at is not None
 
     # Within the minute, the next batch writes nothing of the token.
     first = token.last_used_at
     post(client, batch_to_json([reading(node, at=NOW + timedelta(seconds=15))]), key)
+    store()
     token.refresh_from_db()
     assert token.last_used_at == first
 
@@ -425,18 +457,14 @@ def test_a_refused_batch_notes_its_tokens_use_too(client, node, key):
     assert node.cluster.agent_tokens.get().last_used_at is not None
 
 
-def test_a_batch_costs_as_many_queries_whatever_it_holds(
-    client, node, key, django_assert_max_num_queries, django_capture_on_commit_callbacks
-):
-    """One node's reading or a buffer of many: the same statements (the token, the hosts' GPUs, the samples,
-    the newest figures; here within a savepoint of the test's transaction), never one per GPU or reading."""
+def test_a_batch_costs_as_many_queries_whatever_it_holds(client, node, key, django_assert_max_num_queries):
+    """One node's reading or a buffer of many: the same statements as it is taken (the token, the hosts'
+    GPUs), never one per GPU or reading."""
     now = datetime.now(UTC).replace(microsecond=0)  # fresh readings, as an agent posts them
-    with django_capture_on_commit_callbacks(execute=True):  # the day's partition known, the token's use noted
-        post(client, batch_to_json([reading(node, at=now - timedelta(seconds=15))]), key)
     one = batch_to_json([reading(node, at=now)])
     buffered = batch_to_json([reading(node, at=now + timedelta(seconds=15 * n)) for n in range(1, 9)])
-    with django_assert_max_num_queries(6) as small:
+    with django_assert_max_num_queries(2) as small:
         assert post(client, one, key).json()["samples"] == 4
-    with django_assert_max_num_queries(6) as large:
+    with django_assert_max_num_queries(2) as large:
         assert post(client, buffered, key).json()["samples"] == 32
     assert len(large.captured_queries) == len(small.captured_queries)

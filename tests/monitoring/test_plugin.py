@@ -8,11 +8,13 @@ from portal import shell
 
 def test_beat_sends_monitorings_tasks_under_their_names_at_their_intervals(settings):
     settings.MONITORING_COLLECT_SECONDS = 45
+    settings.MONITORING_STORE_SECONDS = 20
 
     schedule = shell.beat_schedule()
 
     assert {name: entry for name, entry in schedule.items() if entry["task"].startswith("monitoring.")} == {
         "collect-gpu-figures": {"task": "monitoring.tasks.collect", "schedule": 45},
+        "store-accepted-samples": {"task": "monitoring.tasks.store_accepted_samples", "schedule": 20},
         "roll-up-gpu-samples": {"task": "monitoring.tasks.roll_up_samples", "schedule": 60},
         "prune-gpu-samples": {"task": "monitoring.tasks.prune_samples", "schedule": crontab(minute=7)},
         "evaluate-alerts": {"task": "monitoring.tasks.evaluate_alerts", "schedule": 60},

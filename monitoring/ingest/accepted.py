@@ -1,0 +1,264 @@
+"""Agents' batches between the answer and storage: checked whole when they come, stored many at a time.
+
+A fleet of 100,000 GPUs posts 12,500 batches every 15 s. Storing each as it comes costs a transaction of a
+few statements per batch, far more than the rows themselves; so the endpoint checks a batch as strictly as
+storage would (its shape, its times, its hosts and GPUs: monitoring.ingest.readings.check), puts the body on
+a Redis list and answers 202. A writer on MONITORING_QUEUE then takes up to MONITORING_STORE_BATCHES of them
+at a time and stores each cluster's share in one transaction (monitoring.ingest.readings.ingest: one read of
+the hosts' GPUs, one COPY of the samples, one upsert of the newest figures, and the events they show).
+
+- waiting: a batch on the list, `<cluster> <token> <accepted at>` and a newline before its checked readings
+  in the wire's JSON (monitoring.collectors.wire), which the writer reads back without checking again.
+  The first batch on an empty list sends the writer's task; beat sends it every
+  MONITORING_STORE_SECONDS too, so a lost message delays a batch by that much at most (its deadline).
+- full: MONITORING_ACCEPTED_MAX_BATCHES waiting. The endpoint answers 503 and the agents keep their
+  readings and try again after their back-off, so that a writer that is down costs Redis a bounded memory.
+- writer: one at a time (a Redis lock; another run finds it held and leaves the list to the holder, which
+  looks again once it lets go). A batch is stored with the times taken when it was accepted; a host or GPU
+  gone since then is passed over and logged. When the database fails, what was not stored is put back at
+  the head of the list and the task fails, to be run again. A worker killed in the middle of a write loses
+  the batches it held (MONITORING_STORE_BATCHES at most): figures, never money.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.conf import settings as django_settings
+from django.db import InterfaceError, OperationalError
+
+from monitoring import task_names
+from monitoring.collectors import Reading
+from monitoring.collectors.wire import batch_to_json, from_json
+from monitoring.conf import settings
+from monitoring.ingest import tokens
+from monitoring.ingest.readings import ingest
+from pools.models import Cluster
+from portal.celery import app
+
+log = logging.getLogger(__name__)
+
+# What a failing database raises: the batches are put back for the next run. Anything else is the batch's
+# own fault (it cannot be stored however often it is tried) and is dropped with its reason logged.
+_DATABASE_DOWN = (OperationalError, InterfaceError)
+
+
+_LONGEST_LINGER = 10  # seconds a writer waits in Redis for the next batch, at most
+
+
+@functools.cache
+def _client() -> redis.Redis:
+    """The broker's Redis (each process its own connections: redis-py opens new ones after a fork)."""
+    return redis.Redis.from_url(
+        django_settings.CELERY_BROKER_URL, socket_timeout=3 * _LONGEST_LINGER, socket_connect_timeout=5
+    )
+
+
+def _key() -> str:
+    """The list of this database's waiting batches: portals (or test runs) sharing a Redis keep apart."""
+    return f"monitoring:accepted:{django_settings.DATABASES['default']['NAME']}"
+
+
+def _writer(key: str) -> str:
+    """The lock of the writer at work on `key`'s list."""
+    return f"{key}:writer"
+
+
+class Full(Exception):
+    """MONITORING_ACCEPTED_MAX_BATCHES batches wait already."""
+
+
+def waiting() -> int:
+    """How many accepted batches wait to be stored."""
+    return _client().llen(_key())
+
+
+def idle() -> bool:
+    """Whether nothing waits and no writer is at work: all accepted so far is stored."""
+    client, key = _client(), _key()
+    return not client.llen(key) and not client.exists(_writer(key))
+
+
+# In one round trip: -1 when the list is full; else the batch is put last, and 1 says that the writer is to be
+# sent for (the list was empty and no writer holds it: a holder looks at the list again once it lets go).
+_PUT = """
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end
+if redis.call('RPUSH', KEYS[1], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
+return 0
+"""
+
+
+@functools.cache
+def _put_script():
+    return _client().register_script(_PUT)
+
+
+def put(*, cluster_id: int, token_id: int, at: datetime, readings: Sequence[Reading]) -> None:
+    """Leave a checked batch to the writer, sending it when it is not at work (Full: no room)."""
+    key = _key()
+    body = json.dumps(batch_to_json(readings), separators=(",", ":"))
+    entry = f"{cluster_id} {token_id} {at.timestamp()!r}\n{body}".encode()
+    put = _put_script()(keys=[key, _writer(key)], args=[entry, settings.MONITORING_ACCEPTED_MAX_BATCHES])
+    if put < 0:
+        raise Full
+    if put:
+        app.send_task(task_names.STORE_ACCEPTED)
+
+
+@dataclass
+class Batch:
+    cluster_id: int
+    token_id: int
+    at: datetime
+    readings: list[Reading]
+
+
+def _batch(entry: bytes) -> Batch | None:
+    head, _, body = entry.partition(b"\n")
+    try:
+        cluster_id, token_id, at = head.split()
+        readings = [from_json(reading) for reading in json.loads(body)["readings"]]
+        return Batch(int(cluster_id), int(token_id), datetime.fromtimestamp(float(at), UTC), readings)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # only a foreign or damaged entry
+        log.error("Dropped an accepted batch that cannot be read (%s): %r", error, entry[:200])
+        return None
+
+
+@dataclass
+class Stored:
+    batches: int = 0
+    samples: int = 0
+    events: int = 0
+    dropped: int = 0  # batches that could not be stored at all
+    passed_over: list[str] = field(default_factory=list)  # readings of hosts or GPUs gone since they came
+
+    def summary(self) -> str:
+        text = f"{self.batches} batches, {self.samples} samples, {self.events} events"
+        if self.dropped:
+            text += f", {self.dropped} batches dropped"
+        if self.passed_over:
+            text += f", {len(self.passed_over)} readings passed over"
+        return text
+
+
+def _next(client: redis.Redis, key: str, most: int, linger: float) -> list[bytes]:
+    """Up to `most` waiting batches; none waiting, the first to come within `linger` seconds (waited for in
+    Redis) with any that came with it."""
+    entries = client.lpop(key, most)
+    if entries or not linger:
+        return entries or []
+    first = client.blpop([key], timeout=min(linger, _LONGEST_LINGER))
+    if first is None:
+        return []
+    return [first[1], *(client.lpop(key, most - 1) or [] if most > 1 else [])]
+
+
+def store(*, most: int | None = None, linger: float = 0.0) -> Stored:
+    """Store what waits, `most` batches (MONITORING_STORE_BATCHES) a round, until the list is empty or
+    another writer holds it; with `linger`, until nothing has come for that many seconds (while agents post,
+    one run of the writer stores them all, in rounds as large as they come)."""
+    client, key = _client(), _key()
+    most = most or settings.MONITORING_STORE_BATCHES
+    stored = Stored()
+    while True:
+        lock = client.lock(_writer(key), timeout=settings.MONITORING_STORE_LOCK_SECONDS, blocking=False)
+        if not lock.acquire(token=uuid.uuid4().hex):
+            return stored  # the holder looks at the list again once it lets go
+        try:
+            while entries := _next(client, key, most, linger):
+                lock.reacquire()  # a round lasts seconds; the lock outlives each one
+                _store(entries, stored, put_back=lambda rest: client.lpush(key, *reversed(rest)))
+        finally:
+            with contextlib.suppress(redis.exceptions.LockError):  # expired, maybe taken: that writer goes on
+                lock.release()
+        if not client.llen(key):  # a batch put between the last pop and the release sent no task
+            return stored
+
+
+def _store(entries: list[bytes], stored: Stored, *, put_back) -> None:
+    batches = [(entry, batch) for entry in entries if (batch := _batch(entry)) is not None]
+    stored.dropped += len(entries) - len(batches)
+    by_cluster: dict[int, list[tuple[bytes, Batch]]] = {}
+    for entry, batch in batches:
+        by_cluster.setdefault(batch.cluster_id, []).append((entry, batch))
+    clusters = Cluster.objects.in_bulk(list(by_cluster))
+    left = list(by_cluster)
+    try:
+        while left:
+            cluster_id = left[0]
+            group = by_cluster[cluster_id]
+            cluster = clusters.get(cluster_id)
+            if cluster is None:
+                log.warning("Dropped %d batches of a cluster deleted since (id %s).", len(group), cluster_id)
+                stored.dropped += len(group)
+            else:
+                _store_cluster(cluster, [batch for _entry, batch in group], stored)
+            left.pop(0)
+    except _DATABASE_DOWN:
+        put_back([entry for cluster_id in left for entry, _batch in by_cluster[cluster_id]])
+        raise
+
+
+def _times(batches: list[Batch]) -> tuple[datetime, datetime]:
+    """The oldest and newest times any of `batches` was accepted with."""
+    return (
+        min(batch.at for batch in batches) - timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AGE_SECONDS),
+        max(batch.at for batch in batches) + timedelta(seconds=settings.MONITORING_SAMPLE_MAX_AHEAD_SECONDS),
+    )
+
+
+def _ingest(cluster: Cluster, batches: list[Batch], stored: Stored) -> None:
+    uses: dict[int, tuple[datetime, str]] = {}  # each token's newest batch: when it came, its last host
+    for batch in batches:
+        if batch.readings and (batch.token_id not in uses or uses[batch.token_id][0] <= batch.at):
+            uses[batch.token_id] = (batch.at, batch.readings[-1].host)
+    readings, seen = [], set()
+    for batch in batches:
+        for reading in batch.readings:
+            if (reading.host, reading.at) not in seen:  # else a resend taken before the first was stored
+                seen.add((reading.host, reading.at))
+                readings.append(reading)
+    result = ingest(
+        also=lambda: tokens.record_agent_hosts(uses),
+        cluster=cluster,
+        readings=readings,
+        source="agent",
+        strict=False,  # checked when they came; what went since is passed over, not the rest refused
+        complete=True,  # an agent reports every GPU of its host
+        times=_times(batches),
+    )
+    stored.batches += len(batches)
+    stored.samples += result.samples
+    stored.events += len(result.events)
+    if result.problems:
+        stored.passed_over += result.problems
+        log.warning("Passed over readings of cluster %s: %s", cluster.name, "; ".join(result.problems[:5]))
+
+
+def _store_cluster(cluster: Cluster, batches: list[Batch], stored: Stored) -> None:
+    """One transaction for all; should it fail for a reason of its own, each batch in its own, so that one
+    batch that cannot be stored costs only itself."""
+    if len(batches) > 1:
+        try:
+            _ingest(cluster, batches, stored)
+            return
+        except _DATABASE_DOWN:
+            raise
+        except Exception:  # the batches' own fault: the same again would fail again
+            log.exception("Could not store %d batches of %s at once; each alone now", len(batches), cluster)
+    for batch in batches:
+        try:
+            _ingest(cluster, [batch], stored)
+        except _DATABASE_DOWN:
+            raise
+        except Exception:
+            log.exception("Dropped an accepted batch of %s that cannot be stored", cluster)
+            stored.dropped += 1
