@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import redis
-from django.conf import settings as django_settings
 from django.db import InterfaceError, OperationalError
 
 from monitoring import task_names
@@ -58,13 +57,13 @@ _LONGEST_LINGER = 10  # seconds a writer waits in Redis for the next batch, at m
 def _client() -> redis.Redis:
     """The broker's Redis (each process its own connections: redis-py opens new ones after a fork)."""
     return redis.Redis.from_url(
-        django_settings.CELERY_BROKER_URL, socket_timeout=3 * _LONGEST_LINGER, socket_connect_timeout=5
+        settings.CELERY_BROKER_URL, socket_timeout=3 * _LONGEST_LINGER, socket_connect_timeout=5
     )
 
 
 def _key() -> str:
     """The list of this database's waiting batches: portals (or test runs) sharing a Redis keep apart."""
-    return f"monitoring:accepted:{django_settings.DATABASES['default']['NAME']}"
+    return f"monitoring:accepted:{settings.DATABASES['default']['NAME']}"
 
 
 def _writer(key: str) -> str:

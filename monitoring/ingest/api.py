@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import redis
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
 from django.urls import path
@@ -46,6 +48,8 @@ from monitoring.models import AgentToken
 from portal.errors import InvalidInput
 from portal.parsers import JSONParser, check_document
 from portal.tokens import record_use
+
+log = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _ACCEPTED = frozenset({"", "*/*", _JSON})  # Accept headers the framework answers with its JSON renderer
@@ -153,6 +157,10 @@ def _take(token: AgentToken, data, *, walked: bool) -> _Answer:
     except accepted.Full:
         detail = _("The portal has more readings waiting to be stored than it keeps. Send them again later.")
         return _refusal("busy", detail, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+    except (redis.RedisError, OSError):
+        log.exception("Could not leave an agent's batch for the writer")
+        detail = _("The portal cannot take readings now: its queue does not answer. Send them again later.")
+        return _refusal("unavailable", detail, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
     return _Answer(status.HTTP_202_ACCEPTED, {"samples": checked.samples, "gpus": checked.gpus})
 
 
@@ -256,7 +264,8 @@ class SamplesView(APIView):
             "sent twice is stored once. Refusals carry a `code`: `malformed`, `invalid` (with `errors`), "
             "`out_of_bounds` (with `readings`, the positions that will never be taken: drop them), "
             "`refused` (unknown host or GPU), `too_large` and `too_many` (413: send fewer at a time), "
-            "`busy` (503: too much waits to be stored; keep the readings and send them again later)."
+            "`busy` and `unavailable` (503: too much waits to be stored, or the portal's queue does not "
+            "answer; keep the readings and send them again later)."
         ),
         request=BatchSerializer,
         responses={

@@ -166,6 +166,7 @@ class RefusalSerializer(serializers.Serializer):
             ("too_large", _("the body is larger than the portal takes")),
             ("too_many", _("more readings or GPUs than one batch may hold: send fewer at a time")),
             ("busy", _("more batches wait to be stored than the portal keeps: send this one again later")),
+            ("unavailable", _("the portal's queue does not answer: send this batch again later")),
         ],
         required=False,
     )

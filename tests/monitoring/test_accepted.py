@@ -236,3 +236,20 @@ def test_metrics_say_how_many_batches_wait_and_leave_it_out_without_redis(client
 
     monkeypatch.setattr(accepted, "waiting", no_answer)
     assert name not in {family.name for family in metrics.collect()}
+
+
+def test_a_queue_that_does_not_answer_is_a_503_and_takes_nothing(client, fleet, monkeypatch, caplog):
+    (node, key), _second = fleet
+
+    class Gone:
+        def __call__(self, *args, **kwargs):
+            raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(accepted, "_put_script", lambda: Gone())
+    response = post(client, node, key)
+
+    assert response.status_code == 503 and response.json()["code"] == "unavailable"
+    assert "Send them again later" in response.json()["detail"]
+    assert "Could not leave an agent's batch for the writer" in caplog.text
+    monkeypatch.undo()
+    assert not accepted.waiting() and not Sample.objects.exists()

@@ -24,6 +24,7 @@ QUEUE_OF = {
     "pools.tasks.sync_cluster_now": "SYNC_QUEUE",
     "pools.tasks.execute_whatif_run": "WHATIF_QUEUE",
     "monitoring.tasks.collect": "MONITORING_QUEUE",
+    "monitoring.tasks.store_accepted_samples": "MONITORING_QUEUE",
     "monitoring.tasks.roll_up_samples": "MONITORING_QUEUE",
     "monitoring.tasks.prune_samples": "MONITORING_QUEUE",
     "monitoring.tasks.evaluate_alerts": "MONITORING_QUEUE",
