@@ -458,7 +458,9 @@ def round_through_web(fleet, keys, concurrency: int) -> Round:
             taken = sum(json.loads(body)["samples"] for code, body in answers if code == 202)
             wait_until_stored(taken, since, 600)
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-            after = [cpu_seconds(pids[0]), cpu_seconds(pids[1]), cpu_seconds(database_pids())]
+            # The backends that served the round (the web's and the writer's, there since the warm-up); not
+            # the one that counted what was stored.
+            after = [cpu_seconds(group) for group in pids]
         finally:
             for process in (web, writer):
                 process.terminate()
