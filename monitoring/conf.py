@@ -19,7 +19,8 @@ settings = AppSettings(
     # Agents' batches are checked as they come and stored a moment later, many in one transaction
     # (monitoring/ingest/accepted.py): at most MONITORING_STORE_BATCHES a transaction. The writer's task runs
     # when the first batch waits and every MONITORING_STORE_SECONDS besides, and stores until no batch has
-    # come for MONITORING_STORE_LINGER_SECONDS (at most 10); its lock lasts MONITORING_STORE_LOCK_SECONDS
+    # come for MONITORING_STORE_LINGER_SECONDS (at most 10), or for MONITORING_STORE_SECONDS at most, then
+    # sends for itself again behind the queue's other tasks; its lock lasts MONITORING_STORE_LOCK_SECONDS
     # past each round. Once MONITORING_ACCEPTED_MAX_BATCHES wait, agents are answered 503 and keep their
     # readings for later.
     MONITORING_STORE_BATCHES=Setting.int(2000, minimum=1),

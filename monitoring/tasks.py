@@ -6,6 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from monitoring.alerts import services as alerts
+from monitoring.conf import settings
 from monitoring.ingest import accepted, collection
 from monitoring.notifications import sending
 from monitoring.storage import samples
@@ -23,8 +24,11 @@ def collect() -> str:
 
 @shared_task
 def store_accepted_samples() -> str:
-    """Sent by the first batch an agent leaves on an empty list, and by beat: store what waits."""
-    return accepted.store(linger=accepted.settings.MONITORING_STORE_LINGER_SECONDS).summary()
+    """Sent by the first batch an agent leaves on an empty list, by beat, and by a run that used its time:
+    store what waits, for at most MONITORING_STORE_SECONDS."""
+    return accepted.store(
+        linger=settings.MONITORING_STORE_LINGER_SECONDS, within=settings.MONITORING_STORE_SECONDS
+    ).summary()
 
 
 @shared_task

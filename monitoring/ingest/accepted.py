@@ -26,6 +26,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -160,25 +161,31 @@ def _next(client: redis.Redis, key: str, most: int, linger: float) -> list[bytes
     return [first[1], *(client.lpop(key, most - 1) or [] if most > 1 else [])]
 
 
-def store(*, most: int | None = None, linger: float = 0.0) -> Stored:
+def store(*, most: int | None = None, linger: float = 0.0, within: float | None = None) -> Stored:
     """Store what waits, `most` batches (MONITORING_STORE_BATCHES) a round, until the list is empty or
     another writer holds it; with `linger`, until nothing has come for that many seconds (while agents post,
-    one run of the writer stores them all, in rounds as large as they come)."""
+    one run of the writer stores them all, in rounds as large as they come). With `within`, no round begins
+    once that many seconds have passed: the run sends for the writer again, behind whatever else waits on
+    its queue (agents never stop posting, and the roll-ups and alerts take turns with the writer)."""
     client, key = _client(), _key()
     most = most or settings.MONITORING_STORE_BATCHES
     stored = Stored()
+    ends = None if within is None else time.monotonic() + within
     while True:
         lock = client.lock(_writer(key), timeout=settings.MONITORING_STORE_LOCK_SECONDS, blocking=False)
         if not lock.acquire(token=uuid.uuid4().hex):
             return stored  # the holder looks at the list again once it lets go
         try:
-            while entries := _next(client, key, most, linger):
+            while (ends is None or time.monotonic() < ends) and (entries := _next(client, key, most, linger)):
                 lock.reacquire()  # a round lasts seconds; the lock outlives each one
                 _store(entries, stored, put_back=lambda rest: client.lpush(key, *reversed(rest)))
         finally:
             with contextlib.suppress(redis.exceptions.LockError):  # expired, maybe taken: that writer goes on
                 lock.release()
         if not client.llen(key):  # a batch put between the last pop and the release sent no task
+            return stored
+        if ends is not None and time.monotonic() >= ends:
+            app.send_task(task_names.STORE_ACCEPTED)
             return stored
 
 

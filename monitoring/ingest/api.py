@@ -1,13 +1,13 @@
 """REST API of monitoring, served under /api/v1/ by the site shell: node agents post their samples.
 
 An agent's POST is the portal's hot path (a fleet of 100,000 GPUs posts 12,500 batches every 15 s), so the
-usual one, JSON in and out, is served without the framework's dispatch: its token read in one query, the body
-parsed once and checked by hand (monitoring.ingest.batch), its hosts and GPUs checked in one more
-(readings.check), the body left to the writer that stores many batches at once (monitoring.ingest.accepted),
-the answer (202) rendered by the framework's own renderer, with the headers its dispatch adds. Any other
-request (another media type, Accept header, query or method) goes through the framework's dispatch, so that
-its answers stay the framework's; both paths share all that follows the parsing of the body, so they answer
-alike.
+usual one, JSON in and out, is served bare (portal.middleware.BareViewMiddleware) and without the framework's
+dispatch: its token read in one query, the body parsed once and checked by hand (monitoring.ingest.batch),
+its hosts and GPUs checked in one more (readings.check), its readings left to the writer that stores many
+batches at once (monitoring.ingest.accepted), the answer (202) rendered by the framework's own renderer, with
+the headers its dispatch adds. Any other request (another media type, Accept header, query or method) goes
+through the whole middleware and the framework's dispatch, so that its answers stay the framework's; both
+paths share all that follows the parsing of the body, so they answer alike.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def _take_plain(request) -> _Answer:
         except exceptions.ParseError as error:
             answer = _refusal("malformed", str(error.detail))
     if answer.status != status.HTTP_202_ACCEPTED:
-        record_use(token)  # a batch taken notes its host with it
+        record_use(token)  # the writer notes a batch taken, with its host
     return answer
 
 

@@ -74,10 +74,6 @@ _TOKEN_SQL = (
     f"SELECT t.id, t.cluster_id, t.last_used_at, t.last_host, c.name FROM {AgentToken._meta.db_table} t "
     f"JOIN {Cluster._meta.db_table} c ON c.id = t.cluster_id WHERE t.digest = %s AND t.revoked_at IS NULL"
 )
-_USE_SQL = (
-    f"UPDATE {AgentToken._meta.db_table} SET last_used_at = %s, last_host = %s "
-    "WHERE id = %s AND (last_used_at IS NULL OR last_used_at <= %s OR last_host = '')"
-)
 
 
 def find_agent_token(key: str) -> AgentToken | None:
@@ -110,8 +106,9 @@ _USES_SQL = (
 
 
 def record_agent_hosts(uses: dict[int, tuple[datetime, str]]) -> None:
-    """Note for each token id in `uses` when it brought readings and of which host, as record_agent_host
-    does for one token (at most once per USE_RECORDED_EVERY), in one statement for all."""
+    """Note for each token id in `uses` when it brought readings and of which host, in one statement for all:
+    written once USE_RECORDED_EVERY has passed since the last note, or at once for a token that has no host
+    yet. A token shared by many agents thus names one of them, the last noted."""
     if not uses:
         return
     width = AgentToken._meta.get_field("last_host").max_length
@@ -121,19 +118,3 @@ def record_agent_hosts(uses: dict[int, tuple[datetime, str]]) -> None:
             _USES_SQL,
             [ids, [uses[pk][0] for pk in ids], [uses[pk][1][:width] for pk in ids], USE_RECORDED_EVERY],
         )
-
-
-def record_agent_host(*, token: AgentToken, host: str, now: datetime | None = None) -> None:
-    """Note that `token` just brought readings of `host`: the time and the host, written together once
-    USE_RECORDED_EVERY has passed since the last note, or at once for a token that has no host yet. A token
-    shared by many agents thus names one of them, the last noted."""
-    host = host[: AgentToken._meta.get_field("last_host").max_length]
-    now = now or timezone.now()
-    due = token.last_used_at is None or now - token.last_used_at >= USE_RECORDED_EVERY
-    if not due and (token.last_host or not host):
-        return
-    host = host or token.last_host
-    with bound(prepared=False) as cursor:
-        # Agents sharing the token may all find it due: the first writes, the others find it noted.
-        cursor.execute(_USE_SQL, [now, host, token.pk, now - USE_RECORDED_EVERY])
-    token.last_used_at, token.last_host = now, host

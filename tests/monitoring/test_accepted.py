@@ -253,3 +253,19 @@ def test_a_queue_that_does_not_answer_is_a_503_and_takes_nothing(client, fleet, 
     assert "Could not leave an agent's batch for the writer" in caplog.text
     monkeypatch.undo()
     assert not accepted.waiting() and not Sample.objects.exists()
+
+
+def test_a_run_that_used_its_time_sends_for_the_writer_again_behind_the_queues_other_tasks(
+    client, fleet, monkeypatch
+):
+    sent = []
+    monkeypatch.setattr(accepted.app, "send_task", lambda name, *args, **kwargs: sent.append(name))
+    for node, key in fleet:
+        post(client, node, key)
+    sent.clear()
+
+    used_up = accepted.store(within=0)
+    assert used_up.batches == 0 and accepted.waiting() == 2  # no round begins once the time is up
+    assert sent == [task_names.STORE_ACCEPTED]
+    assert accepted.store(most=1, within=60).batches == 2 and not accepted.waiting()
+    assert sent == [task_names.STORE_ACCEPTED]  # done within its time: nothing more to send for
