@@ -2,22 +2,26 @@
 
 A fleet of 100,000 GPUs posts 12,500 batches every 15 s. Storing each as it comes costs a transaction of a
 few statements per batch, far more than the rows themselves; so the endpoint checks a batch as strictly as
-storage would (its shape, its times, its hosts and GPUs: monitoring.ingest.readings.check), puts the body on
-a Redis list and answers 202. A writer on MONITORING_QUEUE then takes up to MONITORING_STORE_BATCHES of them
-at a time and stores each cluster's share in one transaction (monitoring.ingest.readings.ingest: one read of
-the hosts' GPUs, one COPY of the samples, one upsert of the newest figures, and the events they show).
+storage would (its shape, its times, its hosts and GPUs: monitoring.ingest.readings.check), puts its
+readings on a Redis list and answers 202. A writer on MONITORING_QUEUE then takes up to
+MONITORING_STORE_BATCHES of them at a time and stores each cluster's share in one transaction
+(monitoring.ingest.readings.ingest: one read of the hosts' GPUs, one COPY of the samples, one upsert of the
+newest figures, and the events they show).
 
 - waiting: a batch on the list, `<cluster> <token> <accepted at>` and a newline before its checked readings
   in the wire's JSON (monitoring.collectors.wire), which the writer reads back without checking again.
   The first batch on an empty list sends the writer's task; beat sends it every
   MONITORING_STORE_SECONDS too, so a lost message delays a batch by that much at most (its deadline).
 - full: MONITORING_ACCEPTED_MAX_BATCHES waiting. The endpoint answers 503 and the agents keep their
-  readings and try again after their back-off, so that a writer that is down costs Redis a bounded memory.
+  readings and try again after their back-off, so that a writer that is down costs Redis a bounded memory
+  (a node's batch of 8 GPUs is about 5 kB).
 - writer: one at a time (a Redis lock; another run finds it held and leaves the list to the holder, which
-  looks again once it lets go). A batch is stored with the times taken when it was accepted; a host or GPU
-  gone since then is passed over and logged. When the database fails, what was not stored is put back at
-  the head of the list and the task fails, to be run again. A worker killed in the middle of a write loses
-  the batches it held (MONITORING_STORE_BATCHES at most): figures, never money.
+  looks again once it lets go). A run stores until nothing has come for MONITORING_STORE_LINGER_SECONDS,
+  for MONITORING_STORE_SECONDS at most, then sends for itself again behind the queue's other tasks. A
+  batch is stored with the times taken when it was accepted; a host or GPU gone since then is passed over
+  and logged. When the database fails, what was not stored is put back at the head of the list and the
+  task fails, to be run again. A worker killed in the middle of a write loses the batches it held
+  (MONITORING_STORE_BATCHES at most): figures, never money.
 """
 
 from __future__ import annotations
