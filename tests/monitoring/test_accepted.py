@@ -13,12 +13,12 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from monitoring import metrics, task_names
-from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.collectors.wire import batch_to_json
 from monitoring.ingest import accepted
 from monitoring.ingest import tokens as agents
 from monitoring.models import Sample
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
+from tests.monitoring.agent_readings import reading
 
 URL = "/api/v1/monitoring/samples/"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -37,24 +37,8 @@ def fleet(db):
     return [make_node(cluster, f"gpu-node-{n}") for n in (1, 2)]
 
 
-def reading(node, at=NOW) -> Reading:
-    full, cut = node.gpus.order_by("index")
-    instances = tuple(
-        InstanceReading(entry["uuid"], n + 1, entry["profile"], (entry["start"], 4), 1 << 30, 40 << 30, 30.0)
-        for n, entry in enumerate(cut.layout)
-    )
-    return Reading(
-        node.name,
-        at,
-        (
-            GpuReading(0, full.uuid, "NVIDIA H100 80GB HBM3", False, power_w=300.0),
-            GpuReading(1, cut.uuid, "NVIDIA H100 80GB HBM3", True, power_w=200.0, instances=instances),
-        ),
-    )
-
-
 def post(client, node, key, *instants):
-    body = json.dumps(batch_to_json([reading(node, at) for at in instants or (NOW,)]))
+    body = json.dumps(batch_to_json([reading(node, at=at) for at in instants or (NOW,)]))
     return client.post(URL, body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
 
 
@@ -202,7 +186,7 @@ def test_readings_are_stored_with_the_times_of_their_taking(fleet, settings):
     (node, _key), _second = fleet
     taken = NOW - timedelta(hours=1)
     token = node.cluster.agent_tokens.get(name=node.name)
-    readings = [reading(node, taken - timedelta(seconds=30))]
+    readings = [reading(node, at=taken - timedelta(seconds=30))]
     accepted.put(cluster_id=node.cluster_id, token_id=token.pk, at=taken, readings=readings)
 
     stored = accepted.store()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitoring.collectors import GpuReading, InstanceReading, Reading
+from monitoring.collectors import GpuReading, Reading
 from monitoring.collectors.wire import batch_to_json
 from monitoring.ingest import accepted
 from monitoring.ingest import tokens as agents
@@ -18,6 +18,7 @@ from monitoring.models import GpuEvent, Latest, Sample
 from monitoring.storage import samples
 from portal import tokens
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
+from tests.monitoring.agent_readings import reading as agent_reading
 
 pytestmark = pytest.mark.django_db
 
@@ -39,19 +40,7 @@ def key(node):
 
 
 def reading(node, *, at=NOW, **figures) -> Reading:
-    full, cut = node.gpus.order_by("index")
-    instances = tuple(
-        InstanceReading(entry["uuid"], n + 1, entry["profile"], (entry["start"], 4), 1 << 30, 40 << 30, 30.0)
-        for n, entry in enumerate(cut.layout)
-    )
-    return Reading(
-        node.name,
-        at,
-        (
-            GpuReading(0, full.uuid, "NVIDIA H100 80GB HBM3", False, **{"power_w": 300.0, **figures}),
-            GpuReading(1, cut.uuid, "NVIDIA H100 80GB HBM3", True, power_w=200.0, instances=instances),
-        ),
-    )
+    return agent_reading(node, at=at, **figures)
 
 
 def post(client, body, key, *, content_type="application/json", **headers):
