@@ -31,6 +31,7 @@ from billing import conf as billing_conf
 from monitoring import conf as monitoring_conf
 from pools import conf as pools_conf
 from portal.models import Membership, Project, Role, Tenant
+from tests import examples
 from tests.factories import ProjectFactory, UserFactory
 from tests.factories.tenancy import PASSWORD
 from tests.needs import MARKERS, Reach, needs, needs_of
@@ -78,6 +79,7 @@ def pytest_xdist_newgateway(gateway):
 def pytest_configure(config):
     for name, what in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    examples.load_profile()
 
 
 # Modules whose every test fuzzes, and whose cases the fuzzer builds while they are collected (seconds in

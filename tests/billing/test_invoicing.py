@@ -19,6 +19,7 @@ from billing.invoicing import (
     parse_month,
     round_money,
 )
+from tests.examples import examples
 
 prices = st.one_of(st.none(), st.decimals(min_value=0, max_value=100000, places=4, allow_nan=False))
 usages = st.builds(
@@ -31,7 +32,7 @@ usages = st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.lists(usages, max_size=30),
     st.decimals(min_value=0, max_value=100, places=2),

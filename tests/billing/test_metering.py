@@ -20,6 +20,7 @@ from billing.metering import (
     usage_in_periods,
     whole_seconds,
 )
+from tests.examples import examples
 
 PERIOD = 3600
 # Every period length the settings allow (billing.apps.check_metering).
@@ -49,7 +50,7 @@ def run_all(holding: Holding, runs: list[int], delay: int = 60) -> tuple[int, in
     return total, (max(metered) + PERIOD if metered else None)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(holdings(), st.lists(moments, max_size=8))
 def test_any_runs_meter_exactly_what_was_held_up_to_where_they_reached(holding, runs):
     runs = sorted(runs)  # the clock only moves forward; runs may repeat and come late
@@ -57,7 +58,7 @@ def test_any_runs_meter_exactly_what_was_held_up_to_where_they_reached(holding, 
     assert total == (billable_seconds(holding, until) if until else 0)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(holdings(), st.lists(moments, max_size=4))
 def test_once_released_and_metered_the_total_is_the_exact_duration(holding, runs):
     released = holding.released if holding.released is not None else holding.reserved + 86400
@@ -66,7 +67,7 @@ def test_once_released_and_metered_the_total_is_the_exact_duration(holding, runs
     assert total == holding.count * (released - holding.reserved)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(holdings(), moments)
 def test_usage_in_each_period_never_exceeds_the_period(holding, start):
     start = period_start(start, PERIOD)
@@ -106,7 +107,7 @@ def spans(draw) -> range:
     return range(first, first + draw(st.integers(0, 400)) * period, period)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(holdings(), max_size=5), spans())
 def test_usage_over_many_periods_is_the_usage_of_each_period(found, starts):
     # Many periods at once give exactly what one period at a time gives, whatever the period.
@@ -114,7 +115,7 @@ def test_usage_over_many_periods_is_the_usage_of_each_period(found, starts):
     assert sorted(usage_in_periods(found, starts), key=astuple) == sorted(expected, key=astuple)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(holdings(), max_size=5), spans(), st.integers(0, 200))
 def test_a_transaction_meters_the_most_periods_that_fit_and_never_none(found, starts, records):
     part = bounded(found, starts, records)
@@ -152,7 +153,7 @@ def resized(draw) -> tuple[list[tuple[str, int, int | None]], int | None]:
     return [tuple(a) for a in done + live], ends
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(resized(), st.sampled_from(PERIODS))
 def test_for_any_grows_and_shrinks_each_allocation_is_metered_for_exactly_its_time(pool, period):
     # Each allocation a holding of its own, as billing.services reads them; metering merges them per spec and

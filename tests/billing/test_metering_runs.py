@@ -16,6 +16,7 @@ from billing.metering import whole_seconds
 from billing.models import MeteredPeriod, Price, UsageRecord
 from billing.services import meter, metering_lag
 from pools.models import PoolState
+from tests.examples import examples
 from tests.factories import PoolFactory, PriceFactory, ProjectFactory
 
 HOUR = timedelta(hours=1)
@@ -44,7 +45,7 @@ def pool_times(draw) -> tuple[datetime, datetime | None, int]:
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

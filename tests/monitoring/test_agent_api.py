@@ -17,6 +17,7 @@ from monitoring.ingest import tokens as agents
 from monitoring.models import GpuEvent, Latest, Sample
 from monitoring.storage import samples
 from portal import tokens
+from tests.examples import examples
 from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
 from tests.monitoring.agent_readings import reading as agent_reading
 
@@ -312,7 +313,9 @@ FIELDS = [
     (*INSTANCE, "placement"),
     (*INSTANCE, "gpu_instance_id"),
 ]
-FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @FUZZ

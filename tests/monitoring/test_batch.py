@@ -15,6 +15,7 @@ from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.collectors.wire import batch_to_json, from_json
 from monitoring.ingest.batch import MAX_COUNT, Invalid, check_batch, only_known_keys
 from monitoring.ingest.serializers import BatchSerializer
+from tests.examples import examples
 
 AT = datetime(2026, 5, 1, 10, 0, 15, tzinfo=UTC)
 GOOD = Reading(
@@ -240,7 +241,7 @@ def _apply(body, changes):
 CHANGES = st.lists(st.tuples(st.sampled_from(PATHS), json_values | st.just(GONE)), min_size=1, max_size=3)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=CHANGES)
 def test_the_checks_answer_as_the_serializers_would_whatever_a_batch_holds(changes):
     body = _apply(copy.deepcopy(good()), changes)

@@ -27,6 +27,7 @@ from monitoring.collectors.simulated import (
     character_of,
 )
 from pools.mig import GPU_MODELS, place_profiles
+from tests.examples import examples
 from tests.monitoring.contract import assert_honours_contract
 from tests.monitoring.test_nvml_collector import FakeNvml
 from tests.monitoring.test_nvml_collector import collector as nvml_collector
@@ -201,7 +202,7 @@ def test_a_gpu_outside_the_mig_catalogue_is_simulated_whole_and_never_with_mig()
         simulated(hosts=(SimulatedHost("n", (SimulatedGpu(0, "l40s-1", "L40S-48GB", True),)),))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     seed=st.integers(min_value=0, max_value=2**32),
     at=st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2035, 1, 1), timezones=st.just(UTC)),

@@ -10,6 +10,7 @@ from pools.models import Pool, RequestState
 from pools.services import admit_waiting, approve_request, submit_request
 from pools.services.inventory import sync_inventory
 from portal.errors import InvalidInput
+from tests.examples import examples
 from tests.factories import ClusterFactory, GpuGroupFactory
 
 LAYOUTS = {  # per model: MIG off, or a layout partly or wholly cut
@@ -46,7 +47,9 @@ def build(clusters):
 
 
 @pytest.mark.django_db
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(clusters=fleets(), purpose=st.sampled_from(["", *GROUPS]), pick=st.integers(0, 200))
 def test_what_the_specs_api_offers_in_a_group_is_admitted_at_once(
     clusters, purpose, pick, tenancy, api_for, staff_user, settings

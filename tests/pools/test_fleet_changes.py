@@ -24,6 +24,7 @@ from pools.placement.fleet_changes import (
 from pools.placement.replay import check
 from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
 from pools.placement.whatif import RoutedPlacer
+from tests.examples import examples
 from tests.pools.test_simulate_history import H100, H200, _items
 
 # --- fleet changes (pure) ---------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ SOME_CHANGES = st.lists(
 )
 
 
-@hypothesis_settings(max_examples=200, deadline=None)
+@hypothesis_settings(max_examples=examples(200), deadline=None)
 @given(changes=SOME_CHANGES, limit=st.integers(0, 60))
 def test_the_peak_of_a_changed_fleet_is_counted_as_the_changes_are_applied(changes, limit):
     """peak_size, on a count per node, refuses what apply_changes refuses, in its words, and otherwise says

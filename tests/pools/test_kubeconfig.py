@@ -13,6 +13,7 @@ from kubernetes.config.kube_config import KubeConfigLoader
 from pools.models import Cluster
 from pools.services import check_kubeconfig
 from portal.errors import InvalidInput
+from tests.examples import examples
 
 VALID = {
     "apiVersion": "v1",
@@ -201,7 +202,7 @@ kubeconfigish = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(document=yamlish | kubeconfigish, chosen=st.sampled_from(["", "ctx"]) | st.text(max_size=8))
 def test_any_document_is_accepted_or_refused_with_invalid_input(document, chosen):
     try:
@@ -212,7 +213,7 @@ def test_any_document_is_accepted_or_refused_with_invalid_input(document, chosen
         KubeConfigLoader(config_dict=document, active_context=chosen or None)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(raw=st.text(max_size=200) | st.sampled_from(["a: !!int ''", "a: !!timestamp abc", "[" * 3000]))
 def test_any_text_is_accepted_or_refused_with_invalid_input(raw):
     try:

@@ -26,6 +26,7 @@ from pools.placement import (
 from pools.placement.availability import Availability, availability, emptied, obtainable_in
 from pools.placement.index import FleetIndex
 from pools.placement.plan import share_slots
+from tests.examples import examples
 from tests.pools.test_placement import (
     A100,
     H100,
@@ -107,7 +108,7 @@ def eligible(f: Fleet, request: Request, cluster: str, model: str) -> list[Gpu]:
     ]
 
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY

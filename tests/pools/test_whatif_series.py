@@ -9,6 +9,7 @@ from pools.placement import Fleet, Gpu, Item
 from pools.placement.simulation import SimulationTrace, TimedRequest, simulate
 from pools.placement.types import Slot
 from pools.placement.whatif import MAX_POINTS, series_of
+from tests.examples import examples
 
 H100 = "H100-80GB"
 HOUR = 3600
@@ -83,7 +84,7 @@ timed_requests = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timed_requests, st.integers(1, 30 * HOUR))
 def test_the_series_adds_up_to_the_runs_own_figures(rows, horizon):
     rows = sorted(rows)

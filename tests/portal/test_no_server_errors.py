@@ -6,6 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.examples import examples
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -25,7 +27,9 @@ project_like = st.fixed_dictionaries(
         "description": st.text(max_size=50) | json_values,
     },
 )
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.mark.parametrize("path", ["/api/v1/projects/", "/api/v1/auth/token/"])
