@@ -17,6 +17,7 @@ from pools.services.deadlines import release_reclaimed
 from pools.services.provisioning import provision_step
 from pools.services.quotas import set_quota
 from portal.errors import InvalidInput
+from tests.examples import scenarios
 
 H100 = "H100-80GB"
 NOTICE = 300
@@ -41,7 +42,7 @@ def stream(seed: int, tenants) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    ("seed", "requeue"), [(1, False), (2, False), (3, False), (4, False), (1, True), (4, True)]
+    ("seed", "requeue"), scenarios([(1, False), (2, False), (3, False), (4, False), (4, True), (1, True)])
 )
 def test_the_queue_decides_as_the_simulator_does(fleet, tenancy, operator, approver, settings, seed, requeue):
     settings.RECLAIM_NOTICE_SECONDS = NOTICE
