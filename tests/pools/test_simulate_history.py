@@ -285,28 +285,29 @@ def _state() -> list:
     ]
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("--history", "2026-3"),
-         "A month is written YYYY-MM, from 2000-01 to 2999-12, e.g. 2026-11, not '2026-3'."),
-        (("--history", "2999-12"), "The month 2999-12 has not begun yet (Asia/Seoul)."),
-        (("--input", "-", "--add", "8 H100-80GB"), "--add needs --history YYYY-MM: a month to run."),
-        (("--input", "-", "--cluster", "sim", "--regroup", "a=b"), "--cluster and --regroup need --history"),
-        (("--history", "2026-03", "--cluster", "nope"), "No cluster is named 'nope'; the clusters: other,"),
-        (("--history", "2026-03", "--cluster", "sim", "--remove", "h200-9"),
-         "--remove h200-9: the fleet has no node 'h200-9'; close names: sim/h100-1, sim/h200-1, sim/h200-2."),
-        (("--history", "2026-03", "--add", "8 H100-80GB"), "the fleet spans the clusters other, sim; name"),
-        (("--history", "2026-03", "--add", "8 H300"), "--add '8 H300': unknown GPU model 'H300'"),
-        (("--history", "2026-03", "--input", "-"), "argument --input: not allowed with argument --history"),
-        ((), "one of the arguments --input is required, or --history YYYY-MM."),
-    ],
-)  # fmt: skip
-def test_bad_input_is_refused_clearly_changing_nothing(month, args, message):
+BAD_INPUT = [
+    (("--history", "2026-3"),
+     "A month is written YYYY-MM, from 2000-01 to 2999-12, e.g. 2026-11, not '2026-3'."),
+    (("--history", "2999-12"), "The month 2999-12 has not begun yet (Asia/Seoul)."),
+    (("--input", "-", "--add", "8 H100-80GB"), "--add needs --history YYYY-MM: a month to run."),
+    (("--input", "-", "--cluster", "sim", "--regroup", "a=b"), "--cluster and --regroup need --history"),
+    (("--history", "2026-03", "--cluster", "nope"), "No cluster is named 'nope'; the clusters: other,"),
+    (("--history", "2026-03", "--cluster", "sim", "--remove", "h200-9"),
+     "--remove h200-9: the fleet has no node 'h200-9'; close names: sim/h100-1, sim/h200-1, sim/h200-2."),
+    (("--history", "2026-03", "--add", "8 H100-80GB"), "the fleet spans the clusters other, sim; name"),
+    (("--history", "2026-03", "--add", "8 H300"), "--add '8 H300': unknown GPU model 'H300'"),
+    (("--history", "2026-03", "--input", "-"), "argument --input: not allowed with argument --history"),
+    ((), "one of the arguments --input is required, or --history YYYY-MM."),
+]  # fmt: skip
+
+
+def test_bad_input_is_refused_clearly_changing_nothing(month):
+    """Each refusal in turn on one month: each would leave the next to find what it changed."""
     before = _state()
-    out = io.StringIO()
-    with pytest.raises(CommandError) as refused:
-        call_command("simulate", *args, stdout=out, stderr=io.StringIO())
-    assert message in str(refused.value)
-    assert out.getvalue() == ""
-    assert _state() == before
+    for args, message in BAD_INPUT:
+        out = io.StringIO()
+        with pytest.raises(CommandError) as refused:
+            call_command("simulate", *args, stdout=out, stderr=io.StringIO())
+        assert message in str(refused.value), args
+        assert out.getvalue() == "", args
+        assert _state() == before, args
