@@ -269,7 +269,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def served_environment(port: int) -> dict[str, str]:
+def served_environment() -> dict[str, str]:
     """The environment of the web's and the writer's processes: this (test) database, DEBUG=false."""
     db = settings.DATABASES["default"]
     server = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
@@ -277,7 +277,6 @@ def served_environment(port: int) -> dict[str, str]:
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{server}/{db['NAME']}",
         "DEBUG": "false",
-        "PORT": str(port),
         "SECURE_SSL_REDIRECT": "false",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
@@ -293,8 +292,7 @@ def start_writer(log) -> subprocess.Popen:
     queue = os.environ.get("MONITORING_QUEUE", "monitoring")
     command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--concurrency", "1"]
     command += ["--queues", queue, "--loglevel", "WARNING", "--without-heartbeat", "--without-mingle"]
-    env = served_environment(0)
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(command, cwd=ROOT, env=served_environment(), stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_until_idle(timeout: float) -> None:
@@ -326,7 +324,11 @@ def start_web(port: int, log) -> subprocess.Popen:
     """gunicorn as the README runs it, on this (test) database."""
     command = [sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "portal.wsgi"]
     web = subprocess.Popen(
-        command, cwd=ROOT, env=served_environment(port), stdout=log, stderr=subprocess.STDOUT
+        command,
+        cwd=ROOT,
+        env={**served_environment(), "PORT": str(port)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -162,7 +162,8 @@ def _next(client: redis.Redis, key: str, most: int, linger: float) -> list[bytes
     first = client.blpop([key], timeout=min(linger, _LONGEST_LINGER))
     if first is None:
         return []
-    return [first[1], *(client.lpop(key, most - 1) or [] if most > 1 else [])]
+    rest = client.lpop(key, most - 1) if most > 1 else None
+    return [first[1], *(rest or [])]
 
 
 def store(*, most: int | None = None, linger: float = 0.0, within: float | None = None) -> Stored:
@@ -200,21 +201,18 @@ def _store(entries: list[bytes], stored: Stored, *, put_back) -> None:
     for entry, batch in batches:
         by_cluster.setdefault(batch.cluster_id, []).append((entry, batch))
     clusters = Cluster.objects.in_bulk(list(by_cluster))
-    left = list(by_cluster)
-    try:
-        while left:
-            cluster_id = left[0]
-            group = by_cluster[cluster_id]
-            cluster = clusters.get(cluster_id)
-            if cluster is None:
-                log.warning("Dropped %d batches of a cluster deleted since (id %s).", len(group), cluster_id)
-                stored.dropped += len(group)
-            else:
-                _store_cluster(cluster, [batch for _entry, batch in group], stored)
-            left.pop(0)
-    except _DATABASE_DOWN:
-        put_back([entry for cluster_id in left for entry, _batch in by_cluster[cluster_id]])
-        raise
+    groups = list(by_cluster.items())
+    for n, (cluster_id, group) in enumerate(groups):
+        cluster = clusters.get(cluster_id)
+        if cluster is None:
+            log.warning("Dropped %d batches of a cluster deleted since (id %s).", len(group), cluster_id)
+            stored.dropped += len(group)
+            continue
+        try:
+            _store_cluster(cluster, [batch for _entry, batch in group], stored)
+        except _DATABASE_DOWN:  # this cluster's batches and those after it wait for the next run
+            put_back([entry for _id, rest in groups[n:] for entry, _batch in rest])
+            raise
 
 
 def _times(batches: list[Batch]) -> tuple[datetime, datetime]:
