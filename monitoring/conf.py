@@ -28,6 +28,10 @@ settings = AppSettings(
     MONITORING_STORE_LINGER_SECONDS=Setting.float(0.5, minimum=0.0),
     MONITORING_STORE_LOCK_SECONDS=Setting.int(120, minimum=10),
     MONITORING_ACCEPTED_MAX_BATCHES=Setting.int(50000, minimum=1),
+    # Each web process keeps what it read of an agent's token and host for this long, this many of each at
+    # most (monitoring/ingest/copies.py: a revocation still stops a token at once); 0 reads both each time.
+    MONITORING_AGENT_COPY_SECONDS=Setting.int(300, minimum=0),
+    MONITORING_AGENT_COPIES=Setting.int(20000, minimum=1),
     # How often the portal itself collects: the simulated fleet, and clusters with a Prometheus URL.
     MONITORING_COLLECT_SECONDS=Setting.int(30, minimum=1),
     # Collection, roll-ups, pruning, alert evaluation and the notifications of alerts, GPU faults and idle

@@ -178,13 +178,14 @@ def _default_language():
 def _fresh_cache():
     """Rate limits and used TOTP codes live in the cache; each test starts without them. The sample
     partitions a test made are rolled back with it, so none is taken as known; nor is any agents' batch
-    left waiting in Redis for the writer."""
-    from monitoring.ingest import accepted
+    left waiting in Redis for the writer, any revocation told, or any copy of an agent's token or host."""
+    from monitoring.ingest import accepted, broker, copies
     from monitoring.storage import samples
 
     cache.clear()
     samples.forget_partitions()
-    accepted._client().delete(accepted._key())  # agents' batches an earlier test left waiting
+    broker.client().delete(accepted._key(), broker.revoked_tokens_key())
+    copies.forget_all()
 
 
 @dataclass

@@ -154,6 +154,9 @@ def _take(token: AgentToken, data, *, walked: bool) -> _Answer:
         return _refusal("refused", error.message)
     try:
         accepted.put(cluster_id=token.cluster_id, token_id=token.pk, at=now, readings=readings)
+    except accepted.Revoked:
+        tokens.forget_agent_token(token)
+        return _Answer(401, {"detail": NOT_VALID_OR_REVOKED}, {"WWW-Authenticate": KEYWORD})
     except accepted.Full:
         detail = _("The portal has more readings waiting to be stored than it keeps. Send them again later.")
         return _refusal("busy", detail, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
@@ -216,8 +219,8 @@ def _take_plain(request) -> _Answer:
             answer = _too_large()
         except exceptions.ParseError as error:
             answer = _refusal("malformed", str(error.detail))
-    if answer.status != status.HTTP_202_ACCEPTED:
-        record_use(token)  # the writer notes a batch taken, with its host
+    if answer.status not in (status.HTTP_202_ACCEPTED, status.HTTP_401_UNAUTHORIZED):
+        record_use(token)  # the writer notes a batch taken, with its host; a revoked token is not used
     return answer
 
 
@@ -287,7 +290,7 @@ class SamplesView(APIView):
                 answer = _refusal("malformed", str(error.detail))
             except RequestDataTooBig:
                 answer = _too_large()
-        return Response(answer.data, status=answer.status)
+        return Response(answer.data, status=answer.status, headers=answer.headers)
 
 
 router = SimpleRouter(trailing_slash=True)

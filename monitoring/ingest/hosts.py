@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 
 from monitoring.collectors import GpuReading, Reading
 from monitoring.conf import settings
+from monitoring.ingest import copies
 from monitoring.models import Latest
 from monitoring.models.samples import WHOLE_GPU
 from monitoring.storage.statements import bound
@@ -122,6 +123,28 @@ def read(cluster: Cluster, names: set[str], *, identity_only: bool = False) -> H
                 plan = json.loads(plan) if plan is not None else None
                 gpus.append(Gpu(pk, node_id, name, index, uuid, mig, layout, plan, newest, ecc, held))
     return Hosts(nodes, gpus)
+
+
+_COPIES = "agent-host"  # this process's copies of hosts' present GPUs, by (cluster id, host)
+
+
+def known(cluster: Cluster, names: set[str], *, fresh: bool = False) -> tuple[Hosts, bool]:
+    """The present nodes among `names` and their present GPUs as `read(identity_only=True)` reads them:
+    from this process's copies (monitoring.ingest.copies) when it holds one of each host and not `fresh`,
+    else read, and kept. Also whether it came from copies (which may miss what changed since they were
+    read: refuse nothing on them alone)."""
+    names = sorted(names)
+    held = [copies.get(_COPIES, (cluster.pk, name)) for name in names] if names and not fresh else [None]
+    if None not in held:
+        nodes = {name: node_id for name, (node_id, _gpus) in zip(names, held, strict=True)}
+        return Hosts(nodes, [gpu for _node_id, gpus in held for gpu in gpus]), True
+    found = read(cluster, set(names), identity_only=True)
+    by_node: dict[int, list[Gpu]] = {}
+    for gpu in found.gpus:
+        by_node.setdefault(gpu.node_id, []).append(gpu)
+    for name, node_id in found.nodes.items():
+        copies.keep(_COPIES, (cluster.pk, name), (node_id, tuple(by_node.get(node_id, ()))))
+    return found, False
 
 
 def targets(

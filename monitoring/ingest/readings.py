@@ -37,6 +37,7 @@ from monitoring.storage import samples
 from monitoring.storage.statements import bound
 from pools.models import Cluster, GpuCapacity
 from pools.services import capacity
+from portal.errors import InvalidInput
 
 
 @dataclass
@@ -79,10 +80,19 @@ class Checked:
 
 def check(*, cluster: Cluster, readings: Sequence[Reading], now: datetime) -> Checked:
     """What `readings` of `cluster`'s hosts would store, checked as a strict ingest checks them
-    (InvalidInput: the first reason to refuse them), from the hosts' present GPUs alone; writes nothing."""
-    found = hosts.read(cluster, {reading.host for reading in readings}, identity_only=True)
+    (InvalidInput: the first reason to refuse them), from the hosts' present GPUs alone; writes nothing.
+    The hosts' GPUs come from this process's copies where it holds them (monitoring.ingest.copies); a
+    batch is refused only on a fresh read of them."""
+    names = {reading.host for reading in readings}
+    found, copied = hosts.known(cluster, names)
     problems: list[str] = []
-    found_targets = hosts.targets(cluster, readings, found, strict=True, now=now, problems=problems)
+    try:
+        found_targets = hosts.targets(cluster, readings, found, strict=True, now=now, problems=problems)
+    except InvalidInput:
+        if not copied:
+            raise
+        found, _copied = hosts.known(cluster, names, fresh=True)
+        found_targets = hosts.targets(cluster, readings, found, strict=True, now=now, problems=problems)
     values, _latest = _rows(found_targets, problems)
     # An instance reported twice is one sample (the second passed over as stored before).
     return Checked(gpus=len(found_targets), samples=len({row[:3] for row in values}))

@@ -3,8 +3,9 @@
 - key: the secret an agent sends as `Authorization: Bearer <key>`: 256 random bits, shown once when
   issued and never stored. Random keys need no slow hash; the portal keeps the SHA-256 (`digest`) and
   the first characters (`prefix`), so a person can tell their tokens apart.
-- live: not revoked. A token speaks for its cluster only: the readings it brings are stored as that
-  cluster's hosts', whatever the batch says.
+- live: not revoked. A web process keeps a copy of a token it found (monitoring.ingest.copies); a
+  revocation reaches every process through the broker at once. A token speaks for its cluster only: the
+  readings it brings are stored as that cluster's hosts', whatever the batch says.
 - use: when a token was last used and the host whose readings it last brought, written at most once per
   USE_RECORDED_EVERY, so that an agent posting every 15 s (or many agents sharing one token) costs no write
   per batch.
@@ -12,21 +13,29 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
+import redis
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from monitoring.conf import settings
+from monitoring.ingest import broker, copies
 from monitoring.models import AgentToken
 from monitoring.storage.statements import bound
 from pools.models import Cluster
 from portal.errors import InvalidInput
 from portal.tokens import KEY_BYTES, PREFIX_LENGTH, USE_RECORDED_EVERY, digest, record_use
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,16 +69,34 @@ def issue_agent_token(
 
 
 def revoke_agent_token(*, token: AgentToken) -> AgentToken:
-    """Stop a token working at once; revoking twice keeps the first time."""
+    """Stop a token working at once, in every process (see _tell_revoked); revoking twice keeps the first
+    time."""
     with transaction.atomic():
         token = AgentToken.objects.select_for_update().get(pk=token.pk)
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
+            copies.forget(_COPIES, token.digest)
+            transaction.on_commit(functools.partial(_tell_revoked, token.pk, token.revoked_at))
     return token
 
 
-_TOKEN_FIELDS = ("id", "cluster_id", "last_used_at", "last_host")  # in the model's order, for from_db
+def _tell_revoked(pk: int, at: datetime) -> None:
+    """Tell every process that token `pk` was revoked `at`: the broker keeps its id for as long as a
+    process's copy of the token may live (the call that leaves a batch for the writer looks there). Should
+    the broker not answer, copies still end within MONITORING_AGENT_COPY_SECONDS, and the writer stores
+    nothing a token brought once revoked."""
+    client, key = broker.client(), broker.revoked_tokens_key()
+    try:
+        client.zadd(key, {str(pk): at.timestamp()})
+        client.zremrangebyscore(key, "-inf", time.time() - settings.MONITORING_AGENT_COPY_SECONDS - _SLACK)
+    except (redis.RedisError, OSError):
+        log.exception("Could not tell the broker that agent token %s was revoked", pk)
+
+
+_COPIES = "agent-token"  # this process's copies of live tokens, by their key's digest
+_SLACK = 60  # seconds a revocation is kept past the longest life of a copy, for clocks that differ
+_TOKEN_FIELDS = ("id", "cluster_id", "digest", "last_used_at", "last_host")  # the model's order, for from_db
 _TOKEN_SQL = (
     f"SELECT t.id, t.cluster_id, t.last_used_at, t.last_host, c.name FROM {AgentToken._meta.db_table} t "
     f"JOIN {Cluster._meta.db_table} c ON c.id = t.cluster_id WHERE t.digest = %s AND t.revoked_at IS NULL"
@@ -77,17 +104,32 @@ _TOKEN_SQL = (
 
 
 def find_agent_token(key: str) -> AgentToken | None:
-    """The live token behind `key`, with its cluster (its name only), in one query; writes nothing."""
+    """The live token behind `key`, with its cluster (its name only): this process's copy of it
+    (monitoring.ingest.copies), else read in one query; writes nothing. A copy may outlive a revocation
+    in another process: the batch it brings is refused when it is left for the writer."""
     if not key:
         return None
+    key_digest = digest(key)
+    token = copies.get(_COPIES, key_digest)
+    if token is not None:
+        return token
     with bound(prepared=True) as cursor:
-        cursor.execute(_TOKEN_SQL, [digest(key)])
+        cursor.execute(_TOKEN_SQL, [key_digest])
         row = cursor.fetchone()
     if row is None:
         return None
-    token = AgentToken.from_db(DEFAULT_DB_ALIAS, _TOKEN_FIELDS, row[:4])
-    token.cluster = Cluster.from_db(DEFAULT_DB_ALIAS, ("id", "name"), (row[1], row[4]))
+    token_id, cluster_id, last_used_at, last_host, cluster = row
+    token = AgentToken.from_db(
+        DEFAULT_DB_ALIAS, _TOKEN_FIELDS, (token_id, cluster_id, key_digest, last_used_at, last_host)
+    )
+    token.cluster = Cluster.from_db(DEFAULT_DB_ALIAS, ("id", "name"), (cluster_id, cluster))
+    copies.keep(_COPIES, key_digest, token)
     return token
+
+
+def forget_agent_token(token: AgentToken) -> None:
+    """Drop this process's copy of `token` (found revoked)."""
+    copies.forget(_COPIES, token.digest)
 
 
 def agent_token_for_key(key: str) -> AgentToken | None:

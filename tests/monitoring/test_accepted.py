@@ -180,6 +180,21 @@ def test_an_entry_that_cannot_be_read_is_dropped_and_the_rest_stored(client, fle
     assert (stored.batches, stored.samples, stored.dropped) == (1, 4, 1)
 
 
+def test_an_entry_left_by_the_wires_own_functions_is_read_alike(client, fleet):
+    """What an earlier release left waiting (the readings written by monitoring.collectors.wire, times with
+    +00:00) is stored as the entries written now are."""
+    (node, key), _second = fleet
+    token = node.cluster.agent_tokens.get(name=node.name)
+    body = json.dumps(batch_to_json([reading(node, at=NOW)]))
+    accepted._client().rpush(accepted._key(), f"{node.cluster_id} {token.pk} {NOW.timestamp()!r}\n{body}")
+    post(client, node, key, NOW + timedelta(seconds=15))
+
+    stored = accepted.store()
+    assert (stored.batches, stored.samples, stored.dropped) == (2, 8, 0)
+    instants = sorted(Sample.objects.values_list("at", flat=True).distinct())
+    assert instants == [NOW, NOW + timedelta(seconds=15)]
+
+
 def test_readings_are_stored_with_the_times_of_their_taking(fleet, settings):
     """A reading the portal took a minute before its oldest bound is stored however late the writer comes."""
     settings.MONITORING_SAMPLE_MAX_AGE_SECONDS = 60

@@ -449,9 +449,12 @@ def test_a_refused_batch_notes_its_tokens_use_too(client, node, key):
     assert node.cluster.agent_tokens.get().last_used_at is not None
 
 
-def test_a_batch_costs_as_many_queries_whatever_it_holds(client, node, key, django_assert_max_num_queries):
+def test_a_batch_costs_as_many_queries_whatever_it_holds(
+    client, node, key, django_assert_max_num_queries, settings
+):
     """One node's reading or a buffer of many: the same statements as it is taken (the token, the hosts'
-    GPUs), never one per GPU or reading."""
+    GPUs, each read again here: no copy kept), never one per GPU or reading."""
+    settings.MONITORING_AGENT_COPY_SECONDS = 0
     now = datetime.now(UTC).replace(microsecond=0)  # fresh readings, as an agent posts them
     one = batch_to_json([reading(node, at=now)])
     buffered = batch_to_json([reading(node, at=now + timedelta(seconds=15 * n)) for n in range(1, 9)])

@@ -1,0 +1,156 @@
+"""A web process's copies of agents' tokens and hosts (monitoring.ingest.copies): an agent's next batch costs
+the endpoint no query; a revocation still stops the token at once in every process, and the writer stores
+nothing a token brought once revoked; a batch is refused only on a fresh read of its hosts."""
+
+import json
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from monitoring.collectors import GpuReading
+from monitoring.collectors.wire import batch_to_json
+from monitoring.ingest import accepted, broker, copies
+from monitoring.ingest import tokens as agents
+from monitoring.models import Sample
+from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
+from tests.monitoring.agent_readings import reading
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/monitoring/samples/"
+
+
+@pytest.fixture
+def node():
+    node = NodeCapacityFactory(cluster=ClusterFactory(name="sim"), name="gpu-node-1", gpu_model="H100-80GB")
+    GpuCapacityFactory(node=node, index=0)
+    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
+    return node
+
+
+@pytest.fixture
+def issued(node):
+    return agents.issue_agent_token(cluster=node.cluster, name=node.name)
+
+
+def post(client, key, *readings):
+    body = json.dumps(batch_to_json(readings))
+    return client.post(URL, body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+
+
+def now(seconds: int = 0) -> datetime:
+    return datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """A revocation made in another process: this one's copy of the token stays."""
+    monkeypatch.setattr(copies, "forget", lambda kind, key: None)
+
+
+def test_an_agents_next_batch_costs_the_endpoint_no_query(client, node, issued, django_assert_num_queries):
+    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    later = reading(node, at=now(15))
+
+    with django_assert_num_queries(0):
+        answer = post(client, issued.key, later)
+    assert (answer.status_code, answer.json()) == (202, {"samples": 4, "gpus": 2})
+    assert accepted.store().samples == 8
+
+
+def test_without_copies_each_batch_reads_the_token_and_its_hosts(client, node, issued, settings):
+    settings.MONITORING_AGENT_COPY_SECONDS = 0
+    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    later = reading(node, at=now(15))
+
+    with CaptureQueriesContext(connection) as queries:
+        assert post(client, issued.key, later).status_code == 202
+    tables = " ".join(query["sql"] for query in queries.captured_queries)
+    assert len(queries.captured_queries) == 2
+    assert "monitoring_agenttoken" in tables and "pools_nodecapacity" in tables
+
+
+def test_a_revocation_elsewhere_stops_this_processs_copy_at_once(
+    client, node, issued, elsewhere, django_capture_on_commit_callbacks
+):
+    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    with django_capture_on_commit_callbacks(execute=True):
+        agents.revoke_agent_token(token=issued.token)
+
+    refused = post(client, issued.key, reading(node, at=now(15)))
+    assert refused.status_code == 401
+    assert refused.json()["detail"] == "This agent token is not valid or was revoked."
+    assert refused["WWW-Authenticate"] == "Bearer"
+    assert accepted.waiting() == 1  # the batch taken before the revocation only
+    assert accepted.store().samples == 4
+    assert post(client, issued.key, reading(node, at=now(30))).status_code == 401  # no copy left: read
+
+
+def test_the_writer_stores_nothing_a_token_brought_once_revoked_though_the_broker_never_heard(
+    client, node, issued, elsewhere
+):
+    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    agents.revoke_agent_token(token=issued.token)  # its commit, which tells the broker, never comes here
+    assert post(client, issued.key, reading(node, at=now(15))).status_code == 202  # the copy took it
+
+    stored = accepted.store()
+    assert (stored.batches, stored.samples, stored.dropped) == (1, 4, 1)
+    assert Sample.objects.filter(at=now()).count() == 4 and Sample.objects.count() == 4
+
+
+def test_a_broker_that_does_not_hear_of_a_revocation_leaves_it_made_and_logged(
+    node, issued, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    def down(*args, **kwargs):
+        raise redis.ConnectionError("no broker")
+
+    monkeypatch.setattr(broker.client(), "zadd", down)
+    with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
+        revoked = agents.revoke_agent_token(token=issued.token)
+
+    assert revoked.revoked_at is not None
+    assert revoked.__class__.objects.get().revoked_at == revoked.revoked_at
+    assert f"Could not tell the broker that agent token {revoked.pk} was revoked" in caplog.text
+    assert agents.find_agent_token(issued.key) is None
+
+
+def test_revocations_are_kept_as_long_as_a_copy_may_live_and_no_longer(
+    node, issued, settings, django_capture_on_commit_callbacks
+):
+    settings.MONITORING_AGENT_COPY_SECONDS = 600
+    old = agents.issue_agent_token(cluster=node.cluster, name="gone")
+    key = broker.revoked_tokens_key()
+    broker.client().zadd(key, {str(old.token.pk): (now() - timedelta(seconds=600 + 61)).timestamp()})
+    with django_capture_on_commit_callbacks(execute=True):
+        agents.revoke_agent_token(token=issued.token)
+
+    assert broker.client().zrange(key, 0, -1) == [str(issued.token.pk).encode()]
+
+
+def test_a_gpu_a_copy_does_not_know_is_taken_on_a_fresh_read(client, node, issued):
+    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    later = reading(node, at=now(15))
+    added = GpuCapacityFactory(node=node, index=2)  # the inventory sync found a third GPU
+    third = GpuReading(2, added.uuid, "NVIDIA H100 80GB HBM3", False, power_w=310.0)
+
+    answer = post(client, issued.key, replace(later, gpus=(*later.gpus, third)))
+    assert (answer.status_code, answer.json()) == (202, {"samples": 5, "gpus": 3})
+
+
+def test_a_gpu_the_portal_does_not_know_is_refused_on_a_fresh_read(
+    client, node, issued, django_assert_num_queries
+):
+    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    stranger = GpuReading(2, "GPU-not-in-the-inventory", "NVIDIA H100 80GB HBM3", False, power_w=310.0)
+    later = reading(node, at=now(15))
+
+    with django_assert_num_queries(2):  # the hosts read again before refusing, the token's first use noted
+        refused = post(client, issued.key, replace(later, gpus=(*later.gpus, stranger)))
+    assert refused.status_code == 400 and refused.json()["code"] == "refused"
+    assert "has no GPU GPU-not-in-the-inventory" in refused.json()["detail"]
+    assert accepted.waiting() == 1
