@@ -21,9 +21,12 @@ unless WEB_CONCURRENCY says otherwise, DEBUG=false; each worker's database conne
 round, so that the CPU of what served it can be counted) on this test database, beside a Celery worker on
 the monitoring queue (the writer, as ./scripts/run starts it), and every node posts its newest reading at
 once, `--concurrency` requests in flight, from a client in this process (on the same cores, so it takes some
-of their time). The time from the first post until the writer has stored the whole round is printed next to
-the agents' interval of 15 s, with the CPU time the web's processes, the writer, the database's backends and
-the client spent on it.
+of their time); `--web-rounds` rounds (8 unless told), each once the last is stored. For the first (the web's
+processes hold no copy of any agent's token or host yet: monitoring.ingest.copies) and the last (each
+worker holds copies of the agents it served, as after a few minutes of agents posting), the time from the
+first post until the writer has stored the whole round is printed next to the agents' interval of 15 s,
+with the CPU time the web's processes, the writer, the database's backends and the client spent on it;
+then the largest resident memory of a web worker after the rounds.
 
 The roll-up: `--rollup-minutes` of samples of every GPU and instance, 15 s apart, are written straight into
 the table, and the 5-minute roll-up of them is timed; then the hourly roll-up of an hour of 5-minute
@@ -37,7 +40,7 @@ queries the charts run), as the median of `--repeat` runs.
 Run from the repository root, with the test environment (PostgreSQL per DATABASE_URL, Redis per
 REDIS_URL / CACHE_URL; a throwaway test database is created and dropped):
     .venv/bin/python bench/ingest.py [--gpus 1000] [--rounds 8] [--buffer 4] [--concurrency 64]
-        [--rollup-minutes 5] [--repeat 5] [--five-minute-days 7] [--charts | --no-charts]
+        [--web-rounds 8] [--rollup-minutes 5] [--repeat 5] [--five-minute-days 7] [--charts | --no-charts]
 100,000 GPUs (12,500 nodes), with fewer rounds through the test client:
     .venv/bin/python bench/ingest.py --gpus 100000 --rounds 2
 Prints one figure per line.
@@ -437,9 +440,46 @@ def used(before: dict[int, float], after: dict[int, float]) -> float | None:
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) if after else None
 
 
-def round_through_web(fleet, keys, concurrency: int) -> Round:
-    """Warms each worker and the writer up, then posts one reading of every node at once; the round ends
-    once the writer has stored all of it."""
+def rss_mib(pid: int) -> float | None:
+    """The resident memory of process `pid` (Linux's /proc), in MiB."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return None if kib is None else kib / 1024
+
+
+def one_round(port: int, bodies: list[bytes], concurrency: int, pids) -> Round:
+    """Every node posts its newest reading at once; the round ends once the writer has stored all of it."""
+    before = [cpu_seconds(group) for group in pids]
+    since = datetime.now(UTC)  # each reading is made as its request goes
+    cpu, started = time.process_time(), time.perf_counter()
+    answers = post_all(port, bodies, concurrency)
+    failed = [(code, body[:200]) for code, body in answers if code != 202]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0]}")
+    taken = sum(json.loads(body)["samples"] for _code, body in answers)
+    wait_until_stored(taken, since, 600)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    # The backends that served the round (the web's and the writer's, there since the warm-up); not the one
+    # that counted what was stored.
+    after = [cpu_seconds(group) for group in pids]
+    web_cpu, writer_cpu, database_cpu = (used(b, a) for b, a in zip(before, after, strict=True))
+    return Round(
+        samples=taken,
+        requests=len(bodies),
+        seconds=seconds,
+        client_cpu=cpu,
+        web_cpu=web_cpu,
+        writer_cpu=writer_cpu,
+        database_cpu=database_cpu,
+    )
+
+
+def rounds_through_web(fleet, keys, concurrency: int, rounds: int) -> tuple[list[Round], list[float]]:
+    """Warms each worker and the writer up, then posts `rounds` rounds of every node's newest reading, each
+    once the last is stored. Also each web worker's resident memory after the last."""
     connection.close()  # the web's workers take the database from here
     with tempfile.NamedTemporaryFile("w", prefix="bench-ingest-web-", suffix=".log", delete=False) as log:
         port = free_port()
@@ -453,34 +493,35 @@ def round_through_web(fleet, keys, concurrency: int) -> Round:
             post_all(port, bodies[:12], concurrency)  # each worker's first requests, before the round
             wait_until_idle(120)  # the writer is up
             pids = process_tree(web.pid), process_tree(writer.pid), database_pids()
-            before = [cpu_seconds(group) for group in pids]
-            since = datetime.now(UTC)  # each reading is made as its request goes
-            cpu, started = time.process_time(), time.perf_counter()
-            answers = post_all(port, bodies, concurrency)
-            taken = sum(json.loads(body)["samples"] for code, body in answers if code == 202)
-            wait_until_stored(taken, since, 600)
-            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-            # The backends that served the round (the web's and the writer's, there since the warm-up); not
-            # the one that counted what was stored.
-            after = [cpu_seconds(group) for group in pids]
+            done = [one_round(port, bodies, concurrency, pids) for _ in range(rounds)]
+            memory = [mib for pid in pids[0][1:] if (mib := rss_mib(pid)) is not None]
+        except SystemExit as failure:
+            raise SystemExit(f"{failure}; see {log.name}") from None
         finally:
             for process in (web, writer):
                 process.terminate()
                 process.wait(timeout=60)
-    failed = [(code, body[:200]) for code, body in answers if code != 202]
-    if failed:
-        raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0]}; see {log.name}")
     os.unlink(log.name)
-    web_cpu, writer_cpu, database_cpu = (used(b, a) for b, a in zip(before, after, strict=True))
-    return Round(
-        samples=taken,
-        requests=len(bodies),
-        seconds=seconds,
-        client_cpu=cpu,
-        web_cpu=web_cpu,
-        writer_cpu=writer_cpu,
-        database_cpu=database_cpu,
+    return done, memory
+
+
+def print_round(name: str, web: Round) -> None:
+    print(
+        f"{name} through gunicorn ({os.environ.get('WEB_CONCURRENCY', '3')} workers, DEBUG=false): "
+        f"{web.requests} requests, {web.samples} samples stored in {web.seconds:.2f} s "
+        f"({web.requests / web.seconds:,.0f} requests/s; the agents' interval is {INTERVAL} s)"
     )
+    if None not in (web.web_cpu, web.writer_cpu, web.database_cpu):
+        portal = web.web_cpu + web.writer_cpu + web.database_cpu
+        cores = os.cpu_count()
+        print(
+            f"{name} CPU: web {web.web_cpu:.2f} s, writer {web.writer_cpu:.2f} s, PostgreSQL "
+            f"{web.database_cpu:.2f} s, the client {web.client_cpu:.2f} s; the portal's "
+            f"{portal:.2f} s take at least {portal / cores:.2f} s on this machine's {cores} cores with "
+            "nothing else on them"
+        )
+    else:
+        print(f"{name}: the client took {web.client_cpu:.2f} s of CPU on the same cores")
 
 
 # --- the roll-up ---------------------------------------------------------------------------------------
@@ -607,6 +648,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8, help="readings per node, one a request (15 s apart)")
     parser.add_argument("--buffer", type=int, default=4, help="readings per request of a flushed buffer")
     parser.add_argument("--concurrency", type=int, default=64, help="requests in flight in the round")
+    parser.add_argument(
+        "--web-rounds", type=int, default=8, help="rounds through gunicorn, each once the last is stored"
+    )
     parser.add_argument("--rollup-minutes", type=int, default=5, help="minutes of samples rolled up")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--five-minute-days", type=int, default=7)
@@ -645,23 +689,12 @@ def main() -> int:
         print(f"api, a buffer of {args.buffer} readings per request: {flush_rate:,.0f} samples/s")
         print(f"copy / api with buffers: {copy_rate / flush_rate:.1f}x")
 
-        web = round_through_web(fleet, keys, args.concurrency)
-        print(
-            f"round through gunicorn ({os.environ.get('WEB_CONCURRENCY', '3')} workers, DEBUG=false): "
-            f"{web.requests} requests, {web.samples} samples stored in {web.seconds:.2f} s "
-            f"({web.requests / web.seconds:,.0f} requests/s; the agents' interval is {INTERVAL} s)"
-        )
-        if None not in (web.web_cpu, web.writer_cpu, web.database_cpu):
-            portal = web.web_cpu + web.writer_cpu + web.database_cpu
-            cores = os.cpu_count()
-            print(
-                f"round CPU: web {web.web_cpu:.2f} s, writer {web.writer_cpu:.2f} s, PostgreSQL "
-                f"{web.database_cpu:.2f} s, the client {web.client_cpu:.2f} s; the portal's "
-                f"{portal:.2f} s take at least {portal / cores:.2f} s on this machine's {cores} cores with "
-                "nothing else on them"
-            )
-        else:
-            print(f"round: the client took {web.client_cpu:.2f} s of CPU on the same cores")
+        done, memory = rounds_through_web(fleet, keys, args.concurrency, args.web_rounds)
+        print_round("first round after the web starts", done[0])
+        if len(done) > 1:
+            print_round(f"round {len(done)} in a row", done[-1])
+        if memory:
+            print(f"web workers' memory after the rounds: {max(memory):.0f} MiB at most")
 
         rolled = roll_up_times(args.rollup_minutes)
         print(f"roll-up of {args.rollup_minutes} min of samples ({rolled.rows:,} rows): {rolled.five:.2f} s")

@@ -8,7 +8,8 @@ oldest go first), and reads again once a copy is that old. A copy never decides 
 
 - a token: its revocation reaches every process at once through the broker (monitoring.ingest.broker),
   checked in the same call that leaves the batch for the writer; the writer stores nothing a token brought
-  after it was revoked, whatever a copy said;
+  after it was revoked, whatever a copy said (nor anything of a cluster deleted with its tokens, which
+  copies may still take until they are that old);
 - a host: a batch its copy would refuse is checked again on a fresh read before it is refused; one its copy
   takes is stored by the writer against the hosts' present GPUs, which passes over a GPU gone since.
 

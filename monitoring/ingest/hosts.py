@@ -10,11 +10,11 @@ is planned at each run rather than prepared (monitoring.storage.statements).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+import msgspec
 from django.utils.translation import gettext as _
 
 from monitoring.collectors import GpuReading, Reading
@@ -101,6 +101,9 @@ _ONE_KNOWN_SQL = _KNOWN_SQL.format(names="= %s")
 _KNOWN_SQL = _KNOWN_SQL.format(names="= ANY(%s)")
 
 
+_json = msgspec.json.Decoder().decode
+
+
 def read(cluster: Cluster, names: set[str], *, identity_only: bool = False) -> Hosts:
     """The present nodes among `names` and their present GPUs; with `identity_only`, without what Latest says
     of them or their allocations (newest, ecc_before and held left empty), which is all a check needs."""
@@ -119,8 +122,9 @@ def read(cluster: Cluster, names: set[str], *, identity_only: bool = False) -> H
             if pk is not None:
                 name = f"{cluster.name}/{node}/{index}"
                 held = tuple(zip(starts, uuids, strict=True)) if starts else ()
-                layout = json.loads(layout) if layout else []  # JSON columns come as text (Django's choice)
-                plan = json.loads(plan) if plan is not None else None
+                # JSON columns come as text (Django's choice), read in C: a batch of many hosts has thousands.
+                layout = _json(layout) if layout else []
+                plan = _json(plan) if plan is not None else None
                 gpus.append(Gpu(pk, node_id, name, index, uuid, mig, layout, plan, newest, ecc, held))
     return Hosts(nodes, gpus)
 

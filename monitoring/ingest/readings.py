@@ -18,11 +18,11 @@ readings show one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import msgspec
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -230,6 +230,9 @@ _LATEST_SQL = (
 )
 
 
+_ROWS = msgspec.json.Encoder()
+
+
 def _store_latest(latest: list[tuple], *, source: str) -> None:
     """Upsert the newest figures in one statement; a row older than what is there already changes nothing."""
     if not latest:
@@ -244,7 +247,7 @@ def _store_latest(latest: list[tuple], *, source: str) -> None:
     # In the order of the rows' keys, so that two writers upserting some of the same rows lock them in one
     # order and wait for each other rather than deadlock.
     ordered = (newest[key] for key in sorted(newest))
-    rows = json.dumps([(gpu, slot, at.isoformat(), *rest) for gpu, slot, at, *rest in ordered])
+    rows = _ROWS.encode(list(ordered)).decode()  # times in RFC 3339, which PostgreSQL reads
     with bound(prepared=True) as cursor:
         cursor.execute(_LATEST_SQL, [source, rows])
 
