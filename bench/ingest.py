@@ -17,16 +17,16 @@ each commit, which is most of what a transaction per request costs on a slow dis
 COPY are printed too.
 
 The round: gunicorn serves the portal as the README's run command does (`deploy/gunicorn.conf.py`, 3 workers
-unless WEB_CONCURRENCY says otherwise, DEBUG=false; each worker's database connection kept through the
-round, so that the CPU of what served it can be counted) on this test database, beside a Celery worker on
+unless WEB_CONCURRENCY says otherwise, DEBUG=false) on this test database, beside a Celery worker on
 the monitoring queue (the writer, as ./scripts/run starts it), and every node posts its newest reading at
 once, `--concurrency` requests in flight, from a client in this process (on the same cores, so it takes some
 of their time); `--web-rounds` rounds (8 unless told), each once the last is stored. For the first (the web's
 processes hold no copy of any agent's token or host yet: monitoring.ingest.copies) and the last (each
 worker holds copies of the agents it served, as after a few minutes of agents posting), the time from the
-first post until the writer has stored the whole round is printed next to the agents' interval of 15 s,
-with the CPU time the web's processes, the writer, the database's backends and the client spent on it;
-then the largest resident memory of a web worker after the rounds.
+first post until the writer has stored the whole round (and until every post was answered) is printed
+next to the agents' interval of 15 s, with the CPU time the web's processes, the writer, the database
+server (every process of it, those that ended in the round too, but this one's own backend) and the
+client spent on it; then the largest resident memory of a web worker after the rounds.
 
 The roll-up: `--rollup-minutes` of samples of every GPU and instance, 15 s apart, are written straight into
 the table, and the 5-minute roll-up of them is timed; then the hourly roll-up of an hour of 5-minute
@@ -283,9 +283,6 @@ def served_environment() -> dict[str, str]:
         "SECURE_SSL_REDIRECT": "false",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
-        # Each worker keeps its connection through the round (the default a minute would end it midway), so
-        # that the CPU of the backends that served the round can all be counted.
-        "DATABASE_CONN_MAX_AGE": "600",
     }
     return env
 
@@ -404,40 +401,49 @@ class Round:
     client_cpu: float  # this process, posting
     web_cpu: float | None  # gunicorn's processes (None where /proc cannot tell)
     writer_cpu: float | None  # the Celery worker's processes that store what the web accepted
-    database_cpu: float | None  # the PostgreSQL backends of this database, the web's
+    database_cpu: float | None  # the PostgreSQL server's, but for this process's own backend
+    answered: float = 0.0  # seconds until every post was answered
 
 
-def cpu_seconds(pids) -> dict[int, float]:
-    """User and system CPU seconds of each process that is still there (Linux's /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    seconds = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        seconds[pid] = (int(fields[11]) + int(fields[12])) / tick
-    return seconds
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command's name (Linux), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def tree_cpu(master: int) -> float | None:
+    """User and system CPU seconds of `master` and its children, those it has reaped included: its change
+    over a round counts every process of the group that served it, however short-lived (a Celery task's
+    database connection, say). None where /proc cannot tell."""
+    fields = _stat(master)
+    if fields is None:
+        return None
+    ticks = sum(int(value) for value in fields[11:15])  # its own and its reaped children's
+    children = Path(f"/proc/{master}/task/{master}/children")
+    for child in children.read_text().split() if children.exists() else ():
+        if (child_fields := _stat(int(child))) is not None:
+            ticks += int(child_fields[11]) + int(child_fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def own_backend() -> tuple[int, int | None]:
+    """This process's database backend and the PostgreSQL server's process that started it (its parent)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    fields = _stat(pid)
+    return pid, int(fields[1]) if fields else None
+
+
+def used(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
 
 
 def process_tree(master: int) -> list[int]:
     children = Path(f"/proc/{master}/task/{master}/children")
     return [master, *(int(pid) for pid in children.read_text().split())] if children.exists() else []
-
-
-def database_pids() -> list[int]:
-    """The backends of this database but this process's own (opened for the question and closed)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        pids = [pid for (pid,) in cursor.fetchall()]
-    connection.close()
-    return pids
-
-
-def used(before: dict[int, float], after: dict[int, float]) -> float | None:
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) if after else None
 
 
 def rss_mib(pid: int) -> float | None:
@@ -450,22 +456,25 @@ def rss_mib(pid: int) -> float | None:
     return None if kib is None else kib / 1024
 
 
-def one_round(port: int, bodies: list[bytes], concurrency: int, pids) -> Round:
-    """Every node posts its newest reading at once; the round ends once the writer has stored all of it."""
-    before = [cpu_seconds(group) for group in pids]
+def one_round(port: int, bodies: list[bytes], concurrency: int, groups: tuple[int, int, int]) -> Round:
+    """Every node posts its newest reading at once; the round ends once the writer has stored all of it.
+    `groups`: the web's, the writer's and the database server's first process."""
+    connection.close()  # this process's backend is opened again to see the round stored, and left out
+    before = [tree_cpu(master) for master in groups]
     since = datetime.now(UTC)  # each reading is made as its request goes
     cpu, started = time.process_time(), time.perf_counter()
     answers = post_all(port, bodies, concurrency)
+    answered = time.perf_counter() - started
     failed = [(code, body[:200]) for code, body in answers if code != 202]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0]}")
     taken = sum(json.loads(body)["samples"] for _code, body in answers)
     wait_until_stored(taken, since, 600)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    # The backends that served the round (the web's and the writer's, there since the warm-up); not the one
-    # that counted what was stored.
-    after = [cpu_seconds(group) for group in pids]
+    after = [tree_cpu(master) for master in groups]
     web_cpu, writer_cpu, database_cpu = (used(b, a) for b, a in zip(before, after, strict=True))
+    if database_cpu is not None:
+        database_cpu -= tree_cpu(own_backend()[0]) or 0.0  # the counting of what was stored
     return Round(
         samples=taken,
         requests=len(bodies),
@@ -474,6 +483,7 @@ def one_round(port: int, bodies: list[bytes], concurrency: int, pids) -> Round:
         web_cpu=web_cpu,
         writer_cpu=writer_cpu,
         database_cpu=database_cpu,
+        answered=answered,
     )
 
 
@@ -492,9 +502,9 @@ def rounds_through_web(fleet, keys, concurrency: int, rounds: int) -> tuple[list
             ]
             post_all(port, bodies[:12], concurrency)  # each worker's first requests, before the round
             wait_until_idle(120)  # the writer is up
-            pids = process_tree(web.pid), process_tree(writer.pid), database_pids()
-            done = [one_round(port, bodies, concurrency, pids) for _ in range(rounds)]
-            memory = [mib for pid in pids[0][1:] if (mib := rss_mib(pid)) is not None]
+            groups = web.pid, writer.pid, own_backend()[1] or 0
+            done = [one_round(port, bodies, concurrency, groups) for _ in range(rounds)]
+            memory = [mib for pid in process_tree(web.pid)[1:] if (mib := rss_mib(pid)) is not None]
         except SystemExit as failure:
             raise SystemExit(f"{failure}; see {log.name}") from None
         finally:
@@ -508,8 +518,9 @@ def rounds_through_web(fleet, keys, concurrency: int, rounds: int) -> tuple[list
 def print_round(name: str, web: Round) -> None:
     print(
         f"{name} through gunicorn ({os.environ.get('WEB_CONCURRENCY', '3')} workers, DEBUG=false): "
-        f"{web.requests} requests, {web.samples} samples stored in {web.seconds:.2f} s "
-        f"({web.requests / web.seconds:,.0f} requests/s; the agents' interval is {INTERVAL} s)"
+        f"{web.requests} requests, {web.samples} samples stored in {web.seconds:.2f} s, every post answered "
+        f"in {web.answered:.2f} s ({web.requests / web.seconds:,.0f} requests/s; the agents' interval is "
+        f"{INTERVAL} s)"
     )
     if None not in (web.web_cpu, web.writer_cpu, web.database_cpu):
         portal = web.web_cpu + web.writer_cpu + web.database_cpu

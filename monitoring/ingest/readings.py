@@ -219,12 +219,13 @@ def _layout_profile(layout: list, start: int) -> str:
 
 _LATEST_COLUMNS = (*samples.COLUMNS, "host", "profile", "instance_uuid", "problems")
 _LATEST_TYPES = (*samples.TYPES, "text", "text", "text", "jsonb")
-# The rows travel as one JSON array of arrays: PostgreSQL reads it faster than the driver writes 15 arrays.
+# The rows travel as one JSON array of arrays: PostgreSQL reads it faster than the driver writes 15 arrays. As
+# jsonb, each row's fields are read by position; json would parse a row's text again for each of them.
 _LATEST_VALUES = [f"(r->>{n})::{kind}" for n, kind in enumerate(_LATEST_TYPES)]
 _LATEST_VALUES[-1] = f"(r->{len(_LATEST_TYPES) - 1})::jsonb"  # the problems, a JSON value itself
 _LATEST_SQL = (
     f"INSERT INTO monitoring_latest ({', '.join(_LATEST_COLUMNS)}, source) SELECT {', '.join(_LATEST_VALUES)}"
-    + ", %s::text FROM json_array_elements(%s::json) r ON CONFLICT (gpu_id, slot) DO UPDATE SET "
+    + ", %s::text FROM jsonb_array_elements(%s::jsonb) r ON CONFLICT (gpu_id, slot) DO UPDATE SET "
     + ", ".join(f"{c} = EXCLUDED.{c}" for c in (*_LATEST_COLUMNS[2:], "source"))
     + " WHERE monitoring_latest.at <= EXCLUDED.at"
 )
