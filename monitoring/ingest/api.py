@@ -2,8 +2,9 @@
 
 An agent's POST is the portal's hot path (a fleet of 100,000 GPUs posts 12,500 batches every 15 s), so the
 usual one, JSON in and out, is served bare (portal.middleware.BareViewMiddleware) and without the framework's
-dispatch: its token read in one query, the body parsed once and checked by hand (monitoring.ingest.batch),
-its hosts and GPUs checked in one more (readings.check), its readings left to the writer that stores many
+dispatch: its token found (this process's copy, else one query: monitoring.ingest.copies), the body read
+and checked in C when it is plainly right, else parsed once and checked by hand (monitoring.ingest.batch),
+its hosts and GPUs checked (readings.check, on copies too), its readings left to the writer that stores many
 batches at once (monitoring.ingest.accepted), the answer (202) rendered by the framework's own renderer, with
 the headers its dispatch adds. Any other request (another media type, Accept header, query or method) goes
 through the whole middleware and the framework's dispatch, so that its answers stay the framework's; both
@@ -31,6 +32,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
+from monitoring.collectors import Reading
 from monitoring.conf import settings
 from monitoring.ingest import accepted, tokens
 from monitoring.ingest.authentication import (
@@ -40,7 +42,7 @@ from monitoring.ingest.authentication import (
     FromAgent,
     agent_key,
 )
-from monitoring.ingest.batch import Invalid, check_batch, only_known_keys
+from monitoring.ingest.batch import Invalid, check_batch, only_known_keys, plain_batch
 from monitoring.ingest.hosts import accepted_times
 from monitoring.ingest.readings import check
 from monitoring.ingest.serializers import AcceptedSerializer, BatchSerializer, RefusalSerializer
@@ -133,7 +135,11 @@ def _take(token: AgentToken, data, *, walked: bool) -> _Answer:
             check_document(data)
     except exceptions.ParseError as error:
         return _refusal("malformed", str(error.detail))
+    return _take_checked(token, readings)
 
+
+def _take_checked(token: AgentToken, readings: list[Reading]) -> _Answer:
+    """The answer to `token`'s batch of `readings`, checked as the batch's rules say."""
     now = datetime.now(UTC)
     oldest, newest = accepted_times(now=now)
     outside = [n for n, reading in enumerate(readings) if not oldest <= reading.at <= newest]
@@ -213,8 +219,16 @@ def _take_plain(request) -> _Answer:
         answer = _too_large()
     else:
         try:
-            data, walked = _parse(request.body)
-            answer = _take(token, data, walked=walked)
+            readings = plain_batch(
+                request.body,
+                max_readings=settings.MONITORING_BATCH_MAX_READINGS,
+                max_gpus=settings.MONITORING_BATCH_MAX_GPUS,
+            )
+            if readings is not None:
+                answer = _take_checked(token, readings)
+            else:
+                data, walked = _parse(request.body)
+                answer = _take(token, data, walked=walked)
         except RequestDataTooBig:
             answer = _too_large()
         except exceptions.ParseError as error:

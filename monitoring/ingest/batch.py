@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 from django.utils.translation import gettext_lazy as _
 from rest_framework import fields as drf
 from rest_framework import serializers as drf_serializers
@@ -423,3 +424,141 @@ def only_known_keys(data) -> bool:
                 if not instance.keys() <= instance_keys:
                     return False
     return True
+
+
+# --- the plain batch, read in C ------------------------------------------------------------------------
+#
+# An agent's batch is nearly always plainly right: every value in its column's own JSON type, no text with
+# spaces around it, no key the rules do not name. Such a body is read and checked by msgspec against the
+# shapes below, which hold the same bounds as the checks above, at a small part of their cost; anything
+# else (a refusal's words, a number given as text, a text to trim, ...) is read by the checks above, so
+# that what a body is taken as never depends on which of the two read it (tests/monitoring/test_batch.py).
+
+_Text = Annotated[str, msgspec.Meta(max_length=MAX_PROBLEM_LENGTH)]
+_Problems = Annotated[list[_Text], msgspec.Meta(max_length=MAX_PROBLEMS)]
+_Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+_Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+_Slice = Annotated[int, msgspec.Meta(ge=0, le=MAX_SLICE)]
+_Slices = Annotated[int, msgspec.Meta(ge=1, le=MAX_SLICE)]
+
+
+class _PlainInstance(msgspec.Struct, forbid_unknown_fields=True):
+    uuid: Annotated[str, msgspec.Meta(max_length=64)]
+    gpu_instance_id: Annotated[int, msgspec.Meta(ge=-1, le=1023)]
+    profile: Annotated[str, msgspec.Meta(max_length=32)] | None = None
+    placement: tuple[_Slice, _Slices] | None = None
+    memory_used_bytes: _Count | None = None
+    memory_total_bytes: _Count | None = None
+    sm_active_pct: _Percent | None = None
+    problems: _Problems = []
+
+
+class _PlainGpu(msgspec.Struct, forbid_unknown_fields=True):
+    index: Annotated[int, msgspec.Meta(ge=0, le=1023)]
+    uuid: Annotated[str, msgspec.Meta(max_length=64)]
+    model: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    mig_enabled: bool | None = None
+    power_w: Annotated[float, msgspec.Meta(ge=0, le=5000)] | None = None
+    temperature_c: Annotated[float, msgspec.Meta(ge=-50, le=200)] | None = None
+    utilisation_pct: _Percent | None = None
+    sm_active_pct: _Percent | None = None
+    memory_used_bytes: _Count | None = None
+    memory_total_bytes: _Count | None = None
+    ecc_corrected: _Count | None = None
+    ecc_uncorrected: _Count | None = None
+    xid_events: Annotated[
+        list[Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]], msgspec.Meta(max_length=MAX_XIDS)
+    ] = []
+    problems: _Problems = []
+    instances: Annotated[list[_PlainInstance], msgspec.Meta(max_length=MAX_INSTANCES)] = []
+
+
+class _PlainReading(msgspec.Struct, forbid_unknown_fields=True):
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    at: Annotated[str, msgspec.Meta(max_length=MAX_TIME_LENGTH)]
+    gpus: list[_PlainGpu] = []
+    problems: _Problems = []
+
+
+class _PlainBatch(msgspec.Struct, forbid_unknown_fields=True):
+    readings: Annotated[list[_PlainReading], msgspec.Meta(min_length=1)]
+
+
+_PLAIN = msgspec.json.Decoder(_PlainBatch)
+
+
+class _NotPlain(Exception):
+    """A text the checks above would trim or refuse, or a time they would refuse."""
+
+
+def _plain(value: str) -> str:
+    """`value`, which the checks would take as it is (msgspec refuses a lone surrogate itself)."""
+    if value.strip() != value:
+        raise _NotPlain
+    return value
+
+
+def _plain_time(value: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise _NotPlain from None
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise _NotPlain
+    return at
+
+
+def plain_batch(body: bytes, *, max_readings: int, max_gpus: int) -> list[Reading] | None:
+    """The readings of a plainly right batch, as `check_batch` takes them, holding at most `max_readings`
+    readings and `max_gpus` GPU readings; None when the body is anything else (read it with the checks)."""
+    if b"\\u0000" in body:  # a NUL: the parser's own refusal comes first
+        return None
+    try:
+        batch = _PLAIN.decode(body)
+    except msgspec.DecodeError:  # a ValidationError too
+        return None
+    if len(batch.readings) > max_readings or sum(len(r.gpus) for r in batch.readings) > max_gpus:
+        return None
+    try:
+        return [
+            Reading(
+                _plain(reading.host),
+                _plain_time(reading.at),
+                tuple(
+                    GpuReading(
+                        gpu.index,
+                        _plain(gpu.uuid),
+                        None if gpu.model is None else _plain(gpu.model),
+                        gpu.mig_enabled,
+                        gpu.power_w,
+                        gpu.temperature_c,
+                        gpu.utilisation_pct,
+                        gpu.sm_active_pct,
+                        gpu.memory_used_bytes,
+                        gpu.memory_total_bytes,
+                        gpu.ecc_corrected,
+                        gpu.ecc_uncorrected,
+                        tuple(gpu.xid_events),
+                        tuple(
+                            InstanceReading(
+                                _plain(instance.uuid),
+                                instance.gpu_instance_id,
+                                None if instance.profile is None else _plain(instance.profile),
+                                instance.placement,
+                                instance.memory_used_bytes,
+                                instance.memory_total_bytes,
+                                instance.sm_active_pct,
+                                tuple(_plain(problem) for problem in instance.problems),
+                            )
+                            for instance in gpu.instances
+                        ),
+                        tuple(_plain(problem) for problem in gpu.problems),
+                    )
+                    for gpu in reading.gpus
+                ),
+                tuple(_plain(problem) for problem in reading.problems),
+            )
+            for reading in batch.readings
+        ]
+    except _NotPlain:
+        return None

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.collectors.wire import batch_to_json, from_json
-from monitoring.ingest.batch import MAX_COUNT, Invalid, check_batch, only_known_keys
+from monitoring.ingest.batch import MAX_COUNT, Invalid, check_batch, only_known_keys, plain_batch
 from monitoring.ingest.serializers import BatchSerializer
 from tests.examples import examples
 
@@ -255,3 +255,54 @@ def test_the_checks_answer_as_the_serializers_would_whatever_a_batch_holds(chang
     else:
         assert serializer.is_valid(), serializer.errors
         assert readings == [from_json(reading) for reading in serializer.validated_data["readings"]]
+
+
+def plain(body, *, ascii_only: bool = True, max_readings: int = 1000, max_gpus: int = 20000):
+    raw = json.dumps(body, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    return plain_batch(raw, max_readings=max_readings, max_gpus=max_gpus)
+
+
+def test_a_plainly_right_batch_is_read_in_c_as_the_checks_read_it():
+    body = batch_to_json([GOOD, GOOD])
+    assert plain(body) == check_batch(copy.deepcopy(body)) == [GOOD, GOOD]
+    assert plain({"readings": [{"host": "gpu-node-1", "at": AT.isoformat()}]}) == [Reading("gpu-node-1", AT)]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("readings", 0, "host"), " gpu-node-1"),  # trimmed by the checks
+        (("readings", 0, "host"), 7),  # taken as its text
+        ((*GPU, "power_w"), "300"),
+        ((*GPU, "index"), 1.0),
+        ((*GPU, "mig_enabled"), "true"),
+        ((*GPU, "problems", 0), "p "),
+        ((*INSTANCE, "profile"), "   "),
+        ((*GPU, "extra"), 1),  # a key the rules do not name
+        ((*GPU, "uuid"), "GPU-\x00"),  # a NUL: the parser refuses it first
+        (("readings", 0, "at"), "2026-05-01T10:00:15"),  # no zone: refused
+        ((*GPU, "temperature_c"), 201.0),  # refused
+    ],
+)
+def test_anything_but_a_plain_batch_is_left_to_the_checks(path, value):
+    body = changed(path, value)
+    assert plain(body) is None
+
+
+def test_a_batch_over_the_limits_is_left_to_the_checks_that_refuse_it():
+    body = batch_to_json([GOOD, GOOD])
+    assert plain(body, max_readings=1) is None
+    assert plain(body, max_gpus=3) is None
+    assert plain(body, max_readings=2, max_gpus=4) is not None
+
+
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=CHANGES, ascii_only=st.booleans())
+def test_what_the_plain_reading_takes_the_checks_take_alike(changes, ascii_only):
+    body = _apply(copy.deepcopy(good()), changes)
+    try:
+        taken = plain(body, ascii_only=ascii_only)
+    except (TypeError, ValueError):  # not JSON at all (NaN), or a lone surrogate UTF-8 cannot carry
+        return
+    if taken is not None:
+        assert check_batch(body) == taken
