@@ -6,15 +6,15 @@ the same rows; one whole round of the fleet's readings through a real web server
 Builds one cluster of `--gpus` / 8 nodes × 8 H100 GPUs (every other node cut into two 3g.40gb instances per
 GPU) and an agent token per node. Then, for each of `--rounds` instants 15 s apart, every node posts its
 reading as a node agent does (`POST /api/v1/monitoring/samples/`, one request per node, through the whole
-stack: middleware, token, checks, the batch left for the writer, in this process), and the writer stores
-them (monitoring.ingest.accepted.store, in this process too); the samples stored per second, the posts' and
-the writer's time together, are printed. The same rows are then written with a plain
-`COPY monitoring_sample FROM STDIN` (the floor any ingest could reach) into the emptied table, and once more
-as one COPY per request, each in its own transaction (the floor of any ingest that stores each request as it
-comes); the rates and their ratios are printed (and that of the last without waiting for the disk's flush at
-each commit, which is most of what a transaction per request costs on a slow disk). Then each node posts
-`--buffer` readings in one request, as an agent flushing its buffer does, and that rate and its ratio to
-COPY are printed too.
+stack: the WSGI application as gunicorn calls it, middleware, token, checks, the batch left for the writer,
+in this process), and the writer stores them (monitoring.ingest.accepted.store, in this process too); the
+samples stored per second, the posts' and the writer's time together, are printed. The same rows are then
+written with a plain `COPY monitoring_sample FROM STDIN` (the floor any ingest could reach) into the emptied
+table, and once more as one COPY per request, each in its own transaction (the floor of any ingest that
+stores each request as it comes); the rates and their ratios are printed (and that of the last without
+waiting for the disk's flush at each commit, which is most of what a transaction per request costs on a
+slow disk). Then each node posts `--buffer` readings in one request, as an agent flushing its buffer does,
+and that rate and its ratio to COPY are printed too.
 
 The round: gunicorn serves the portal as the README's run command does (`deploy/gunicorn.conf.py`, 3 workers
 unless WEB_CONCURRENCY says otherwise, DEBUG=false) on this test database, beside a Celery worker on
@@ -49,6 +49,7 @@ Prints one figure per line.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import secrets
@@ -74,8 +75,8 @@ import django  # noqa: E402
 django.setup()
 
 from django.conf import settings  # noqa: E402
+from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
-from django.test import Client  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading  # noqa: E402
@@ -191,6 +192,39 @@ def fresh(body: bytes) -> bytes:
     return body.replace(_AHEAD, datetime.now(UTC).isoformat(timespec="microseconds").encode())
 
 
+def post_in_process(handler: WSGIHandler, key: str, body: bytes) -> tuple[int, bytes]:
+    """One POST of `body` through the portal's WSGI application in this process, as gunicorn hands it one:
+    every middleware and the view, no HTTP server, no test client."""
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": URL,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "testserver",
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "HTTP_ACCEPT": "application/json",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.url_scheme": "http",
+        "wsgi.version": (1, 0),
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    status: list[str] = []
+    answer = handler(environ, lambda line, _headers, _exc=None: status.append(line))
+    try:
+        return int(status[0].split()[0]), b"".join(answer)
+    finally:
+        answer.close()
+
+
 def through_api(
     fleet, keys, last: dict[str, datetime], *, rounds: int, per_request: int
 ) -> tuple[int, int, float]:
@@ -199,22 +233,22 @@ def through_api(
     last post (in `last`, kept up to date). After each round, the writer stores what was accepted
     (monitoring.ingest.accepted.store, in this process). Returns samples stored, requests, and the seconds
     the posts and the writer took (each body is made just before its post, untimed)."""
-    clients = [Client(HTTP_AUTHORIZATION=f"Bearer {key}") for key in keys]
+    handler = WSGIHandler()
     stored = requests = 0
     seconds = 0.0
     for round_ in range(rounds):
-        for client, (host, gpus) in zip(clients, fleet, strict=True):
+        for key, (host, gpus) in zip(keys, fleet, strict=True):
             if per_request == 1:
                 instants = [datetime.now(UTC)]
             else:
                 instants = [last[host] + timedelta(seconds=INTERVAL * n) for n in range(1, per_request + 1)]
             last[host] = instants[-1]
-            body = json.dumps(batch_to_json([reading(host, gpus, at, round_) for at in instants]))
+            body = json.dumps(batch_to_json([reading(host, gpus, at, round_) for at in instants])).encode()
             started = time.perf_counter()
-            answer = client.post(URL, body, content_type="application/json")
+            code, answer = post_in_process(handler, key, body)
             seconds += time.perf_counter() - started
-            if answer.status_code != 202:
-                raise SystemExit(f"the portal answered {answer.status_code}: {answer.content[:300]!r}")
+            if code != 202:
+                raise SystemExit(f"the portal answered {code}: {answer[:300]!r}")
             requests += 1
         started = time.perf_counter()
         written = accepted.store()
