@@ -49,6 +49,7 @@ from monitoring.conf import settings
 from monitoring.ingest import broker, tokens
 from monitoring.ingest.readings import ingest
 from monitoring.models import AgentToken
+from monitoring.storage.statements import bound
 from pools.models import Cluster
 from portal.celery import app
 
@@ -214,6 +215,7 @@ def store(*, most: int | None = None, linger: float = 0.0, within: float | None 
             return stored
 
 
+_REVOKED_SQL = f"SELECT id, revoked_at FROM {AgentToken._meta.db_table} WHERE id = ANY(%s)"
 _NEVER = datetime.max.replace(tzinfo=UTC)  # a live token's revocation
 _ALWAYS = datetime.min.replace(tzinfo=UTC)  # that of a token deleted since
 
@@ -221,10 +223,9 @@ _ALWAYS = datetime.min.replace(tzinfo=UTC)  # that of a token deleted since
 def _brought_while_live(batches: list[tuple[bytes, Batch]], stored: Stored) -> list[tuple[bytes, Batch]]:
     """Of `batches`, those whose token was live when they were taken: a process's copy of a token may take
     a batch after its revocation, before the broker's word of it is in (monitoring.ingest.copies)."""
-    ids = {batch.token_id for _entry, batch in batches}
-    revoked = {
-        pk: at or _NEVER for pk, at in AgentToken.objects.filter(pk__in=ids).values_list("pk", "revoked_at")
-    }
+    with bound(prepared=True) as cursor:  # one array, not thousands of parameters
+        cursor.execute(_REVOKED_SQL, [sorted({batch.token_id for _entry, batch in batches})])
+        revoked = {pk: at or _NEVER for pk, at in cursor}
     live = [(entry, batch) for entry, batch in batches if batch.at < revoked.get(batch.token_id, _ALWAYS)]
     if len(live) < len(batches):
         log.warning("Dropped %d batches that tokens brought once revoked.", len(batches) - len(live))

@@ -3,7 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import DataError
+from django.db import DataError, connection
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading
 from monitoring.ingest.readings import ingest
@@ -65,6 +65,23 @@ def test_a_reading_stores_a_sample_per_gpu_and_instance(node):
     ]
     assert Latest.objects.get(gpu=cut, slot=4).profile == "3g.40gb"
 
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_statement_of_a_batch_is_compiled_and_the_setting_ends_with_it(node):
+    """PostgreSQL's JIT would spend longer compiling a writer's read of 2,000 hosts than running it; the
+    rest of the connection's work keeps the server's setting."""
+
+    def jit() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW jit")
+            return cursor.fetchone()[0]
+
+    before = jit()
+    during = []
+    ingest(cluster=node.cluster, readings=[reading(node)], source="agent", also=lambda: during.append(jit()))
+    assert during == ["off"]
+    assert jit() == before
 
 def test_the_same_batch_twice_is_stored_once(node):
     ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
