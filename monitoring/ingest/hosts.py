@@ -137,12 +137,12 @@ def known(cluster: Cluster, names: set[str], *, fresh: bool = False) -> tuple[Ho
     from this process's copies (monitoring.ingest.copies) when it holds one of each host and not `fresh`,
     else read, and kept. Also whether it came from copies (which may miss what changed since they were
     read: refuse nothing on them alone)."""
-    names = sorted(names)
-    held = [copies.get(_COPIES, (cluster.pk, name)) for name in names] if names and not fresh else [None]
-    if None not in held:
-        nodes = {name: node_id for name, (node_id, _gpus) in zip(names, held, strict=True)}
-        return Hosts(nodes, [gpu for _node_id, gpus in held for gpu in gpus]), True
-    found = read(cluster, set(names), identity_only=True)
+    if names and not fresh:
+        held = {name: copies.get(_COPIES, (cluster.pk, name)) for name in names}
+        if None not in held.values():
+            nodes = {name: node_id for name, (node_id, _gpus) in held.items()}
+            return Hosts(nodes, [gpu for _node_id, gpus in held.values() for gpu in gpus]), True
+    found = read(cluster, names, identity_only=True)
     by_node: dict[int, list[Gpu]] = {}
     for gpu in found.gpus:
         by_node.setdefault(gpu.node_id, []).append(gpu)

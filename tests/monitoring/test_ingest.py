@@ -66,7 +66,6 @@ def test_a_reading_stores_a_sample_per_gpu_and_instance(node):
     assert Latest.objects.get(gpu=cut, slot=4).profile == "3g.40gb"
 
 
-
 @pytest.mark.django_db(transaction=True)
 def test_no_statement_of_a_batch_is_compiled_and_the_setting_ends_with_it(node):
     """PostgreSQL's JIT would spend longer compiling a writer's read of 2,000 hosts than running it; the
@@ -82,6 +81,7 @@ def test_no_statement_of_a_batch_is_compiled_and_the_setting_ends_with_it(node):
     ingest(cluster=node.cluster, readings=[reading(node)], source="agent", also=lambda: during.append(jit()))
     assert during == ["off"]
     assert jit() == before
+
 
 def test_the_same_batch_twice_is_stored_once(node):
     ingest(cluster=node.cluster, readings=[reading(node)], source="agent")
