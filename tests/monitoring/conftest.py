@@ -1,5 +1,6 @@
-"""Fixtures of the monitoring tests: real local HTTP servers standing in for a webhook receiver and for a
-cluster's Prometheus, the system resolver answering for test names, and a superuser in the admin."""
+"""Fixtures of the monitoring tests: a node of two GPUs, real local HTTP servers standing in for a webhook
+receiver and for a cluster's Prometheus, the system resolver answering for test names, and a superuser in the
+admin."""
 
 import json
 import socket
@@ -10,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.factories import UserFactory
+from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
 
 
 class Hook:
@@ -146,3 +147,13 @@ def superuser_client(client, settings):
     settings.STAFF_REQUIRE_TOTP = False
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     return client
+
+
+@pytest.fixture
+def node():
+    """gpu-node-1 of cluster sim: two H100 GPUs, the second cut into two 3g.40gb instances (the node whose
+    readings tests/monitoring/agent_readings.py makes)."""
+    node = NodeCapacityFactory(cluster=ClusterFactory(name="sim"), name="gpu-node-1", gpu_model="H100-80GB")
+    GpuCapacityFactory(node=node, index=0)
+    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
+    return node

@@ -18,21 +18,13 @@ from monitoring.models import GpuEvent, Latest, Sample
 from monitoring.storage import samples
 from portal import tokens
 from tests.examples import examples
-from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory, UserFactory
+from tests.factories import ClusterFactory, UserFactory
 from tests.monitoring.agent_readings import reading as agent_reading
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/monitoring/samples/"
 NOW = datetime.now(UTC).replace(microsecond=0)
-
-
-@pytest.fixture
-def node():
-    node = NodeCapacityFactory(cluster=ClusterFactory(name="sim"), name="gpu-node-1", gpu_model="H100-80GB")
-    GpuCapacityFactory(node=node, index=0)
-    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
-    return node
 
 
 @pytest.fixture

@@ -18,20 +18,12 @@ from monitoring.ingest import accepted, broker, copies
 from monitoring.ingest import tokens as agents
 from monitoring.models import Sample
 from portal.tokens import digest
-from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
+from tests.factories import GpuCapacityFactory
 from tests.monitoring.agent_readings import reading
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/monitoring/samples/"
-
-
-@pytest.fixture
-def node():
-    node = NodeCapacityFactory(cluster=ClusterFactory(name="sim"), name="gpu-node-1", gpu_model="H100-80GB")
-    GpuCapacityFactory(node=node, index=0)
-    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
-    return node
 
 
 @pytest.fixture

@@ -27,14 +27,6 @@ T0 = NOW - timedelta(hours=2)
 
 
 @pytest.fixture
-def node():
-    node = NodeCapacityFactory(cluster=ClusterFactory(name="sim"), name="gpu-node-1", gpu_model="H100-80GB")
-    GpuCapacityFactory(node=node, index=0)
-    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
-    return node
-
-
-@pytest.fixture
 def operators(db):
     group = Group.objects.get(name=PlatformRole.OPERATOR)
     wanting = UserFactory(username="olga", email="olga@ops.example", is_staff=True)

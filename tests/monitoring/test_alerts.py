@@ -26,15 +26,6 @@ NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 T0 = NOW - timedelta(hours=2)
 
 
-@pytest.fixture
-def node():
-    cluster = ClusterFactory(name="sim")
-    node = NodeCapacityFactory(cluster=cluster, name="gpu-node-1", gpu_model="H100-80GB")
-    GpuCapacityFactory(node=node, index=0)
-    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
-    return node
-
-
 def only(kind: str, **changes) -> AlertRule:
     """The default rule of `kind`, changed as asked; every other rule off, so evaluations see this one."""
     rule = AlertRule.objects.get(kind=kind)

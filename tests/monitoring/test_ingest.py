@@ -10,20 +10,11 @@ from monitoring.ingest.readings import ingest
 from monitoring.models import GpuEvent, Latest, Sample
 from monitoring.storage import samples
 from portal.errors import InvalidInput
-from tests.factories import AllocationFactory, ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
+from tests.factories import AllocationFactory, GpuCapacityFactory, NodeCapacityFactory
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-
-
-@pytest.fixture
-def node():
-    cluster = ClusterFactory(name="sim")
-    node = NodeCapacityFactory(cluster=cluster, name="gpu-node-1", gpu_model="H100-80GB")
-    GpuCapacityFactory(node=node, index=0)
-    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
-    return node
 
 
 def reading(node, *, at=NOW, host=None, **figures):

@@ -9,7 +9,6 @@ from django.urls import reverse
 
 from monitoring.models import AlertRule, Delivery
 from monitoring.notifications import sending
-from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
 from tests.monitoring.test_alert_notifications import T0, hot_then_cool, rule_form
 from tests.monitoring.test_alerts import minutes, only
 from tests.monitoring.test_dcgm_answers import unavailable
@@ -33,14 +32,6 @@ REFUSED = [
     "http://224.0.0.1/hook",
     "http://240.0.0.1/hook",
 ]
-
-
-@pytest.fixture
-def node():
-    node = NodeCapacityFactory(cluster=ClusterFactory(name="sim"), name="gpu-node-1", gpu_model="H100-80GB")
-    GpuCapacityFactory(node=node, index=0)
-    GpuCapacityFactory(node=node, index=1, mig={"3g.40gb": 2})
-    return node
 
 
 # --- given: the rule's field refuses, wherever the rule is changed -------------------------------------
