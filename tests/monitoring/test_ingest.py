@@ -57,7 +57,7 @@ def test_a_reading_stores_a_sample_per_gpu_and_instance(node):
     assert Latest.objects.get(gpu=cut, slot=4).profile == "3g.40gb"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_no_statement_of_a_batch_is_compiled_and_the_setting_ends_with_it(node):
     """PostgreSQL's JIT would spend longer compiling a writer's read of 2,000 hosts than running it; the
     rest of the connection's work keeps the server's setting."""
