@@ -91,13 +91,14 @@ def test_a_revocation_elsewhere_stops_this_processs_copy_at_once(
 def test_the_writer_stores_nothing_a_token_brought_once_revoked_though_the_broker_never_heard(
     client, node, issued
 ):
-    assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    first = now()
+    assert post(client, issued.key, reading(node, at=first)).status_code == 202
     revoke_elsewhere(issued)  # its commit, which tells the broker, never comes here
     assert post(client, issued.key, reading(node, at=now(15))).status_code == 202  # the copy took it
 
     stored = accepted.store()
     assert (stored.batches, stored.samples, stored.dropped) == (1, 4, 1)
-    assert Sample.objects.filter(at=now()).count() == 4 and Sample.objects.count() == 4
+    assert Sample.objects.filter(at=first).count() == 4 and Sample.objects.count() == 4
 
 
 def test_a_broker_that_does_not_hear_of_a_revocation_leaves_it_made_and_logged(
