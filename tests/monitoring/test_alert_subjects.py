@@ -12,7 +12,7 @@ from tests.monitoring import test_alerts as rules
 
 pytestmark = pytest.mark.django_db
 
-node, only, feed, minutes, T0 = rules.node, rules.only, rules.feed, rules.minutes, rules.T0
+only, feed, minutes, T0 = rules.only, rules.feed, rules.minutes, rules.T0
 
 
 # --- silence -------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from tests.monitoring import test_alerts as rules
 
 pytestmark = pytest.mark.django_db
 
-node, only, feed, minutes, T0 = rules.node, rules.only, rules.feed, rules.minutes, rules.T0
+only, feed, minutes, T0 = rules.only, rules.feed, rules.minutes, rules.T0
 # 36 an hour is 0.01 a second: a few seconds between a test and its page never change a rounded figure.
 HOURLY = Decimal("36")
 
