@@ -70,6 +70,11 @@ def _refusal(code: str, detail: str, *, status_code: int = status.HTTP_400_BAD_R
     return _Answer(status_code, {"detail": detail, "code": code, **extra})
 
 
+def _unauthorized(detail: str) -> _Answer:
+    """A 401 that names the agents' scheme, as the framework answers a missing or bad token."""
+    return _Answer(status.HTTP_401_UNAUTHORIZED, {"detail": detail}, {"WWW-Authenticate": KEYWORD})
+
+
 def _too_large() -> _Answer:
     detail = _("The body is larger than %(max)s bytes. Send fewer readings at a time.") % {
         "max": settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -162,7 +167,7 @@ def _take_checked(token: AgentToken, readings: list[Reading]) -> _Answer:
         accepted.put(cluster_id=token.cluster_id, token_id=token.pk, at=now, readings=readings)
     except accepted.Revoked:
         tokens.forget_agent_token(token)
-        return _Answer(401, {"detail": NOT_VALID_OR_REVOKED}, {"WWW-Authenticate": KEYWORD})
+        return _unauthorized(NOT_VALID_OR_REVOKED)
     except accepted.Full:
         detail = _("The portal has more readings waiting to be stored than it keeps. Send them again later.")
         return _refusal("busy", detail, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
@@ -210,11 +215,11 @@ def _take_plain(request) -> _Answer:
     try:
         key = agent_key(request)
     except exceptions.AuthenticationFailed as failed:
-        return _Answer(401, {"detail": failed.detail}, {"WWW-Authenticate": KEYWORD})
+        return _unauthorized(failed.detail)
     token = tokens.find_agent_token(key) if key is not None else None
     if token is None:
         detail = FromAgent.message if key is None else NOT_VALID_OR_REVOKED
-        return _Answer(401, {"detail": detail}, {"WWW-Authenticate": KEYWORD})
+        return _unauthorized(detail)
     if _declares_too_much(request):
         answer = _too_large()
     else:

@@ -500,12 +500,9 @@ def _plain(value: str) -> str:
 
 def _plain_time(value: str) -> datetime:
     try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
+        return aware_time(value)
+    except _Wrong:
         raise _NotPlain from None
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise _NotPlain
-    return at
 
 
 def plain_batch(body: bytes, *, max_readings: int, max_gpus: int) -> list[Reading] | None:
