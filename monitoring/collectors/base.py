@@ -6,21 +6,26 @@ and the rest of the reading stands. A collector that cannot read at all raises `
 with one line a person can act on.
 
 Units: watts, degrees Celsius, percent (0–100), bytes, error counts since the driver loaded.
+
+The readings are msgspec structs: immutable, compared and hashed by value like frozen dataclasses, but made,
+written as JSON and read back in C (the portal reads and passes on 12,500 of them every 15 s at 100,000
+GPUs), and left out of the garbage collector's rounds, since a reading can never be part of a reference
+cycle. A copy with some fields changed is `msgspec.structs.replace`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
+
+import msgspec
 
 
 class CollectorUnavailable(Exception):
     """The collector cannot read anything here; the message says why in one line."""
 
 
-@dataclass(frozen=True)
-class InstanceReading:
+class InstanceReading(msgspec.Struct, frozen=True, gc=False):
     """A MIG instance: its own memory and SM activity; power, temperature and ECC belong to its GPU."""
 
     uuid: str
@@ -33,8 +38,7 @@ class InstanceReading:
     problems: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class GpuReading:
+class GpuReading(msgspec.Struct, frozen=True, gc=False):
     index: int
     uuid: str
     model: str | None = None  # the name the driver gives, e.g. "NVIDIA H200"
@@ -52,12 +56,11 @@ class GpuReading:
     problems: tuple[str, ...] = ()  # "field: why", one per figure that could not be read
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(msgspec.Struct, frozen=True, gc=False):
     host: str
     at: datetime
     gpus: tuple[GpuReading, ...] = ()
-    problems: tuple[str, ...] = field(default_factory=tuple)
+    problems: tuple[str, ...] = ()
 
 
 class Collector(Protocol):

@@ -19,8 +19,9 @@ import socket
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
 from datetime import UTC, datetime
+
+from msgspec.structs import replace
 
 from monitoring.collectors.base import CollectorUnavailable, GpuReading, InstanceReading, Reading
 

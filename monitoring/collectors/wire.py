@@ -1,6 +1,6 @@
 """Readings as JSON: the one wire format between a node agent and POST /api/v1/monitoring/samples/.
 
-The JSON of a Reading is its dataclass field by field (`at` in ISO 8601 with its zone, tuples as lists,
+The JSON of a Reading is its struct field by field (`at` in ISO 8601 with its zone, tuples as lists,
 placement as `[start, size]` or null), so the agent writes with `to_json` and the portal, once its
 serializers have checked the types and ranges, reads with `from_json`. A batch is `{"readings": [...]}`.
 

@@ -111,7 +111,7 @@ def _put_script():
 @dataclass
 class _Entry:
     """An entry's checked readings as JSON in the wire's shapes (monitoring.collectors.wire), written and
-    read by msgspec in C straight from the collectors' dataclasses, at a tenth of the time of the wire's own
+    read by msgspec in C straight from the collectors' structs, at a tenth of the time of the wire's own
     functions; an entry an earlier release wrote with those reads the same."""
 
     readings: list[Reading]

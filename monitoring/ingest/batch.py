@@ -429,34 +429,39 @@ def only_known_keys(data) -> bool:
 # --- the plain batch, read in C ------------------------------------------------------------------------
 #
 # An agent's batch is nearly always plainly right: every value in its column's own JSON type, no text with
-# spaces around it, no key the rules do not name. Such a body is read and checked by msgspec against the
-# shapes below, which hold the same bounds as the checks above, at a small part of their cost; anything
-# else (a refusal's words, a number given as text, a text to trim, ...) is read by the checks above, so
-# that what a body is taken as never depends on which of the two read it (tests/monitoring/test_batch.py).
+# spaces around it, no key the rules do not name. Such a body is read and checked by msgspec straight into
+# the shapes below, which are the collectors' own readings with the same bounds as the checks above, at a
+# small part of their cost; anything else (a refusal's words, a number given as text, a text to trim, ...)
+# is read by the checks above, so that what a body is taken as never depends on which of the two read it
+# (tests/monitoring/test_batch.py).
 
-_Text = Annotated[str, msgspec.Meta(max_length=MAX_PROBLEM_LENGTH)]
-_Problems = Annotated[list[_Text], msgspec.Meta(max_length=MAX_PROBLEMS)]
+
+def _text(longest: int, *, shortest: int = 0):
+    return Annotated[str, msgspec.Meta(min_length=shortest, max_length=longest)]
+
+
+_Problems = Annotated[tuple[_text(MAX_PROBLEM_LENGTH), ...], msgspec.Meta(max_length=MAX_PROBLEMS)]
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 _Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 _Slice = Annotated[int, msgspec.Meta(ge=0, le=MAX_SLICE)]
 _Slices = Annotated[int, msgspec.Meta(ge=1, le=MAX_SLICE)]
 
 
-class _PlainInstance(msgspec.Struct, forbid_unknown_fields=True):
-    uuid: Annotated[str, msgspec.Meta(max_length=64)]
+class _PlainInstance(InstanceReading, frozen=True, forbid_unknown_fields=True):
+    uuid: _text(64)
     gpu_instance_id: Annotated[int, msgspec.Meta(ge=-1, le=1023)]
-    profile: Annotated[str, msgspec.Meta(max_length=32)] | None = None
+    profile: _text(32) | None = None
     placement: tuple[_Slice, _Slices] | None = None
     memory_used_bytes: _Count | None = None
     memory_total_bytes: _Count | None = None
     sm_active_pct: _Percent | None = None
-    problems: _Problems = []
+    problems: _Problems = ()
 
 
-class _PlainGpu(msgspec.Struct, forbid_unknown_fields=True):
+class _PlainGpu(GpuReading, frozen=True, forbid_unknown_fields=True):
     index: Annotated[int, msgspec.Meta(ge=0, le=1023)]
-    uuid: Annotated[str, msgspec.Meta(max_length=64)]
-    model: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    uuid: _text(64)
+    model: _text(100) | None = None
     mig_enabled: bool | None = None
     power_w: Annotated[float, msgspec.Meta(ge=0, le=5000)] | None = None
     temperature_c: Annotated[float, msgspec.Meta(ge=-50, le=200)] | None = None
@@ -467,47 +472,31 @@ class _PlainGpu(msgspec.Struct, forbid_unknown_fields=True):
     ecc_corrected: _Count | None = None
     ecc_uncorrected: _Count | None = None
     xid_events: Annotated[
-        list[Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]], msgspec.Meta(max_length=MAX_XIDS)
-    ] = []
-    problems: _Problems = []
-    instances: Annotated[list[_PlainInstance], msgspec.Meta(max_length=MAX_INSTANCES)] = []
+        tuple[Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)], ...], msgspec.Meta(max_length=MAX_XIDS)
+    ] = ()
+    instances: Annotated[tuple[_PlainInstance, ...], msgspec.Meta(max_length=MAX_INSTANCES)] = ()
+    problems: _Problems = ()
 
 
-class _PlainReading(msgspec.Struct, forbid_unknown_fields=True):
-    host: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
-    at: Annotated[str, msgspec.Meta(max_length=MAX_TIME_LENGTH)]
-    gpus: list[_PlainGpu] = []
-    problems: _Problems = []
+class _PlainReading(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    host: _text(253, shortest=1)
+    at: Annotated[str, msgspec.Meta(max_length=MAX_TIME_LENGTH)]  # as the checks read it: aware_time
+    gpus: tuple[_PlainGpu, ...] = ()
+    problems: _Problems = ()
 
 
-class _PlainBatch(msgspec.Struct, forbid_unknown_fields=True):
+class _PlainBatch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     readings: Annotated[list[_PlainReading], msgspec.Meta(min_length=1)]
 
 
 _PLAIN = msgspec.json.Decoder(_PlainBatch)
 
 
-class _NotPlain(Exception):
-    """A text the checks above would trim or refuse, or a time they would refuse."""
-
-
-def _plain(value: str) -> str:
-    """`value`, which the checks would take as it is (msgspec refuses a lone surrogate itself)."""
-    if value.strip() != value:
-        raise _NotPlain
-    return value
-
-
-def _plain_time(value: str) -> datetime:
-    try:
-        return aware_time(value)
-    except _Wrong:
-        raise _NotPlain from None
-
-
 def plain_batch(body: bytes, *, max_readings: int, max_gpus: int) -> list[Reading] | None:
     """The readings of a plainly right batch, as `check_batch` takes them, holding at most `max_readings`
-    readings and `max_gpus` GPU readings; None when the body is anything else (read it with the checks)."""
+    readings and `max_gpus` GPU readings; None when the body is anything else (read it with the checks).
+    Their GPUs and instances are of the bounded kinds above: equal in every field to those `check_batch`
+    makes, though not of the same class."""
     if b"\\u0000" in body:  # a NUL: the parser's own refusal comes first
         return None
     try:
@@ -516,46 +505,24 @@ def plain_batch(body: bytes, *, max_readings: int, max_gpus: int) -> list[Readin
         return None
     if len(batch.readings) > max_readings or sum(len(r.gpus) for r in batch.readings) > max_gpus:
         return None
-    try:
-        return [
-            Reading(
-                _plain(reading.host),
-                _plain_time(reading.at),
-                tuple(
-                    GpuReading(
-                        gpu.index,
-                        _plain(gpu.uuid),
-                        None if gpu.model is None else _plain(gpu.model),
-                        gpu.mig_enabled,
-                        gpu.power_w,
-                        gpu.temperature_c,
-                        gpu.utilisation_pct,
-                        gpu.sm_active_pct,
-                        gpu.memory_used_bytes,
-                        gpu.memory_total_bytes,
-                        gpu.ecc_corrected,
-                        gpu.ecc_uncorrected,
-                        tuple(gpu.xid_events),
-                        tuple(
-                            InstanceReading(
-                                _plain(instance.uuid),
-                                instance.gpu_instance_id,
-                                None if instance.profile is None else _plain(instance.profile),
-                                instance.placement,
-                                instance.memory_used_bytes,
-                                instance.memory_total_bytes,
-                                instance.sm_active_pct,
-                                tuple(_plain(problem) for problem in instance.problems),
-                            )
-                            for instance in gpu.instances
-                        ),
-                        tuple(_plain(problem) for problem in gpu.problems),
-                    )
-                    for gpu in reading.gpus
-                ),
-                tuple(_plain(problem) for problem in reading.problems),
-            )
-            for reading in batch.readings
-        ]
-    except _NotPlain:
-        return None
+    readings = []
+    for reading in batch.readings:
+        try:
+            at = aware_time(reading.at)
+        except _Wrong:
+            return None
+        if not _as_is(reading):
+            return None
+        readings.append(Reading(reading.host, at, reading.gpus, reading.problems))
+    return readings
+
+
+def _as_is(reading: _PlainReading) -> bool:
+    """Whether the checks would take every text of `reading` as it is, with nothing to strip at either end
+    (a check in the decoder's pattern would cost more than reading the whole batch)."""
+    texts = [reading.host, *reading.problems]
+    for gpu in reading.gpus:
+        texts += (gpu.uuid, gpu.model or "", *gpu.problems)
+        for instance in gpu.instances:
+            texts += (instance.uuid, instance.profile or "", *instance.problems)
+    return all(text.strip() == text for text in texts)

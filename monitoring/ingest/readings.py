@@ -93,9 +93,15 @@ def check(*, cluster: Cluster, readings: Sequence[Reading], now: datetime) -> Ch
             raise
         found, _copied = hosts.known(cluster, names, fresh=True)
         found_targets = hosts.targets(cluster, readings, found, strict=True, now=now, problems=problems)
-    values, _latest = _rows(found_targets, problems)
-    # An instance reported twice is one sample (the second passed over as stored before).
-    return Checked(gpus=len(found_targets), samples=len({row[:3] for row in values}))
+    # A sample of each GPU (each is read once an instant: targets refuses it twice) and of each of its
+    # instances that _rows places; an instance reported twice is one (the second passed over as stored).
+    count = 0
+    for target in found_targets:
+        layout = target.gpu.layout
+        starts = {_start(instance, layout) for instance in target.reading.instances}
+        starts.discard(None)
+        count += 1 + len(starts)
+    return Checked(gpus=len(found_targets), samples=count)
 
 
 def _ingest(
@@ -191,9 +197,9 @@ def _rows(targets: list[Target], problems: list[str]) -> tuple[list[tuple], list
         latest.append((*row, host, "", "", g.problems))
         if not g.instances:
             continue
-        layout = gpu.layout or []
+        layout = gpu.layout
         for instance in g.instances:
-            start = instance.placement[0] if instance.placement else _layout_start(layout, instance.uuid)
+            start = _start(instance, layout)
             if start is None:
                 problems.append(
                     _("Instance %(uuid)s of GPU %(gpu)s: no placement, so its pool cannot be told.")
@@ -219,12 +225,17 @@ def _rows(targets: list[Target], problems: list[str]) -> tuple[list[tuple], list
     return values, latest
 
 
-def _layout_start(layout: list, uuid: str) -> int | None:
-    return next((entry["start"] for entry in layout if uuid and entry.get("uuid") == uuid), None)
+def _start(instance, layout: list | None) -> int | None:
+    """The first memory slice of a reported instance: its placement, else that of its UUID in the GPU's
+    layout; None when neither tells (its pool cannot be told, and it is not stored)."""
+    if instance.placement:
+        return instance.placement[0]
+    uuid = instance.uuid
+    return next((entry["start"] for entry in layout or () if uuid and entry.get("uuid") == uuid), None)
 
 
-def _layout_profile(layout: list, start: int) -> str:
-    return next((entry.get("profile", "") for entry in layout if entry["start"] == start), "")
+def _layout_profile(layout: list | None, start: int) -> str:
+    return next((entry.get("profile", "") for entry in layout or () if entry["start"] == start), "")
 
 
 _LATEST_COLUMNS = (*samples.COLUMNS, "host", "profile", "instance_uuid", "problems")

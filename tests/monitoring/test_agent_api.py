@@ -3,12 +3,12 @@ at all (202) and stored by the writer (monitoring.ingest.accepted, run here in t
 body, time or token is a 4xx in JSON with nothing taken, never a 500."""
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from monitoring.collectors import GpuReading, Reading
 from monitoring.collectors.wire import batch_to_json

@@ -4,13 +4,13 @@ nothing a token brought once revoked; a batch is refused only on a fresh read of
 
 import json
 import logging
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from msgspec.structs import replace
 
 from monitoring.collectors import GpuReading
 from monitoring.collectors.wire import batch_to_json

@@ -2,13 +2,13 @@
 slots work while unheld ones idle, about one pool in twelve runs hot, counters never go down, and an
 uncorrected ECC error comes exactly when its hash says, with XID 48 once."""
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from monitoring.collectors import (
     GpuReading,
