@@ -153,7 +153,9 @@ def store_values(values: Sequence[tuple], *, new: bool = False) -> int:
     return written
 
 
-_COPY = f"COPY {{table}} ({', '.join(COLUMNS)}) FROM STDIN"
+# In PostgreSQL's binary format: the driver writes each figure and instant as it is in memory, in about a
+# quarter of the time it takes to write them as text, and the server has no text to parse back.
+_COPY = f"COPY {{table}} ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _INSERT = (
     f"INSERT INTO monitoring_sample ({', '.join(COLUMNS)}) SELECT * FROM "
     f"unnest({', '.join(f'%s::{kind}[]' for kind in TYPES)}) ON CONFLICT DO NOTHING"
@@ -167,6 +169,7 @@ def _copy(cursor, values: Sequence[tuple], days: dict[datetime, date]) -> int:
     try:
         for day, rows in by_day.items():
             with cursor.copy(_COPY.format(table=partition_name(day))) as copy:
+                copy.set_types(TYPES)
                 for row in rows:
                     copy.write_row(row)
     except UniqueViolation as error:
