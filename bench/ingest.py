@@ -228,9 +228,10 @@ def post_in_process(handler: WSGIHandler, key: str, body: bytes) -> tuple[int, b
 def through_api(
     fleet, keys, last: dict[str, datetime], *, rounds: int, per_request: int
 ) -> tuple[int, int, float]:
-    """Every node posts `rounds` × `per_request` readings, `per_request` in each request: 1, an agent keeping
-    up (its reading taken now); more, an agent flushing the buffer of readings it took, 15 s apart, since its
-    last post (in `last`, kept up to date). After each round, the writer stores what was accepted
+    """Every node posts `rounds` × `per_request` readings, `per_request` in each request (1, an agent keeping
+    up; more, an agent flushing the buffer of readings it took since its last post), each reading 15 s after
+    the node's last one (in `last`, kept up to date: start it far enough in the past that the last reading
+    is not ahead of now, as no agent's is). After each round, the writer stores what was accepted
     (monitoring.ingest.accepted.store, in this process). Returns samples stored, requests, and the seconds
     the posts and the writer took (each body is made just before its post, untimed)."""
     handler = WSGIHandler()
@@ -238,10 +239,7 @@ def through_api(
     seconds = 0.0
     for round_ in range(rounds):
         for key, (host, gpus) in zip(keys, fleet, strict=True):
-            if per_request == 1:
-                instants = [datetime.now(UTC)]
-            else:
-                instants = [last[host] + timedelta(seconds=INTERVAL * n) for n in range(1, per_request + 1)]
+            instants = [last[host] + timedelta(seconds=INTERVAL * n) for n in range(1, per_request + 1)]
             last[host] = instants[-1]
             body = json.dumps(batch_to_json([reading(host, gpus, at, round_) for at in instants])).encode()
             started = time.perf_counter()
@@ -715,7 +713,10 @@ def main() -> int:
         _cluster, fleet, keys = build(args.gpus)
         nodes = {gpu.pk: n for n, (_host, gpus) in enumerate(fleet) for gpu in gpus}
         samples.prepare_partitions()
-        last: dict[str, datetime] = {}
+        # The readings' instants, 15 s apart, end now: a reading ahead of now would make the web's rounds
+        # below, which post readings of now, look like resends of what is stored already.
+        began = datetime.now(UTC) - timedelta(seconds=INTERVAL * (args.rounds + args.buffer))
+        last = {host: began for host, _gpus in fleet}
         stored, requests, api_seconds = through_api(fleet, keys, last, rounds=args.rounds, per_request=1)
         rows = stored_rows()
         copy_seconds = min(by_copy(rows) for _ in range(3))
