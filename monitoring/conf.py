@@ -20,12 +20,15 @@ settings = AppSettings(
     # (monitoring/ingest/accepted.py): at most MONITORING_STORE_BATCHES a transaction. The writer's task runs
     # when the first batch waits and every MONITORING_STORE_SECONDS besides, and stores until no batch has
     # come for MONITORING_STORE_LINGER_SECONDS (at most 10), or for MONITORING_STORE_SECONDS at most, then
-    # sends for itself again behind the queue's other tasks; its lock lasts MONITORING_STORE_LOCK_SECONDS
-    # past each round. Once MONITORING_ACCEPTED_MAX_BATCHES wait, agents are answered 503 and keep their
-    # readings for later.
+    # sends for itself again behind the queue's other tasks; its rounds begin MONITORING_STORE_GATHER_SECONDS
+    # (at most 10) apart at least, unless a full round waits, so that a round's few statements are shared by
+    # more batches (each waits that much longer at most); its lock lasts MONITORING_STORE_LOCK_SECONDS past
+    # each round. Once MONITORING_ACCEPTED_MAX_BATCHES wait, agents are answered 503 and keep their readings
+    # for later.
     MONITORING_STORE_BATCHES=Setting.int(2000, minimum=1),
     MONITORING_STORE_SECONDS=Setting.int(15, minimum=1),
     MONITORING_STORE_LINGER_SECONDS=Setting.float(0.5, minimum=0.0),
+    MONITORING_STORE_GATHER_SECONDS=Setting.float(0.25, minimum=0.0),
     MONITORING_STORE_LOCK_SECONDS=Setting.int(120, minimum=10),
     MONITORING_ACCEPTED_MAX_BATCHES=Setting.int(50000, minimum=1),
     # Each web process keeps what it read of an agent's token and host for this long, this many of each at

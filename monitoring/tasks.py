@@ -27,7 +27,9 @@ def store_accepted_samples() -> str:
     """Sent by the first batch an agent leaves on an empty list, by beat, and by a run that used its time:
     store what waits, for at most MONITORING_STORE_SECONDS."""
     return accepted.store(
-        linger=settings.MONITORING_STORE_LINGER_SECONDS, within=settings.MONITORING_STORE_SECONDS
+        linger=settings.MONITORING_STORE_LINGER_SECONDS,
+        within=settings.MONITORING_STORE_SECONDS,
+        gather=settings.MONITORING_STORE_GATHER_SECONDS,
     ).summary()
 
 

@@ -20,7 +20,10 @@ newest figures, and the events they show).
   (a node's batch of 8 GPUs is about 5 kB).
 - writer: one at a time (a Redis lock; another run finds it held and leaves the list to the holder, which
   looks again once it lets go). A run stores until nothing has come for MONITORING_STORE_LINGER_SECONDS,
-  for MONITORING_STORE_SECONDS at most, then sends for itself again behind the queue's other tasks. A
+  for MONITORING_STORE_SECONDS at most, then sends for itself again behind the queue's other tasks. Its
+  rounds begin MONITORING_STORE_GATHER_SECONDS apart at least, unless a full round waits: a round's fixed
+  cost (a few statements, the commit) is then shared by every batch that came in that time, rather than by
+  the few that came while the last round was stored; a batch waits that much longer at most. A
   batch is stored with the times taken when it was accepted; a host or GPU gone since then is passed over
   and logged, and a batch that its token brought once revoked is dropped. When the database fails, what
   was not stored is put back at the head of the list and the task fails, to be run again. A worker killed
@@ -33,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -187,12 +191,16 @@ def _next(client: redis.Redis, key: str, most: int, linger: float) -> list[bytes
     return [first[1], *(rest or [])]
 
 
-def store(*, most: int | None = None, linger: float = 0.0, within: float | None = None) -> Stored:
+def store(
+    *, most: int | None = None, linger: float = 0.0, within: float | None = None, gather: float = 0.0
+) -> Stored:
     """Store what waits, `most` batches (MONITORING_STORE_BATCHES) a round, until the list is empty or
     another writer holds it; with `linger`, until nothing has come for that many seconds (while agents post,
-    one run of the writer stores them all, in rounds as large as they come). With `within`, no round begins
-    once that many seconds have passed: the run sends for the writer again, behind whatever else waits on
-    its queue (agents never stop posting, and the roll-ups and alerts take turns with the writer)."""
+    one run of the writer stores them all, in rounds as large as they come). With `gather` too, a round that
+    found fewer than `most` waiting is followed by a pause until that many seconds have passed since it
+    began, so that the next round stores together what came meanwhile. With `within`, no round begins once
+    that many seconds have passed: the run sends for the writer again, behind whatever else waits on its
+    queue (agents never stop posting, and the roll-ups and alerts take turns with the writer)."""
     client, key = _client(), _key()
     most = most or settings.MONITORING_STORE_BATCHES
     stored = Stored()
@@ -203,8 +211,12 @@ def store(*, most: int | None = None, linger: float = 0.0, within: float | None 
             return stored  # the holder looks at the list again once it lets go
         try:
             while (ends is None or time.monotonic() < ends) and (entries := _next(client, key, most, linger)):
+                began = time.monotonic()
                 lock.reacquire()  # a round lasts seconds; the lock outlives each one
                 _store(entries, stored, put_back=lambda rest: client.lpush(key, *reversed(rest)))
+                if linger and len(entries) < most:
+                    pause = min(gather, broker.LONGEST_WAIT)  # well within the lock's life
+                    _pause(until=min(began + pause, ends if ends is not None else math.inf))
         finally:
             with contextlib.suppress(redis.exceptions.LockError):  # expired, maybe taken: that writer goes on
                 lock.release()
@@ -213,6 +225,13 @@ def store(*, most: int | None = None, linger: float = 0.0, within: float | None 
         if ends is not None and time.monotonic() >= ends:
             app.send_task(task_names.STORE_ACCEPTED)
             return stored
+
+
+def _pause(*, until: float) -> None:
+    """Wait until the monotonic clock reads `until` (not at all once it has)."""
+    left = until - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 _REVOKED_SQL = f"SELECT id, revoked_at FROM {AgentToken._meta.db_table} WHERE id = ANY(%s)"

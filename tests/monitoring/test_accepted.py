@@ -268,3 +268,38 @@ def test_a_run_that_used_its_time_sends_for_the_writer_again_behind_the_queues_o
     assert sent == [task_names.STORE_ACCEPTED]
     assert accepted.store(most=1, within=60).batches == 2 and not accepted.waiting()
     assert sent == [task_names.STORE_ACCEPTED]  # done within its time: nothing more to send for
+
+
+def test_a_lingering_writer_lets_batches_gather_between_rounds_unless_a_full_round_waits(
+    client, fleet, monkeypatch
+):
+    (first, first_key), (second, second_key) = fleet
+    rounds, pauses = [], []
+    store_round = accepted._store
+
+    def counted(entries, stored, **kwargs):
+        rounds.append(len(entries))
+        store_round(entries, stored, **kwargs)
+
+    def pause(*, until):
+        pauses.append(until - time.monotonic())
+        if len(pauses) == 1:  # two agents post while the writer waits
+            for node, key in ((first, first_key), (second, second_key)):
+                assert post(client, node, key, NOW + timedelta(seconds=15)).status_code == 202
+
+    monkeypatch.setattr(accepted, "_store", counted)
+    monkeypatch.setattr(accepted, "_pause", pause)
+    post(client, first, first_key)
+    stored = accepted.store(linger=0.01, gather=5)
+    assert rounds == [1, 2] and stored.batches == 3 and not accepted.waiting()
+    assert len(pauses) == 2 and 4 < pauses[0] <= 5  # until 5 s after the round began
+
+    rounds.clear()
+    pauses.clear()
+    for node, key in fleet:
+        post(client, node, key, NOW + timedelta(seconds=30))
+    assert accepted.store(most=1, linger=0.01, gather=5).batches == 2
+    assert rounds == [1, 1] and pauses == []  # a full round waited each time: no pause
+
+    post(client, first, first_key, NOW + timedelta(seconds=45))
+    assert accepted.store(gather=5).batches == 1 and pauses == []  # a run that stores what waits now
