@@ -518,8 +518,9 @@ def plain_batch(body: bytes, *, max_readings: int, max_gpus: int) -> list[Readin
 
 
 def _as_is(reading: _PlainReading) -> bool:
-    """Whether the checks would take every text of `reading` as it is, with nothing to strip at either end
-    (a check in the decoder's pattern would cost more than reading the whole batch)."""
+    """Whether the checks would take every text of `reading` as it is, with nothing to strip at either end (a
+    check in the decoder's pattern would cost more than reading the whole batch; msgspec refuses a lone
+    surrogate itself)."""
     texts = [reading.host, *reading.problems]
     for gpu in reading.gpus:
         texts += (gpu.uuid, gpu.model or "", *gpu.problems)

@@ -26,7 +26,7 @@ import msgspec
 from django.db import connection, transaction
 from django.utils.translation import gettext as _
 
-from monitoring.collectors import Reading
+from monitoring.collectors import InstanceReading, Reading
 from monitoring.faults import services as faults
 from monitoring.ingest import hosts
 from monitoring.ingest.events import shown
@@ -225,7 +225,7 @@ def _rows(targets: list[Target], problems: list[str]) -> tuple[list[tuple], list
     return values, latest
 
 
-def _start(instance, layout: list | None) -> int | None:
+def _start(instance: InstanceReading, layout: list | None) -> int | None:
     """The first memory slice of a reported instance: its placement, else that of its UUID in the GPU's
     layout; None when neither tells (its pool cannot be told, and it is not stored)."""
     if instance.placement:
