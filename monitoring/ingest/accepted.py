@@ -37,6 +37,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -107,9 +108,14 @@ return 0
 """
 
 
-@functools.cache
 def _put_script():
-    return _client().register_script(_PUT)
+    return _put_script_of(os.getpid())
+
+
+@functools.cache
+def _put_script_of(pid: int):
+    """_PUT on this process's own connection to the broker (the call is on every agent's request)."""
+    return broker.own_connection().register_script(_PUT)
 
 
 @dataclass

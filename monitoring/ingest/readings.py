@@ -18,7 +18,9 @@ readings show one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import gc
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -66,10 +68,30 @@ def ingest(
     they were accepted are stored later, with the times of their acceptance, and not strictly)."""
     now = now or datetime.now(UTC)
     given = dict(source=source, strict=strict, now=now, also=also, times=times, complete=complete)
+    with _no_cycle_collection():
+        try:
+            return _ingest(cluster, readings, **given, new=None)
+        except (
+            samples.StoredBefore
+        ):  # sent before after all (a resend racing the first), or an instance twice
+            return _ingest(cluster, readings, **given, new=False)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's collector of reference cycles off for one ingest, back on after. A writer's round holds a
+    few objects per sample (the GPUs read, the targets, the rows) until it ends: hundreds of thousands at
+    100,000 GPUs. As they pile up they set off the collector again and again, each time walking all of them
+    and the process's whole heap besides, a quarter of the writer's time. They hold no cycles but for the
+    odd exception's traceback, which the collector finds on its next run once it is on again."""
+    if not gc.isenabled():  # off already (another thread's ingest, or the process's own choice): left so
+        yield
+        return
+    gc.disable()
     try:
-        return _ingest(cluster, readings, **given, new=None)
-    except samples.StoredBefore:  # sent before after all (a resend racing the first), or an instance twice
-        return _ingest(cluster, readings, **given, new=False)
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Readings into storage: samples, newest figures, events, instance binding; refusals that store nothing."""
 
+import gc
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -72,6 +73,31 @@ def test_no_statement_of_a_batch_is_compiled_and_the_setting_ends_with_it(node):
     ingest(cluster=node.cluster, readings=[reading(node)], source="agent", also=lambda: during.append(jit()))
     assert during == ["off"]
     assert jit() == before
+
+
+def test_the_cycle_collector_is_off_for_a_batch_and_as_it_was_after(node):
+    """A writer's round holds a few objects per sample until it ends; the collector set off by them again and
+    again cost a quarter of the writer's time."""
+    during = []
+    ingest(
+        cluster=node.cluster,
+        readings=[reading(node)],
+        source="agent",
+        also=lambda: during.append(gc.isenabled()),
+    )
+    assert during == [False]
+    assert gc.isenabled()
+
+    with pytest.raises(InvalidInput):
+        ingest(cluster=node.cluster, readings=[reading(node, host="elsewhere")], source="agent")
+    assert gc.isenabled()  # on again after a refusal too
+
+    gc.disable()  # a process that keeps it off finds it off
+    try:
+        ingest(cluster=node.cluster, readings=[reading(node, at=NOW - timedelta(seconds=15))], source="agent")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_the_same_batch_twice_is_stored_once(node):

@@ -3,7 +3,9 @@
 from decimal import Decimal
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from portal.appsettings import AppSettings, Setting
 
@@ -91,3 +93,19 @@ def test_an_optional_number_below_its_minimum_stops_the_check(monkeypatch):
     monkeypatch.setenv("THING_LIMIT", "-1")
     with pytest.raises(ImproperlyConfigured, match="at least 0"):
         AppSettings(THING_LIMIT=Setting.optional_int(None, minimum=0)).check()
+
+
+def test_overrides_are_read_through_down_to_the_settings_module(monkeypatch, settings):
+    monkeypatch.delenv("THING_SECONDS", raising=False)
+    conf = declared()
+    settings.THING_SECONDS = 5
+    with override_settings(THING_RATE=Decimal("3")):
+        # One from the override below the one on top, one from the one on top.
+        assert conf.THING_SECONDS == 5
+        assert Decimal("3") == conf.THING_RATE
+        with override_settings():
+            del django_settings.THING_SECONDS  # by the override on top only
+            assert conf.THING_SECONDS == 60
+        assert conf.THING_SECONDS == 5
+    # A declared name that the settings module sets is read from there, beneath the tests' overrides.
+    assert AppSettings(ROOT_URLCONF=Setting.str("elsewhere")).ROOT_URLCONF == "portal.urls"
