@@ -71,9 +71,8 @@ def ingest(
     with _no_cycle_collection():
         try:
             return _ingest(cluster, readings, **given, new=None)
-        except (
-            samples.StoredBefore
-        ):  # sent before after all (a resend racing the first), or an instance twice
+        # Sent before after all (a resend racing the first), or an instance twice.
+        except samples.StoredBefore:
             return _ingest(cluster, readings, **given, new=False)
 
 
