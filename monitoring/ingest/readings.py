@@ -11,9 +11,9 @@ portal expects. Instance UUIDs a host reports are bound to the allocations holdi
 A node agent's batch comes every 15 s from every node, so the usual batch costs a fixed, small number of
 statements whatever it holds: one query reads the hosts' GPUs with all ingest needs of them (their newest
 figures' time and ECC count, their live allocations' instances), the samples go in by COPY (new ones: a
-batch whose GPUs have figures at or after its instants may be a resend, and is inserted passing over what
-is there), the newest figures by one upsert. Events, faults and bindings cost a statement only when the
-readings show one.
+sample of a GPU with figures at or after its instant may be a resend, and is inserted passing over what is
+there, with the other such rows of the batch), the newest figures by one upsert. Events, faults and
+bindings cost a statement only when the readings show one.
 """
 
 from __future__ import annotations
@@ -152,10 +152,10 @@ def _ingest(
             complete=complete,
         )
         values, latest = _rows(targets, result.problems)
-        if new is None:  # new unless the newest figures say a sample of these GPUs may be there already
-            newest = {t.gpu.pk: t.gpu.newest for t in targets}
-            new = all(newest[row[0]] is None or row[2] > newest[row[0]] for row in values)
-        result.samples = samples.store_values(values, new=new)
+        if new is None:
+            result.samples = _store_samples(values, {t.gpu.pk: t.gpu.newest for t in targets})
+        else:
+            result.samples = samples.store_values(values, new=new)
         _store_latest(latest, source=source)
         events = shown(targets, found, readings, source)
         if events:
@@ -169,6 +169,18 @@ def _ingest(
             also()
     result.gpus = len(targets)
     return result
+
+
+def _store_samples(values: list[tuple], newest: dict[int, datetime | None]) -> int:
+    """Store the rows, each by COPY unless the newest figures of its GPU (`newest`, by GPU id) say that a
+    sample at its instant may be there already (a resend): those are inserted passing over what is there,
+    which costs several times as much a row. One agent's resend costs the writer's round only its own rows."""
+    fresh: list[tuple] = []
+    maybe_stored: list[tuple] = []
+    for row in values:
+        before = newest[row[0]]
+        (fresh if before is None or row[2] > before else maybe_stored).append(row)
+    return samples.store_values(fresh, new=True) + samples.store_values(maybe_stored, new=False)
 
 
 def _without_compiling() -> None:

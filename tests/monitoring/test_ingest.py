@@ -247,6 +247,31 @@ def test_a_batch_whose_samples_are_partly_stored_is_stored_for_the_rest(node):
     assert Sample.objects.get(gpu=full).power_w == 1.0 and Latest.objects.get(gpu=full).power_w == 300.0
 
 
+def test_a_resent_reading_beside_new_ones_costs_only_its_own_rows(node, monkeypatch):
+    """A writer's round holds many agents' readings; one agent's resend must not send them all down the
+    path that passes over what is stored, which costs several times as much a row."""
+    other = NodeCapacityFactory(cluster=node.cluster, name="gpu-node-2", gpu_model="H100-80GB")
+    GpuCapacityFactory(node=other, index=0)
+    first = reading(node, at=NOW - timedelta(seconds=15))
+    ingest(cluster=node.cluster, readings=[first], source="agent")
+    calls = []
+    store_values = samples.store_values
+    monkeypatch.setattr(
+        samples,
+        "store_values",
+        lambda values, *, new: calls.append((len(values), new)) or store_values(values, new=new),
+    )
+    newcomer = Reading(other.name, NOW, (GpuReading(0, other.gpus.get().uuid, power_w=100.0),))
+
+    result = ingest(
+        cluster=node.cluster, readings=[first, reading(node), newcomer], source="agent", strict=False
+    )
+
+    assert calls == [(5, True), (4, False)]  # the resent reading's 4 rows alone passed over what is stored
+    assert result.samples == 5
+    assert Sample.objects.count() == 9
+
+
 def test_a_batch_of_several_hosts_is_taken_whole(node):
     other = NodeCapacityFactory(cluster=node.cluster, name="gpu-node-2", gpu_model="H100-80GB")
     GpuCapacityFactory(node=other, index=0)
