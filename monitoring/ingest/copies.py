@@ -4,7 +4,8 @@ the identity of a host's GPUs.
 A fleet of 100,000 GPUs posts 12,500 batches every 15 s, each from an agent whose token and host change
 seldom; reading both for every batch cost two of the endpoint's three round trips. A web process keeps
 what it read for MONITORING_AGENT_COPY_SECONDS, MONITORING_AGENT_COPIES entries of each kind at most (the
-oldest go first), and reads again once a copy is that old. A copy never decides alone:
+oldest go first), and reads again once a copy is that old; tokens it reads all at once, at the first it
+does not hold (monitoring.ingest.tokens). A copy never decides alone:
 
 - a token: its revocation reaches every process at once through the broker (monitoring.ingest.broker),
   checked in the same call that leaves the batch for the writer; the writer stores nothing a token brought

@@ -3,9 +3,10 @@
 - key: the secret an agent sends as `Authorization: Bearer <key>`: 256 random bits, shown once when
   issued and never stored. Random keys need no slow hash; the portal keeps the SHA-256 (`digest`) and
   the first characters (`prefix`), so a person can tell their tokens apart.
-- live: not revoked. A web process keeps a copy of a token it found (monitoring.ingest.copies); a
-  revocation reaches every process through the broker at once. A token speaks for its cluster only: the
-  readings it brings are stored as that cluster's hosts', whatever the batch says.
+- live: not revoked. A web process keeps a copy of every live token, read all at once when it first
+  needs one it does not hold (monitoring.ingest.copies); a revocation reaches every process through the
+  broker at once. A token speaks for its cluster only: the readings it brings are stored as that
+  cluster's hosts', whatever the batch says.
 - use: when a token was last used and the host whose readings it last brought, written at most once per
   USE_RECORDED_EVERY, so that an agent posting every 15 s (or many agents sharing one token) costs no write
   per batch.
@@ -95,6 +96,7 @@ def _tell_revoked(pk: int, at: datetime) -> None:
 
 
 _COPIES = "agent-token"  # this process's copies of live tokens, by their key's digest
+_ALL_READ = "agent-tokens-read"  # whether this process read every live token lately (see _copy_live_tokens)
 _SLACK = 60  # seconds a revocation is kept past the longest life of a copy, for clocks that differ
 _TOKEN_FIELDS = ("id", "cluster_id", "digest", "last_used_at", "last_host")  # the model's order, for from_db
 _TOKEN_SQL = (
@@ -103,9 +105,18 @@ _TOKEN_SQL = (
 )
 
 
+_LIVE_TOKENS_SQL = (
+    "SELECT t.id, t.cluster_id, t.last_used_at, t.last_host, c.name, t.digest "
+    f"FROM {AgentToken._meta.db_table} t JOIN {Cluster._meta.db_table} c ON c.id = t.cluster_id "
+    "WHERE t.revoked_at IS NULL "
+    "ORDER BY t.last_used_at DESC NULLS LAST, t.id DESC LIMIT %s"
+)
+
+
 def find_agent_token(key: str) -> AgentToken | None:
     """The live token behind `key`, with its cluster (its name only): this process's copy of it
-    (monitoring.ingest.copies), else read in one query; writes nothing. A copy may outlive a revocation
+    (monitoring.ingest.copies), else read in one query (with every live token, where this process has not
+    read them within a copy's life); writes nothing. A copy may outlive a revocation
     in another process: the batch it brings is refused when it is left for the writer."""
     if not key:
         return None
@@ -113,17 +124,45 @@ def find_agent_token(key: str) -> AgentToken | None:
     token = copies.get(_COPIES, key_digest)
     if token is not None:
         return token
+    if _copy_live_tokens():
+        token = copies.get(_COPIES, key_digest)
+        if token is not None:
+            return token
     with bound(prepared=True) as cursor:
         cursor.execute(_TOKEN_SQL, [key_digest])
         row = cursor.fetchone()
     if row is None:
         return None
-    token_id, cluster_id, last_used_at, last_host, cluster = row
+    token = _token(*row, key_digest, {})
+    copies.keep(_COPIES, key_digest, token)
+    return token
+
+
+def _copy_live_tokens() -> bool:
+    """Keep a copy of every live token (the most lately used first, as many as copies hold), unless this
+    process did within a copy's life; whether it did now. A web process starts with no copies, and every
+    agent of a fleet posts within 15 s: one query then spares each of them a query of its own, the dearest
+    part of the first batch a process takes from it."""
+    if not settings.MONITORING_AGENT_COPY_SECONDS or copies.get(_ALL_READ, "live") is not None:
+        return False
+    clusters: dict[int, Cluster] = {}
+    with bound(prepared=True) as cursor:
+        cursor.execute(_LIVE_TOKENS_SQL, [settings.MONITORING_AGENT_COPIES])
+        rows = cursor.fetchall()
+    for row in rows:
+        copies.keep(_COPIES, row[-1], _token(*row, clusters))
+    copies.keep(_ALL_READ, "live", True)
+    return True
+
+
+def _token(token_id, cluster_id, last_used_at, last_host, cluster, key_digest, clusters) -> AgentToken:
+    """A token as the queries above read it, with its cluster (its name only; one object a cluster)."""
     token = AgentToken.from_db(
         DEFAULT_DB_ALIAS, _TOKEN_FIELDS, (token_id, cluster_id, key_digest, last_used_at, last_host)
     )
-    token.cluster = Cluster.from_db(DEFAULT_DB_ALIAS, ("id", "name"), (cluster_id, cluster))
-    copies.keep(_COPIES, key_digest, token)
+    if cluster_id not in clusters:
+        clusters[cluster_id] = Cluster.from_db(DEFAULT_DB_ALIAS, ("id", "name"), (cluster_id, cluster))
+    token.cluster = clusters[cluster_id]
     return token
 
 

@@ -58,6 +58,30 @@ def test_an_agents_next_batch_costs_the_endpoint_no_query(client, node, issued, 
     assert accepted.store().samples == 8
 
 
+def test_the_first_token_read_reads_every_live_one_so_other_agents_first_batches_read_none(
+    client, node, issued, django_capture_on_commit_callbacks
+):
+    """A web process starts with no copies, and every agent of a fleet posts within 15 s."""
+    other = agents.issue_agent_token(cluster=node.cluster, name="another agent")
+    gone = agents.issue_agent_token(cluster=node.cluster, name="a revoked agent")
+    with django_capture_on_commit_callbacks(execute=True):
+        agents.revoke_agent_token(token=gone.token)
+    readings = [reading(node, at=now(seconds)) for seconds in (0, 15, 30)]
+    with CaptureQueriesContext(connection) as first:
+        assert post(client, issued.key, readings[0]).status_code == 202
+    assert sum("monitoring_agenttoken" in query["sql"] for query in first.captured_queries) == 1
+
+    with CaptureQueriesContext(connection) as queries:
+        assert post(client, other.key, readings[1]).status_code == 202
+    assert not [query for query in queries.captured_queries if "monitoring_agenttoken" in query["sql"]]
+    assert copies.get(agents._COPIES, digest(gone.key)) is None  # a revoked token is not copied
+
+    with CaptureQueriesContext(connection) as queries:  # read alone, and found revoked
+        assert post(client, gone.key, readings[2]).status_code == 401
+    assert len(queries.captured_queries) == 1
+    assert accepted.store().samples == 8
+
+
 def test_without_copies_each_batch_reads_the_token_and_its_hosts(client, node, issued, settings):
     settings.MONITORING_AGENT_COPY_SECONDS = 0
     assert post(client, issued.key, reading(node, at=now())).status_code == 202
