@@ -37,7 +37,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -109,13 +108,13 @@ return 0
 
 
 def _put_script():
-    return _put_script_of(os.getpid())
+    """_PUT on this process's own connection to the broker (the call is on every agent's request)."""
+    return _script_on(broker.own_connection())
 
 
 @functools.cache
-def _put_script_of(pid: int):
-    """_PUT on this process's own connection to the broker (the call is on every agent's request)."""
-    return broker.own_connection().register_script(_PUT)
+def _script_on(client: redis.Redis):
+    return client.register_script(_PUT)
 
 
 @dataclass
