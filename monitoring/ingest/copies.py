@@ -5,7 +5,8 @@ A fleet of 100,000 GPUs posts 12,500 batches every 15 s, each from an agent whos
 seldom; reading both for every batch cost two of the endpoint's three round trips. A web process keeps
 what it read for MONITORING_AGENT_COPY_SECONDS, MONITORING_AGENT_COPIES entries of each kind at most (the
 oldest go first), and reads again once a copy is that old; tokens it reads all at once, at the first it
-does not hold (monitoring.ingest.tokens). A copy never decides alone:
+does not hold (monitoring.ingest.tokens), and a cluster's hosts likewise (monitoring.ingest.hosts). A copy
+never decides alone:
 
 - a token: its revocation reaches every process at once through the broker (monitoring.ingest.broker),
   checked in the same call that leaves the batch for the writer; the writer stores nothing a token brought
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from cachetools import TTLCache
 
@@ -52,6 +53,16 @@ def keep(kind: str, key: Hashable, value) -> None:
         return
     with _lock:
         _of(kind)[key] = value
+
+
+def keep_all(kind: str, items: Iterable[tuple[Hashable, object]]) -> None:
+    """Keep each (key, value) of `items` among `kind`, the lock taken once (a cluster's hosts at a time)."""
+    if not settings.MONITORING_AGENT_COPY_SECONDS:
+        return
+    with _lock:
+        kept = _of(kind)
+        for key, value in items:
+            kept[key] = value
 
 
 def forget(kind: str, key: Hashable) -> None:

@@ -149,8 +149,7 @@ def _copy_live_tokens() -> bool:
     with bound(prepared=True) as cursor:
         cursor.execute(_LIVE_TOKENS_SQL, [settings.MONITORING_AGENT_COPIES])
         rows = cursor.fetchall()
-    for row in rows:
-        copies.keep(_COPIES, row[-1], _token(*row, clusters))
+    copies.keep_all(_COPIES, ((row[-1], _token(*row, clusters)) for row in rows))
     copies.keep(_ALL_READ, "live", True)
     return True
 

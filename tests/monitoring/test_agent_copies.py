@@ -14,11 +14,11 @@ from msgspec.structs import replace
 
 from monitoring.collectors import GpuReading
 from monitoring.collectors.wire import batch_to_json
-from monitoring.ingest import accepted, broker, copies
+from monitoring.ingest import accepted, broker, copies, hosts
 from monitoring.ingest import tokens as agents
 from monitoring.models import Sample
 from portal.tokens import digest
-from tests.factories import GpuCapacityFactory
+from tests.factories import ClusterFactory, GpuCapacityFactory, NodeCapacityFactory
 from tests.monitoring.agent_readings import reading
 
 pytestmark = pytest.mark.django_db
@@ -79,6 +79,55 @@ def test_the_first_token_read_reads_every_live_one_so_other_agents_first_batches
     with CaptureQueriesContext(connection) as queries:  # read alone, and found revoked
         assert post(client, gone.key, readings[2]).status_code == 401
     assert len(queries.captured_queries) == 1
+    assert accepted.store().samples == 8
+
+
+def node_like(node, name: str):
+    """Another node of `node`'s kind (its readings made alike), in `node`'s cluster."""
+    other = NodeCapacityFactory(cluster=node.cluster, name=name, gpu_model=node.gpu_model)
+    GpuCapacityFactory(node=other, index=0)
+    GpuCapacityFactory(node=other, index=1, mig={"3g.40gb": 2})
+    return other
+
+
+def host_reads(queries) -> int:
+    return sum("pools_nodecapacity" in query["sql"] for query in queries.captured_queries)
+
+
+def test_the_first_host_read_reads_every_host_of_its_cluster_so_other_agents_first_batches_read_none(
+    client, node, issued
+):
+    """A web process starts with no copies, and every agent of a fleet posts within 15 s."""
+    second = node_like(node, "gpu-node-2")
+    other = agents.issue_agent_token(cluster=node.cluster, name=second.name)
+    elsewhere = NodeCapacityFactory(cluster=ClusterFactory(name="other"), name="gpu-node-2")
+    with CaptureQueriesContext(connection) as first:
+        assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    assert host_reads(first) == 1
+    assert copies.get(hosts._COPIES, (elsewhere.cluster_id, elsewhere.name)) is None  # its cluster's alone
+
+    with CaptureQueriesContext(connection) as queries:
+        assert post(client, other.key, reading(second, at=now())).status_code == 202
+    assert host_reads(queries) == 0
+
+    third = node_like(node, "gpu-node-3")  # the inventory sync found a node since: read on its own
+    with CaptureQueriesContext(connection) as queries:
+        answer = post(client, other.key, reading(third, at=now()))
+    assert (answer.status_code, answer.json(), host_reads(queries)) == (202, {"samples": 4, "gpus": 2}, 1)
+    assert accepted.store().samples == 12
+
+
+def test_a_clusters_hosts_are_read_a_page_at_a_time(client, node, issued, monkeypatch):
+    monkeypatch.setattr(hosts, "_CLUSTER_PAGE", 1)
+    second = node_like(node, "gpu-node-2")
+    other = agents.issue_agent_token(cluster=node.cluster, name=second.name)
+    with CaptureQueriesContext(connection) as first:
+        assert post(client, other.key, reading(second, at=now())).status_code == 202
+    assert host_reads(first) == 3  # a node, the other, none left
+
+    with CaptureQueriesContext(connection) as queries:
+        assert post(client, issued.key, reading(node, at=now())).status_code == 202
+    assert host_reads(queries) == 0
     assert accepted.store().samples == 8
 
 
