@@ -13,7 +13,10 @@ written with a plain `COPY monitoring_sample FROM STDIN` (binary, its faster for
 could reach) into the emptied table, and once more as one COPY per request, each in its own transaction
 (the floor of any ingest that stores each request as it comes); the rates and their ratios are printed
 (and that of the last without waiting for the disk's flush at each commit, which is most of what a
-transaction per request costs on a slow disk). Then each node posts `--buffer` readings in one request, as
+transaction per request costs on a slow disk). Then each node posts its reading once more to the endpoint
+with its view made to answer 202 at once, reading and leaving nothing: the time of the site's guards and
+Django's handling alone, which any ingest served behind them pays before it reads a batch, is printed a
+request and beside the COPY of one round's rows. Then each node posts `--buffer` readings in one request, as
 an agent flushing its buffer does, and that rate and its ratio to COPY are printed too.
 
 The round: gunicorn serves the portal as the README's run command does (`deploy/gunicorn.conf.py`, 3 workers
@@ -64,6 +67,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -77,11 +81,13 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
+from django.http import HttpResponse  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from monitoring.collectors import GpuReading, InstanceReading, Reading  # noqa: E402
 from monitoring.collectors.wire import batch_to_json  # noqa: E402
 from monitoring.ingest import accepted  # noqa: E402
+from monitoring.ingest.api import SamplesView  # noqa: E402
 from monitoring.models import AgentToken  # noqa: E402
 from monitoring.storage import samples  # noqa: E402
 from pools import mig  # noqa: E402
@@ -255,6 +261,29 @@ def through_api(
             raise SystemExit(f"the writer did not store everything: {written.summary()}")
         stored += written.samples
     return stored, requests, seconds
+
+
+def _answer_at_once(_view, _request, *_args, **_kwargs) -> HttpResponse:
+    return HttpResponse(b'{"samples": 0}', status=202, content_type="application/json")
+
+
+def guards_alone(fleet, keys) -> tuple[int, float]:
+    """Every node posts its reading once, as through_api posts it, to the agents' endpoint with its view
+    made to answer 202 at once (it reads nothing and leaves nothing): the time of the site's guards and
+    Django's handling of the requests alone, which any ingest served behind them pays before it reads a
+    batch. Returns the requests and their seconds."""
+    handler = WSGIHandler()
+    bodies = [json.dumps(batch_to_json([reading(host, gpus, AHEAD, 1)])).encode() for host, gpus in fleet]
+    seconds = 0.0
+    with mock.patch.object(SamplesView, "dispatch", _answer_at_once):
+        for key, body in zip(keys, bodies, strict=True):
+            raw = fresh(body)
+            started = time.perf_counter()
+            code, answer = post_in_process(handler, key, raw)
+            seconds += time.perf_counter() - started
+            if code != 202:
+                raise SystemExit(f"the guards answered {code}: {answer[:300]!r}")
+    return len(bodies), seconds
 
 
 def stored_rows() -> list[tuple]:
@@ -734,6 +763,13 @@ def main() -> int:
         print(f"copy / api: {api_seconds / copy_seconds:.1f}x")
         print(f"copy per request, a transaction each: {len(rows) / per_request_seconds:,.0f} samples/s")
         print(f"copy per request / api: {api_seconds / per_request_seconds:.1f}x")
+        guarded, guard_seconds = guards_alone(fleet, keys)
+        round_copy = copy_seconds / args.rounds  # one request of each node, as the guards' run posts
+        print(
+            f"the site's guards alone, around a view that answers at once: "
+            f"{guard_seconds / guarded * 1e6:,.0f} us a request"
+        )
+        print(f"the guards alone / copy: {guard_seconds / round_copy:.1f}x")
         unflushed_rate = len(rows) / unflushed_seconds
         print(f"copy per request, not waiting for the disk's flush: {unflushed_rate:,.0f} samples/s")
         print(f"api requests/s: {requests / api_seconds:,.0f}")
