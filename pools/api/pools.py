@@ -52,6 +52,18 @@ class AllocationSerializer(serializers.ModelSerializer):
         return claim_name(allocation) if claimed(allocation, allocation.gpu.node.cluster) else ""
 
 
+def _allocations_shown():
+    """Pools' allocations as their answers read them, with their GPU, node and cluster in the same rows, and
+    only the columns the answers use: a page of pools holds hundreds of allocations, and each row would
+    otherwise carry every column of the four tables (a cluster's alone are twenty-two, its encrypted
+    kubeconfig among them)."""
+    return Allocation.objects.select_related("gpu__node__cluster").only(
+        *("id", "pool", "gpu", "profile", "slices", "resource_name", "instance_uuid", "released_at"),
+        *("gpu__uuid", "gpu__index", "gpu__node", "gpu__node__name", "gpu__node__cluster"),
+        *("gpu__node__cluster__name", "gpu__node__cluster__binding"),
+    )
+
+
 class PodSerializer(serializers.Serializer):
     name = serializers.CharField()
     node = serializers.CharField()
@@ -210,7 +222,7 @@ class PoolViewSet(viewsets.ReadOnlyModelViewSet):
             .select_related("cluster", "project", "request")
             .prefetch_related(
                 "items",
-                Prefetch("allocations", queryset=Allocation.objects.select_related("gpu__node__cluster")),
+                Prefetch("allocations", queryset=_allocations_shown()),
             )
             .order_by("-reserved_at", "-pk")
         )
