@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from cachetools import TTLCache
 
@@ -49,10 +49,7 @@ def get(kind: str, key: Hashable):
 
 
 def keep(kind: str, key: Hashable, value) -> None:
-    if not settings.MONITORING_AGENT_COPY_SECONDS:
-        return
-    with _lock:
-        _of(kind)[key] = value
+    keep_all(kind, ((key, value),))
 
 
 def keep_all(kind: str, items: Iterable[tuple[Hashable, object]]) -> None:
@@ -63,6 +60,17 @@ def keep_all(kind: str, items: Iterable[tuple[Hashable, object]]) -> None:
         kept = _of(kind)
         for key, value in items:
             kept[key] = value
+
+
+def read_all(kind: str, key: Hashable, read: Callable[[], object]) -> bool:
+    """Call `read`, which keeps copies among `kind` of all there is under `key` at once (every live token, a
+    cluster's hosts), unless this process did within a copy's life; whether it did now."""
+    done = f"{kind}:all-read"
+    if not settings.MONITORING_AGENT_COPY_SECONDS or get(done, key) is not None:
+        return False
+    read()
+    keep(done, key, True)
+    return True
 
 
 def forget(kind: str, key: Hashable) -> None:

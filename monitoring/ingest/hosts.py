@@ -145,7 +145,6 @@ def _hosts(cluster: Cluster, rows) -> Hosts:
 
 
 _COPIES = "agent-host"  # this process's copies of hosts' present GPUs, by (cluster id, host)
-_ALL_READ = "agent-hosts-read"  # the clusters whose hosts this process read at once lately, by id
 
 
 def known(cluster: Cluster, names: set[str], *, fresh: bool = False) -> tuple[Hosts, bool]:
@@ -156,7 +155,7 @@ def known(cluster: Cluster, names: set[str], *, fresh: bool = False) -> tuple[Ho
     refuse nothing on them alone)."""
     if names and not fresh:
         held = _held(cluster, names)
-        if held is None and _copy_cluster_hosts(cluster):
+        if held is None and copies.read_all(_COPIES, cluster.pk, lambda: _copy_cluster_hosts(cluster)):
             held = _held(cluster, names)
         if held is not None:
             return held, True
@@ -182,14 +181,12 @@ def _keep(cluster: Cluster, found: Hosts) -> None:
     copies.keep_all(_COPIES, held.items())  # each host's node id and GPUs, by the cluster's id and its name
 
 
-def _copy_cluster_hosts(cluster: Cluster) -> bool:
-    """Keep a copy of every present host of `cluster` (as many as copies hold), unless this process did
-    within a copy's life; whether it did now. Every agent of a fleet posts within 15 s, to a process that
-    has just started or whose copies have just ended: read at once, a page of nodes a query, a host costs the
-    process less than half the processor time of a query of its own (about 0.65 s for 12,500 nodes of 8
-    GPUs). A host added since is read on its own."""
-    if not settings.MONITORING_AGENT_COPY_SECONDS or copies.get(_ALL_READ, cluster.pk) is not None:
-        return False
+def _copy_cluster_hosts(cluster: Cluster) -> None:
+    """Keep a copy of every present host of `cluster` (as many as copies hold), once a copy's life
+    (copies.read_all). Every agent of a fleet posts within 15 s, to a process that has just started or whose
+    copies have just ended: read at once, a page of nodes a query, a host costs the process less than half
+    the processor time of a query of its own (about 0.65 s for 12,500 nodes of 8 GPUs). A host added since
+    is read on its own."""
     left, after = settings.MONITORING_AGENT_COPIES, 0
     while left > 0:
         page = min(left, _CLUSTER_PAGE)
@@ -201,8 +198,6 @@ def _copy_cluster_hosts(cluster: Cluster) -> bool:
             break
         left -= page
         after = max(found.nodes.values())
-    copies.keep(_ALL_READ, cluster.pk, True)
-    return True
 
 
 def targets(

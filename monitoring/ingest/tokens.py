@@ -96,7 +96,6 @@ def _tell_revoked(pk: int, at: datetime) -> None:
 
 
 _COPIES = "agent-token"  # this process's copies of live tokens, by their key's digest
-_ALL_READ = "agent-tokens-read"  # whether this process read every live token lately (see _copy_live_tokens)
 _SLACK = 60  # seconds a revocation is kept past the longest life of a copy, for clocks that differ
 _TOKEN_FIELDS = ("id", "cluster_id", "digest", "last_used_at", "last_host")  # the model's order, for from_db
 _TOKEN_SQL = (
@@ -124,7 +123,7 @@ def find_agent_token(key: str) -> AgentToken | None:
     token = copies.get(_COPIES, key_digest)
     if token is not None:
         return token
-    if _copy_live_tokens():
+    if copies.read_all(_COPIES, "live", _copy_live_tokens):
         token = copies.get(_COPIES, key_digest)
         if token is not None:
             return token
@@ -138,20 +137,16 @@ def find_agent_token(key: str) -> AgentToken | None:
     return token
 
 
-def _copy_live_tokens() -> bool:
-    """Keep a copy of every live token (the most lately used first, as many as copies hold), unless this
-    process did within a copy's life; whether it did now. A web process starts with no copies, and every
-    agent of a fleet posts within 15 s: one query then spares each of them a query of its own, the dearest
-    part of the first batch a process takes from it."""
-    if not settings.MONITORING_AGENT_COPY_SECONDS or copies.get(_ALL_READ, "live") is not None:
-        return False
+def _copy_live_tokens() -> None:
+    """Keep a copy of every live token (the most lately used first, as many as copies hold), once a copy's
+    life (copies.read_all). A web process starts with no copies, and every agent of a fleet posts within
+    15 s: one query then spares each of them a query of its own, the dearest part of the first batch a
+    process takes from it."""
     clusters: dict[int, Cluster] = {}
     with bound(prepared=True) as cursor:
         cursor.execute(_LIVE_TOKENS_SQL, [settings.MONITORING_AGENT_COPIES])
         rows = cursor.fetchall()
     copies.keep_all(_COPIES, ((row[-1], _token(*row, clusters)) for row in rows))
-    copies.keep(_ALL_READ, "live", True)
-    return True
 
 
 def _token(token_id, cluster_id, last_used_at, last_host, cluster, key_digest, clusters) -> AgentToken:
