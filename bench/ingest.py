@@ -263,6 +263,11 @@ def through_api(
     return stored, requests, seconds
 
 
+def newest_body(host: str, gpus: list[GpuCapacity]) -> bytes:
+    """A node's newest reading as its agent posts it, at the instant `fresh` writes in as it goes."""
+    return json.dumps(batch_to_json([reading(host, gpus, AHEAD, 1)])).encode()
+
+
 def _answer_at_once(_view, _request, *_args, **_kwargs) -> HttpResponse:
     return HttpResponse(b'{"samples": 0}', status=202, content_type="application/json")
 
@@ -273,7 +278,7 @@ def guards_alone(fleet, keys) -> tuple[int, float]:
     Django's handling of the requests alone, which any ingest served behind them pays before it reads a
     batch. Returns the requests and their seconds."""
     handler = WSGIHandler()
-    bodies = [json.dumps(batch_to_json([reading(host, gpus, AHEAD, 1)])).encode() for host, gpus in fleet]
+    bodies = [newest_body(host, gpus) for host, gpus in fleet]
     seconds = 0.0
     with mock.patch.object(SamplesView, "dispatch", _answer_at_once):
         for key, body in zip(keys, bodies, strict=True):
@@ -564,8 +569,7 @@ def rounds_through_web(fleet, keys, concurrency: int, rounds: int) -> tuple[list
         writer = start_writer(log)
         try:
             bodies = [
-                request(key, json.dumps(batch_to_json([reading(host, gpus, AHEAD, 1)])).encode())
-                for (host, gpus), key in zip(fleet, keys, strict=True)
+                request(key, newest_body(host, gpus)) for (host, gpus), key in zip(fleet, keys, strict=True)
             ]
             post_all(port, bodies[:12], concurrency)  # each worker's first requests, before the round
             wait_until_idle(120)  # the writer is up
